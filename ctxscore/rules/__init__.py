@@ -1,0 +1,394 @@
+"""Rule path: the rule file, entity extraction, rule signals and the rule classifier.
+
+The rule file (TOML; the default ships as ``ctxscore/rules/default.toml``) holds the category base
+weights, keyword lists (English and Chinese), entity patterns, the linear weights that turn signals
+into category scores, and the value factors. :class:`RuleClassifier` computes a fixed vector of
+signals per message (:data:`SIGNAL_NAMES`) and a softmax over the four category scores.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..scorer import Prediction
+from ..types import CATEGORIES, Message
+
+DEFAULT_RULES_PATH = Path(str(resources.files(__package__).joinpath("default.toml")))
+
+#: Signals computed for every message, in this order (the learned scorer uses them as features).
+SIGNAL_NAMES: tuple[str, ...] = (
+    "role_system",
+    "role_user",
+    "role_assistant",
+    "role_tool",
+    "observation",  # a user-role message that is tool output (``<returncode>`` ...)
+    "task_statement",  # an issue / PR description handed to an agent
+    "request",
+    "constraint",
+    "failure",
+    "error",
+    "returncode_zero",
+    "returncode_nonzero",
+    "pleasantry",
+    "pleasantry_only",
+    "reasoning",
+    "confirmation",
+    "decision",
+    "question",
+    "code",
+    "tool_calls",
+    "entities",
+    "entity_density",
+    "answer_value",
+    "short",
+    "long",
+    "zh",
+)
+
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_TASK = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
+_SCAN_CHARS = 3000  # signals and scoring entities read the first and last 3,000 characters
+
+
+def _scan_text(text: str) -> str:
+    """Head and tail of long texts, so per-message cost stays bounded (about 6,000 characters)."""
+    if len(text) <= 2 * _SCAN_CHARS:
+        return text
+    return text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
+
+
+def _keyword_regex(words: Sequence[str]) -> re.Pattern[str]:
+    """One regex for a keyword list: ASCII words on word boundaries (case-insensitive), CJK as substrings."""
+    ascii_words = sorted({w.lower() for w in words if not _CJK.search(w)}, key=len, reverse=True)
+    cjk_words = sorted({w for w in words if _CJK.search(w)}, key=len, reverse=True)
+    parts = []
+    if ascii_words:
+        parts.append(r"(?<![\w])(?:" + "|".join(re.escape(w) for w in ascii_words) + r")(?![\w])")
+    if cjk_words:
+        parts.append("(?:" + "|".join(re.escape(w) for w in cjk_words) + ")")
+    if not parts:
+        return re.compile(r"(?!x)x")
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+@dataclass
+class RuleConfig:
+    """A parsed rule file.
+
+    Attributes:
+        base_weights: category -> base value weight in [0, 1].
+        keywords: group name -> keyword list.
+        patterns: entity pattern name -> regex source.
+        signal_patterns: signal pattern name -> regex source (``error``, ``returncode``, ``code``, ``question``).
+        scores: category -> {signal or "bias": weight}.
+        factors: value factor parameters (see the rule file's ``[factors]`` comments).
+        path: where the file was read from (``None`` for the packaged default).
+    """
+
+    base_weights: dict[str, float]
+    keywords: dict[str, list[str]]
+    patterns: dict[str, str]
+    signal_patterns: dict[str, str]
+    scores: dict[str, dict[str, float]]
+    factors: dict[str, float]
+    path: Path | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    REQUIRED_KEYWORDS = (
+        "request", "constraint", "failure", "pleasantry", "reasoning", "confirmation", "decision", "conclusion",
+    )
+    REQUIRED_SIGNAL_PATTERNS = ("error", "returncode", "code", "question")
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> RuleConfig:
+        """Read and validate a rule file (the packaged default when ``path`` is ``None``).
+
+        Raises:
+            ConfigError: the file is missing, not valid TOML or UTF-8, lacks a section, has a weight
+                out of range or a pattern that does not compile. The message names the file and key.
+        """
+        src = Path(path) if path is not None else DEFAULT_RULES_PATH
+        try:
+            data = tomllib.loads(src.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(
+                f"rule file not found: {src}; pass an existing TOML file or omit it to use the default "
+                f"({DEFAULT_RULES_PATH})"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"rule file {src} is not UTF-8 ({exc}); save it as UTF-8") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"rule file {src} is not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read rule file {src}: {exc}") from None
+        return cls.from_dict(data, path=None if path is None else src)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: Path | None = None) -> RuleConfig:
+        """Validate a parsed rule file (see :meth:`load`)."""
+        where = str(path or DEFAULT_RULES_PATH)
+
+        def section(name: str) -> dict[str, Any]:
+            sec = data.get(name)
+            if not isinstance(sec, dict):
+                raise ConfigError(f"rule file {where}: missing table [{name}]; copy it from {DEFAULT_RULES_PATH}")
+            return sec
+
+        base = section("base_weights")
+        for cat in CATEGORIES:
+            w = base.get(cat)
+            if not isinstance(w, int | float) or not 0.0 <= w <= 1.0:
+                raise ConfigError(f"rule file {where}: base_weights.{cat} must be a number in [0, 1], got {w!r}")
+        keywords = section("keywords")
+        for name in cls.REQUIRED_KEYWORDS:
+            kw = keywords.get(name)
+            if not isinstance(kw, list) or not all(isinstance(k, str) and k for k in kw):
+                raise ConfigError(f"rule file {where}: keywords.{name} must be a list of non-empty strings")
+        patterns = section("patterns")
+        signal_patterns = section("signal_patterns")
+        for table, pats in (("patterns", patterns), ("signal_patterns", signal_patterns)):
+            for name, pat in pats.items():
+                if not isinstance(pat, str):
+                    raise ConfigError(f"rule file {where}: {table}.{name} must be a string")
+                try:
+                    re.compile(pat)
+                except re.error as exc:
+                    raise ConfigError(f"rule file {where}: {table}.{name} is not a valid regex: {exc}") from None
+        for name in cls.REQUIRED_SIGNAL_PATTERNS:
+            if name not in signal_patterns:
+                raise ConfigError(f"rule file {where}: signal_patterns.{name} is missing")
+        scores = section("scores")
+        for cat in CATEGORIES:
+            table = scores.get(cat)
+            if not isinstance(table, dict):
+                raise ConfigError(f"rule file {where}: missing table [scores.{cat}]")
+            for key, w in table.items():
+                if key != "bias" and key not in SIGNAL_NAMES:
+                    raise ConfigError(
+                        f"rule file {where}: scores.{cat}.{key} is not a signal; known signals: {', '.join(SIGNAL_NAMES)}"
+                    )
+                if not isinstance(w, int | float):
+                    raise ConfigError(f"rule file {where}: scores.{cat}.{key} must be a number")
+        factors = section("factors")
+        for key, w in factors.items():
+            if not isinstance(w, int | float) or w < 0:
+                raise ConfigError(f"rule file {where}: factors.{key} must be a non-negative number")
+        return cls(
+            base_weights={c: float(base[c]) for c in CATEGORIES},
+            keywords={k: list(v) for k, v in keywords.items()},
+            patterns=dict(patterns),
+            signal_patterns=dict(signal_patterns),
+            scores={c: {k: float(v) for k, v in scores[c].items()} for c in CATEGORIES},
+            factors={k: float(v) for k, v in factors.items()},
+            path=path,
+            raw=data,
+        )
+
+    def factor(self, name: str, default: float) -> float:
+        """A value-factor parameter, ``default`` when the file does not set it."""
+        return self.factors.get(name, default)
+
+    def source_text(self) -> str:
+        """The TOML text of this configuration's file (for packaging with a model)."""
+        return (self.path or DEFAULT_RULES_PATH).read_text(encoding="utf-8")
+
+    @cached_property
+    def keyword_regexes(self) -> dict[str, re.Pattern[str]]:
+        """Compiled keyword regex per group."""
+        return {name: _keyword_regex(words) for name, words in self.keywords.items()}
+
+    @cached_property
+    def entity_regexes(self) -> list[re.Pattern[str]]:
+        """Compiled entity patterns, in file order."""
+        return [re.compile(p) for p in self.patterns.values()]
+
+    @cached_property
+    def signal_regexes(self) -> dict[str, re.Pattern[str]]:
+        """Compiled signal patterns."""
+        return {k: re.compile(v) for k, v in self.signal_patterns.items()}
+
+
+_default_config: RuleConfig | None = None
+
+
+def default_config() -> RuleConfig:
+    """The packaged default rule file, parsed once per process."""
+    global _default_config
+    if _default_config is None:
+        _default_config = RuleConfig.load()
+    return _default_config
+
+
+def extract_entities(text: str, config: RuleConfig | None = None) -> list[str]:
+    """Entity spans in ``text``: IDs, numbers with units, money, dates, times, emails, URLs, paths,
+    code identifiers, quoted strings and capitalised names, as the rule file's ``[patterns]`` define.
+
+    Returns:
+        Distinct span strings in order of first appearance; a span lying inside a longer matched
+        span is dropped (``"/a/b.py"`` wins over ``"b.py"``). Surrounding quotes are kept.
+    """
+    cfg = config or default_config()
+    spans: list[tuple[int, int]] = []
+    for rx in cfg.entity_regexes:
+        for m in rx.finditer(text):
+            s, e = m.span()
+            # trim trailing sentence punctuation caught by greedy patterns
+            while e > s and text[e - 1] in ".,;:!?)":
+                if text[e - 1] == ")" and "(" in text[s:e]:
+                    break
+                e -= 1
+            if e > s:
+                spans.append((s, e))
+    if not spans:
+        return []
+    spans.sort(key=lambda se: (se[0], -(se[1] - se[0])))
+    kept: list[tuple[int, int]] = []
+    end = -1
+    for s, e in spans:
+        if e <= end:
+            continue  # inside the previous longer span
+        if s < end:  # partial overlap: keep both, they are distinct pieces of information
+            kept.append((s, e))
+        else:
+            kept.append((s, e))
+        end = max(end, e)
+    seen: set[str] = set()
+    out = []
+    for s, e in kept:
+        span = text[s:e].strip()
+        if span and span not in seen:
+            seen.add(span)
+            out.append(span)
+    return out
+
+
+class RuleClassifier:
+    """Rule-based category classifier and signal extractor (a :class:`~ctxscore.scorer.Scorer`).
+
+    Category scores are linear in the signals with the rule file's ``[scores]`` weights; the
+    probabilities are their softmax. Deterministic; ``explain`` lists the signals behind a decision.
+
+    Args:
+        config: a :class:`RuleConfig`, a path to a rule file, or ``None`` for the packaged default.
+    """
+
+    signal_names: tuple[str, ...] = SIGNAL_NAMES
+
+    def __init__(self, config: RuleConfig | str | Path | None = None) -> None:
+        if config is None:
+            self.config = default_config()
+        elif isinstance(config, RuleConfig):
+            self.config = config
+        else:
+            self.config = RuleConfig.load(config)
+        self._weights = [
+            (cat, self.config.scores[cat].get("bias", 0.0), [(SIGNAL_NAMES.index(k), w) for k, w in self.config.scores[cat].items() if k != "bias"])
+            for cat in CATEGORIES
+        ]
+
+    def signals(self, message: Message, entities: Sequence[str] | None = None) -> dict[str, float]:
+        """The rule signals of one message, keyed by :data:`SIGNAL_NAMES` (in that order).
+
+        Args:
+            message: the message.
+            entities: its entities if already extracted (saves a second scan).
+
+        Returns:
+            name -> float; counts are capped at 3, flags are 0/1, ``entity_density`` is entities per
+            100 characters capped at 3, ``long`` is log10(characters) - 2 clipped to [0, 3],
+            ``zh`` the fraction of CJK characters.
+        """
+        cfg = self.config
+        text = _scan_text(message.text())
+        kw = cfg.keyword_regexes
+        sp = cfg.signal_regexes
+
+        def count(group: str) -> float:
+            rx = kw.get(group)
+            return float(min(3, len(rx.findall(text)))) if rx is not None else 0.0
+
+        role = message.role
+        rc_match = sp["returncode"].search(text)
+        observation = float(role == "user" and (rc_match is not None or text.lstrip().startswith("<output")))
+        rc_zero = rc_nonzero = 0.0
+        if rc_match is not None:
+            rc_zero, rc_nonzero = (1.0, 0.0) if rc_match.group(1) == "0" else (0.0, 1.0)
+        if entities is None:
+            entities = extract_entities(text, cfg)
+        n_chars = max(1, len(text))
+        n_ent = len(entities)
+        pleasantry = count("pleasantry")
+        request = count("request")
+        constraint = count("constraint")
+        short = float(len(message.content.strip()) <= 60)
+        # a short message that is only greetings / thanks: after removing pleasantries little is left
+        residue = kw["pleasantry"].sub("", text) if pleasantry else text
+        pleasantry_only = float(pleasantry > 0 and n_ent == 0 and len(re.sub(r"[\W_]+", "", residue)) <= 12)
+        zh = len(_CJK.findall(text[:2000])) / max(1, min(len(text), 2000))
+        sig = {
+            "role_system": float(role == "system"),
+            "role_user": float(role == "user" and not observation),
+            "role_assistant": float(role == "assistant"),
+            "role_tool": float(role == "tool"),
+            "observation": observation,
+            "task_statement": float(role == "user" and _TASK.search(text) is not None),
+            "request": request,
+            "constraint": constraint,
+            "failure": count("failure"),
+            "error": float(sp["error"].search(text) is not None),
+            "returncode_zero": rc_zero,
+            "returncode_nonzero": rc_nonzero,
+            "pleasantry": pleasantry,
+            "pleasantry_only": pleasantry_only,
+            "reasoning": count("reasoning"),
+            "confirmation": count("confirmation"),
+            "decision": count("decision"),
+            "question": float(sp["question"].search(text[-400:]) is not None),
+            "code": float(sp["code"].search(text) is not None),
+            "tool_calls": float(bool(message.tool_calls)),
+            "entities": float(min(3.0, math.log1p(n_ent))),
+            "entity_density": min(3.0, 100.0 * n_ent / n_chars),
+            "answer_value": float(role == "user" and n_ent > 0 and request == 0 and len(message.content) <= 120),
+            "short": short,
+            "long": min(3.0, max(0.0, math.log10(n_chars) - 2.0)),
+            "zh": zh,
+        }
+        return sig
+
+    def scores(self, signals: dict[str, float]) -> dict[str, float]:
+        """Category scores (logits) from signals."""
+        vec = [signals[n] for n in SIGNAL_NAMES]
+        return {cat: bias + sum(w * vec[i] for i, w in terms) for cat, bias, terms in self._weights}
+
+    def predict_one(self, message: Message, entities: Sequence[str] | None = None) -> Prediction:
+        """Category, softmax probabilities and signals for one message."""
+        sig = self.signals(message, entities)
+        logits = self.scores(sig)
+        top = max(logits.values())
+        exp = {c: math.exp(v - top) for c, v in logits.items()}
+        z = sum(exp.values())
+        probs = {c: exp[c] / z for c in CATEGORIES}
+        category = max(probs, key=probs.__getitem__)
+        return Prediction(category=category, probs=probs, value=None, source="rules", signals=sig)
+
+    def predict(self, messages: Sequence[Message]) -> list[Prediction]:
+        """:class:`~ctxscore.scorer.Scorer` interface: one prediction per message."""
+        return [self.predict_one(m) for m in messages]
+
+    def explain(self, message: Message) -> dict[str, Any]:
+        """Category, probabilities and the signal contributions (weight x signal) per category."""
+        pred = self.predict_one(message)
+        contrib = {
+            cat: {k: round(w * pred.signals[k], 3) for k, w in self.config.scores[cat].items() if k != "bias" and pred.signals[k]}
+            for cat in CATEGORIES
+        }
+        return {"category": pred.category, "probs": pred.probs, "contributions": contrib}

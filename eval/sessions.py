@@ -1,0 +1,377 @@
+"""The evaluation session format: loading, validation and LoCoMo input.
+
+Format (JSONL, one session per line; the contract in ``docs/contracts.md``)::
+
+    {"session_id": str,
+     "messages": [OpenAI-style messages, optionally with an "id"],
+     "key_facts": [{"fact_id": str, "value": str, "source_index": int, "probe": str, "kind": str,
+                    "superseded": str (optional)}]}
+
+``value`` is an exact substring of ``messages[source_index].content`` (for an assistant message that
+carries ``tool_calls``, the rendered call text ``name(arguments)`` is accepted too, since tool-call
+arguments are where agent trajectories keep their key state). ``superseded``, when present, is an
+older value that the source message replaced; it must occur in an earlier message.
+
+LoCoMo files (snap-research/locomo, one JSON document holding a list of conversations) are
+accepted as well: :func:`training.data.locomo.load_locomo` turns them into the same sessions
+(evidence turns as key facts, questions as probes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxscore.errors import InputError
+from ctxscore.types import Message
+
+FACT_FIELDS: tuple[str, ...] = ("fact_id", "value", "source_index", "probe", "kind")
+MAX_ERRORS_SHOWN = 50
+
+
+class SessionFormatError(InputError):
+    """A session file that does not follow the evaluation session format.
+
+    Attributes:
+        errors: one human-readable line per problem, each naming the file line, the session, the
+            fact (when the problem is in a fact) and the reason.
+    """
+
+    def __init__(self, path: str | Path, errors: list[str]):
+        self.path = str(path)
+        self.errors = list(errors)
+        shown = "\n  ".join(self.errors[:MAX_ERRORS_SHOWN])
+        more = len(self.errors) - MAX_ERRORS_SHOWN
+        tail = f"\n  ... and {more} more" if more > 0 else ""
+        super().__init__(
+            f"{self.path}: {len(self.errors)} problem(s) in the evaluation session file "
+            f"(format: docs/contracts.md, 'Evaluation session file'):\n  {shown}{tail}"
+        )
+
+
+@dataclass(slots=True)
+class KeyFact:
+    """One fact that must stay recoverable after its source message.
+
+    Attributes:
+        fact_id: unique within the session.
+        value: exact substring of the source message; checked by normalised text presence.
+        source_index: 0-based index of the message that introduces the fact; the fact is checked at
+            every probe point strictly after it.
+        probe: the question an agent would ask to need the fact (the page-in query).
+        kind: free label (``slot``, ``tool_arg``, ``evidence``, ...), reported per kind.
+        superseded: an older value this fact replaced, or ``None``.
+    """
+
+    fact_id: str
+    value: str
+    source_index: int
+    probe: str
+    kind: str
+    superseded: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (``superseded`` omitted when absent)."""
+        out: dict[str, Any] = {
+            "fact_id": self.fact_id,
+            "value": self.value,
+            "source_index": self.source_index,
+            "probe": self.probe,
+            "kind": self.kind,
+        }
+        if self.superseded is not None:
+            out["superseded"] = self.superseded
+        return out
+
+
+@dataclass(slots=True)
+class EvalSession:
+    """A validated session: OpenAI-style messages (each with an ``id``) and its key facts."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+    key_facts: list[KeyFact] = field(default_factory=list)
+
+    def message_id(self, index: int) -> str:
+        """The id of message ``index`` (its ``id`` field, else ``{session_id}#{index}``)."""
+        mid = self.messages[index].get("id")
+        return str(mid) if mid is not None else f"{self.session_id}#{index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form in the session file format."""
+        return {
+            "session_id": self.session_id,
+            "messages": self.messages,
+            "key_facts": [f.to_dict() for f in self.key_facts],
+        }
+
+
+def message_search_text(message: dict[str, Any]) -> str:
+    """Text in which a fact value may be found: content plus rendered tool calls.
+
+    Tool calls are rendered as ``name(arguments)``, and the decoded argument values are appended
+    (so a value written with JSON escapes, e.g. non-ASCII, still matches).
+    """
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "\n".join(
+            p.get("text", "") if isinstance(p, dict) else str(p) for p in content if isinstance(p, dict | str)
+        )
+    parts = [content if isinstance(content, str) else ""]
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") or {}
+        args = fn.get("arguments", "")
+        if not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False)
+        parts.append(f"{fn.get('name', '')}({args})")
+        try:
+            decoded = json.loads(args)
+        except (TypeError, ValueError):
+            continue
+        parts.append(json.dumps(decoded, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _validate_record(obj: Any, where: str, seen_ids: set[str]) -> tuple[EvalSession | None, list[str]]:
+    """Validate one decoded session object; return the session (or None) and the problems found."""
+    errors: list[str] = []
+    if not isinstance(obj, dict):
+        return None, [f"{where}: expected a JSON object with session_id, messages, key_facts; got {type(obj).__name__}"]
+    sid = obj.get("session_id")
+    if not isinstance(sid, str) or not sid.strip():
+        errors.append(f"{where}: 'session_id' is missing or not a non-empty string")
+        sid = "?"
+    elif sid in seen_ids:
+        errors.append(f"{where} session {sid!r}: duplicate session_id (each session must be unique in the file)")
+    label = f"{where} session {sid!r}"
+    messages = obj.get("messages")
+    if not isinstance(messages, list) or not messages:
+        errors.append(f"{label}: 'messages' is missing or not a non-empty list of OpenAI-style messages")
+        messages = []
+    msgs: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        try:
+            Message.from_dict(m, where=f"{label} message {i}")
+        except InputError as exc:
+            errors.append(str(exc))
+            msgs.append({})
+            continue
+        msgs.append(dict(m))
+    facts_raw = obj.get("key_facts")
+    if facts_raw is None:
+        errors.append(f"{label}: 'key_facts' is missing (use [] for a session without facts)")
+        facts_raw = []
+    elif not isinstance(facts_raw, list):
+        errors.append(f"{label}: 'key_facts' must be a list, got {type(facts_raw).__name__}")
+        facts_raw = []
+    facts: list[KeyFact] = []
+    fact_ids: set[str] = set()
+    texts = [message_search_text(m) if m else "" for m in msgs]
+    for j, f in enumerate(facts_raw):
+        if not isinstance(f, dict):
+            errors.append(f"{label} fact #{j}: expected an object, got {type(f).__name__}")
+            continue
+        fid = f.get("fact_id")
+        flabel = f"{label} fact {fid!r}" if isinstance(fid, str) and fid else f"{label} fact #{j}"
+        missing = [k for k in FACT_FIELDS if k not in f]
+        if missing:
+            errors.append(f"{flabel}: missing field(s) {', '.join(missing)}")
+            continue
+        bad = False
+        for key in ("fact_id", "value", "probe", "kind"):
+            if not isinstance(f[key], str) or not f[key].strip():
+                errors.append(f"{flabel}: {key!r} must be a non-empty string, got {f[key]!r}")
+                bad = True
+        si = f["source_index"]
+        if isinstance(si, bool) or not isinstance(si, int):
+            errors.append(f"{flabel}: 'source_index' must be an integer, got {si!r}")
+            bad = True
+        elif not 0 <= si < len(msgs):
+            errors.append(
+                f"{flabel}: source_index {si} is out of range (the session has {len(msgs)} messages, "
+                f"valid indices 0..{len(msgs) - 1})"
+            )
+            bad = True
+        sup = f.get("superseded")
+        if sup is not None and (not isinstance(sup, str) or not sup.strip()):
+            errors.append(f"{flabel}: 'superseded' must be a non-empty string when present, got {sup!r}")
+            bad = True
+        if bad:
+            continue
+        if fid in fact_ids:
+            errors.append(f"{flabel}: duplicate fact_id within the session")
+            continue
+        fact_ids.add(fid)
+        value = f["value"]
+        if msgs[si] and value not in texts[si]:
+            preview = texts[si][:120].replace("\n", " ")
+            errors.append(
+                f"{flabel}: value {value!r} is not an exact substring of messages[{si}].content "
+                f"(starts {preview!r}); fix the value or the source_index"
+            )
+            continue
+        if sup is not None:
+            if sup == value:
+                errors.append(f"{flabel}: 'superseded' equals 'value'; drop it or give the older value")
+                continue
+            if not any(sup in t for t in texts[:si]):
+                errors.append(
+                    f"{flabel}: superseded value {sup!r} does not occur in any message before "
+                    f"source_index {si}; a superseded value must have been stated earlier"
+                )
+                continue
+        facts.append(
+            KeyFact(
+                fact_id=fid, value=value, source_index=si, probe=f["probe"], kind=f["kind"], superseded=sup
+            )
+        )
+    if errors:
+        return None, errors
+    for i, m in enumerate(msgs):
+        m.setdefault("id", f"{sid}#{i}")
+    return EvalSession(session_id=sid, messages=msgs, key_facts=facts), []
+
+
+def validate_records(records: Iterable[tuple[str, Any]], path: str | Path = "<memory>") -> list[EvalSession]:
+    """Validate decoded session objects, each given with a location label (e.g. ``"line 3"``).
+
+    Returns:
+        The sessions, in input order.
+
+    Raises:
+        SessionFormatError: listing every problem found (not just the first).
+    """
+    sessions: list[EvalSession] = []
+    errors: list[str] = []
+    seen: set[str] = set()
+    for where, obj in records:
+        sess, errs = _validate_record(obj, where, seen)
+        errors.extend(errs)
+        if sess is not None:
+            seen.add(sess.session_id)
+            sessions.append(sess)
+        elif isinstance(obj, dict) and isinstance(obj.get("session_id"), str):
+            seen.add(obj["session_id"])
+    if errors:
+        raise SessionFormatError(path, errors)
+    return sessions
+
+
+def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
+    """Decode a JSONL file line by line; a bad line is yielded as an error marker."""
+    with path.open("r", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield f"line {n}", json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield f"line {n}", _BadLine(f"invalid JSON ({exc.msg} at column {exc.colno}); "
+                                            "each line must hold one complete session object")
+
+
+@dataclass(slots=True)
+class _BadLine:
+    reason: str
+
+
+def is_locomo(obj: Any) -> bool:
+    """Whether a decoded JSON document looks like LoCoMo (conversations with ``qa`` probes)."""
+    items = obj if isinstance(obj, list) else [obj]
+    return bool(items) and all(
+        isinstance(o, dict) and "qa" in o and ("conversation" in o or any(k.startswith("session_") for k in o))
+        for o in items
+    )
+
+
+def load_sessions_file(path: str | Path) -> list[EvalSession]:
+    """Load and validate one session file: JSONL in the session format, or a LoCoMo JSON document.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        SessionFormatError: any problem in the file (every problem is listed).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such session file (pass a .jsonl session file, a LoCoMo .json, or a folder)")
+    if path.suffix == ".json":
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise SessionFormatError(path, [f"invalid JSON document ({exc.msg} at line {exc.lineno})"]) from exc
+        if is_locomo(doc):
+            from training.data.locomo import load_locomo  # eval -> training is an allowed import
+
+            raw = load_locomo(path)
+            return validate_records(((f"conversation {i}", s) for i, s in enumerate(raw)), path)
+        items = doc if isinstance(doc, list) else [doc]
+        return validate_records(((f"item {i}", s) for i, s in enumerate(items)), path)
+    errors: list[str] = []
+    good: list[tuple[str, Any]] = []
+    for where, obj in _jsonl_records(path):
+        if isinstance(obj, _BadLine):
+            errors.append(f"{where}: {obj.reason}")
+        else:
+            good.append((where, obj))
+    try:
+        sessions = validate_records(good, path)
+    except SessionFormatError as exc:
+        errors.extend(exc.errors)
+        sessions = []
+    if errors:
+        errors.sort(key=_line_key)
+        raise SessionFormatError(path, errors)
+    return sessions
+
+
+def _line_key(err: str) -> int:
+    head = err.split(":", 1)[0].split()
+    if len(head) >= 2 and head[0] == "line" and head[1].isdigit():
+        return int(head[1])
+    return 0
+
+
+def load_sessions(path: str | Path, max_sessions: int | None = None) -> list[EvalSession]:
+    """Load sessions from a file or from every ``*.jsonl`` / ``*.json`` file of a folder (sorted).
+
+    Args:
+        path: a session JSONL file, a LoCoMo JSON file or a folder of them.
+        max_sessions: keep only the first N sessions (for reduced runs), or all when ``None``.
+
+    Raises:
+        FileNotFoundError: missing path or an empty folder.
+        SessionFormatError: a malformed file, or the same session id in two files.
+    """
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json") and p.is_file())
+        if not files:
+            raise FileNotFoundError(f"{path}: folder holds no .jsonl or .json session files")
+    else:
+        files = [path]
+    sessions: list[EvalSession] = []
+    seen: dict[str, Path] = {}
+    for f in files:
+        for s in load_sessions_file(f):
+            if s.session_id in seen:
+                raise SessionFormatError(f, [f"session {s.session_id!r}: already defined in {seen[s.session_id]}"])
+            seen[s.session_id] = f
+            sessions.append(s)
+            if max_sessions is not None and len(sessions) >= max_sessions:
+                return sessions
+    return sessions
+
+
+def sessions_hash(sessions: Iterable[EvalSession]) -> str:
+    """SHA-256 (hex, first 16 chars) of the sessions' canonical JSON, for run provenance."""
+    h = hashlib.sha256()
+    for s in sessions:
+        h.update(json.dumps(s.to_dict(), sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()[:16]
