@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .types import CATEGORIES, Message
 
@@ -26,6 +26,8 @@ class Prediction:
             value is then used alone).
         source: ``"rules"``, ``"learned"`` or ``"callback"`` (who decided the category).
         signals: the rule signals behind the decision (name -> value), for explanations.
+        embedding: the message embedding when the scorer computed one (reused by the archive's
+            vector search), shape (dim,), float32, L2-normalised.
     """
 
     category: str
@@ -33,6 +35,7 @@ class Prediction:
     value: float | None = None
     source: str = "rules"
     signals: dict[str, float] = field(default_factory=dict)
+    embedding: Any = None
 
     @property
     def confidence(self) -> float:
@@ -45,8 +48,8 @@ class Scorer(Protocol):
     """Anything that predicts categories (and optionally values) for a batch of messages.
 
     ``predict(messages)`` takes a sequence of N :class:`~ctxscore.types.Message` and returns N
-    :class:`Prediction` in the same order. ``context`` optionally gives, for each message, the
-    preceding messages of the conversation (oldest first) for scorers that use them.
+    :class:`Prediction` in the same order. A scorer that can embed text for the archive's vector
+    search also offers ``embed_texts(texts) -> np.ndarray`` of shape (N, dim), L2-normalised.
     """
 
     def predict(self, messages: Sequence[Message]) -> list[Prediction]: ...

@@ -1,0 +1,676 @@
+"""The context manager: add messages, build a window that fits the token budget.
+
+Flow per turn (see ``../shared/DESIGN.md``)::
+
+    add(message) -> classify + score (once per message) -> token count (once, running total)
+    build(query) -> occupancy vs thresholds -> tier decisions by value -> compress / archive
+                 -> page-in from the archive for the query -> order + assemble -> ContextWindow
+
+Tier policy (defaults in :class:`Policy`): tiers are sticky between builds, so the window prefix
+stays stable and provider prompt caches stay warm; compaction runs in batches when occupancy crosses
+a threshold and goes down to the low-water mark:
+
+=====================  ==========================================================================
+occupancy of budget    action (on messages outside the last ``recent_turns`` turns, never pinned)
+=====================  ==========================================================================
+below 0.6              everything verbatim (tiers are restored when the full history fits)
+0.6 - 0.7              ``failure`` units -> archived; ``reasoning`` -> compressed
+0.7 - 0.8              ``key_state`` -> structured; ``reasoning`` units -> archived
+at or above 0.8        archive units by ascending value until occupancy <= low-water (0.6)
+=====================  ==========================================================================
+
+``instruction`` messages and system messages are pinned (never compressed or archived). An assistant
+message with tool calls and its tool results form one unit: archived together, never split. When
+pinned content and the recent turns exceed the budget, recency protection is relaxed down to the
+last turn, then the window is returned over budget with a warning that gives the figures (or
+:class:`~ctxscore.errors.BudgetError` with ``on_overflow="raise"``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .archive import Archive
+from .compress import archive_stub, compress
+from .errors import BudgetError, ConfigError, InputError
+from .rules import RuleClassifier, RuleConfig, _scan_text, extract_entities
+from .scorer import Prediction, Scorer
+from .tokens import REPLY_PRIMING_TOKENS, TokenCounter
+from .types import CATEGORIES, Category, ContextWindow, Decision, Message, Tier
+
+log = logging.getLogger("ctxscore")
+
+_CAT_RANK = {Category.FAILURE: 0, Category.REASONING: 1, Category.KEY_STATE: 2, Category.INSTRUCTION: 3}
+_CONFIRM_SHORT = 80  # a user message of at most this many characters can confirm the previous answer
+
+
+@dataclass
+class Policy:
+    """Tier policy parameters (fractions are of the token budget).
+
+    Attributes:
+        t_compact: occupancy at which failures are archived and reasoning compressed (0.6).
+        t_structure: occupancy at which key_state is summarised and reasoning archived (0.7).
+        t_archive: occupancy at which units are archived by ascending value (0.8, the high-water mark).
+        low_water: occupancy that a value-ordered archive pass brings the window down to (0.6).
+        recent_turns: the last K turns (a turn starts at each user message) stay verbatim (3).
+        blend: weight of the learned value against the rule value, in [0, 1] (0.5).
+        page_in_k: at most this many archived units are paged back in for a query (4).
+        stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
+            collapsed into one line (0.1).
+        on_overflow: ``"warn"`` (default) or ``"raise"`` when pinned content exceeds the budget.
+    """
+
+    t_compact: float = 0.6
+    t_structure: float = 0.7
+    t_archive: float = 0.8
+    low_water: float = 0.6
+    recent_turns: int = 3
+    blend: float = 0.5
+    page_in_k: int = 4
+    stub_fraction: float = 0.1
+    on_overflow: str = "warn"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.t_compact <= self.t_structure <= self.t_archive <= 1:
+            raise ConfigError(
+                f"thresholds must satisfy 0 < t_compact <= t_structure <= t_archive <= 1, got "
+                f"{self.t_compact}, {self.t_structure}, {self.t_archive}"
+            )
+        if not 0 < self.low_water <= self.t_archive:
+            raise ConfigError(f"low_water must be in (0, t_archive], got {self.low_water}")
+        if self.recent_turns < 1:
+            raise ConfigError(f"recent_turns must be at least 1, got {self.recent_turns}")
+        if not 0 <= self.blend <= 1:
+            raise ConfigError(f"blend must be in [0, 1], got {self.blend}")
+        if self.on_overflow not in ("warn", "raise"):
+            raise ConfigError(f"on_overflow must be 'warn' or 'raise', got {self.on_overflow!r}")
+
+
+@dataclass(slots=True)
+class _Entry:
+    msg: Message
+    text: str
+    tokens: int
+    pred: Prediction
+    entities: list[str]
+    unit: int  # index of the unit's first entry
+    turn_no: int  # number of the conversational turn (a turn starts at each user message)
+    pinned: bool
+    refs: int = 0
+    confirmed: bool = False
+    tier: str = Tier.VERBATIM
+    cur_tokens: int = 0  # tokens in the current tier
+    forms: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # tier -> (text, tokens, tier reached)
+    no_compress: bool = False  # compression fell back to verbatim once: do not retry
+    value: float = 0.0
+    factors: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def category(self) -> str:
+        return self.pred.category
+
+
+def _entity_key(e: str) -> str | None:
+    k = e.strip("\"'`“”「」《》‘’").lower()
+    return k if len(k) >= 3 else None
+
+
+class ContextManager:
+    """Keeps a long conversation inside a token budget, message by message.
+
+    Args:
+        budget: default token budget for :meth:`build` (tokens, > 0).
+        scorer: ``"rules"`` (rule classifier only), ``"auto"`` (the packaged learned scorer when its
+            embedder is installed, else rules with one warning), a :class:`~ctxscore.scorer.Scorer`,
+            or a path to a packaged scorer folder.
+        rules: a :class:`~ctxscore.rules.RuleConfig`, a rule-file path, or ``None`` for the default.
+        encoding: tiktoken encoding, ``"cl100k_base"`` or ``"o200k_base"``.
+        policy: a :class:`Policy` (defaults as in the design).
+        archive_path: SQLite file that stores every original message (and lets a session be resumed);
+            ``None`` keeps the archive in memory.
+        session_id: the session within the archive file. An existing session is resumed.
+
+    Raises:
+        ConfigError: bad budget, policy, rule file or scorer argument.
+        ArchiveError: the archive file cannot be opened.
+    """
+
+    def __init__(
+        self,
+        budget: int = 8000,
+        *,
+        scorer: Scorer | str | Path | None = "rules",
+        rules: RuleConfig | str | Path | None = None,
+        encoding: str = "cl100k_base",
+        policy: Policy | None = None,
+        archive_path: str | Path | None = None,
+        session_id: str = "default",
+    ) -> None:
+        if not isinstance(budget, int) or budget <= 0:
+            raise ConfigError(f"budget must be a positive number of tokens, got {budget!r}")
+        self.budget = budget
+        self.policy = policy or Policy()
+        self.rules = RuleClassifier(rules)
+        self.config = self.rules.config
+        self.counter = TokenCounter(encoding)
+        self.scorer = self._resolve_scorer(scorer)
+        self.session_id = session_id
+        self.archive = Archive(archive_path)
+        self._entries: list[_Entry] = []
+        self._ids: dict[str, int] = {}
+        self._postings: dict[str, list[int]] = {}
+        self._call_owner: dict[str, int] = {}  # tool_call_id -> index of the assistant message
+        self._turn_no = 0
+        self._total_tokens = 0  # sum of verbatim tokens
+        self._occ_msg_tokens = 0  # sum of cur_tokens of non-archived entries
+        self._stub_tokens = 0  # sum of stub tokens of archived entries
+        self._resume()
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _resolve_scorer(self, scorer: Scorer | str | Path | None) -> Scorer:
+        if scorer is None or scorer == "rules":
+            return self.rules
+        if scorer == "auto":
+            try:
+                from .learned import load_default_scorer  # noqa: PLC0415
+            except ImportError:
+                warnings.warn("ctxscore: learned scorer unavailable; using the rule classifier", stacklevel=3)
+                return self.rules
+            loaded = load_default_scorer(warn=True)
+            return loaded if loaded is not None else self.rules
+        if isinstance(scorer, str | Path):
+            from .learned import LearnedScorer  # noqa: PLC0415
+
+            return LearnedScorer.from_pretrained(scorer)
+        if not hasattr(scorer, "predict"):
+            raise ConfigError(f"scorer must be 'rules', 'auto', a path or an object with predict(messages); got {scorer!r}")
+        return scorer
+
+    def _resume(self) -> None:
+        stored = self.archive.messages(self.session_id)
+        if not stored:
+            return
+        for row in stored:
+            msg = Message.from_dict(row["message"], where=f"archived message {row['id']}")
+            msg.id, msg.turn = row["id"], row["turn"]
+            p = row["prediction"] or {}
+            pred = Prediction(
+                category=p.get("category", Category.REASONING), probs=p.get("probs", {}), value=p.get("value"),
+                source=p.get("source", "rules"), signals=p.get("signals", {}), embedding=row["embedding"],
+            )
+            self._append(msg, pred, store=False)
+            if row["tier"] != Tier.VERBATIM:
+                self._set_tier(len(self._entries) - 1, row["tier"])
+        log.info("resumed session %s with %d messages", self.session_id, len(self._entries))
+
+    # -- adding ---------------------------------------------------------------------------------
+    def _validate(self, message: Message | dict[str, Any], where: str) -> Message:
+        if isinstance(message, Message):
+            msg = Message.from_dict(message.to_openai() | ({"id": message.id} if message.id else {}), where=where)
+        else:
+            msg = Message.from_dict(message, where=where)
+        if msg.id is not None and msg.id in self._ids:
+            raise InputError(f"{where}: message id {msg.id!r} was already added; ids must be unique within a session")
+        return msg
+
+    def add(self, message: Message | dict[str, Any]) -> Message:
+        """Add one message (a :class:`Message` or an OpenAI-style dict) and score it.
+
+        Returns:
+            The stored :class:`Message` with ``id`` (``m{turn}`` when none was given) and ``turn`` set.
+
+        Raises:
+            InputError: invalid message (unknown role, empty or oversized content, duplicate id);
+                nothing is stored in that case.
+        """
+        msg = self._validate(message, where=f"message {len(self._entries)}")
+        pred = self.scorer.predict([msg])[0]
+        return self._append(msg, pred)
+
+    def extend(self, messages: Iterable[Message | dict[str, Any]]) -> list[Message]:
+        """Add many messages; all are validated before any is stored, and scored in one batch.
+
+        Raises:
+            InputError: the first invalid message (named by its position); nothing is stored.
+        """
+        msgs: list[Message] = []
+        seen: set[str] = set()
+        for i, m in enumerate(messages):
+            msg = self._validate(m, where=f"message {len(self._entries) + i}")
+            if msg.id is not None:
+                if msg.id in seen:
+                    raise InputError(f"message {len(self._entries) + i}: duplicate id {msg.id!r} in the batch")
+                seen.add(msg.id)
+            msgs.append(msg)
+        preds = self.scorer.predict(msgs) if msgs else []
+        return [self._append(m, p) for m, p in zip(msgs, preds, strict=True)]
+
+    def _append(self, msg: Message, pred: Prediction, store: bool = True) -> Message:
+        idx = len(self._entries)
+        msg.turn = idx
+        if msg.id is None:
+            msg.id = f"m{idx}"
+        if msg.role == "user":
+            self._turn_no += 1
+        if pred.category not in CATEGORIES:
+            raise ConfigError(f"scorer returned unknown category {pred.category!r}; expected one of {CATEGORIES}")
+        text = msg.text()
+        tokens = self.counter.count_message(msg)
+        entities = extract_entities(_scan_text(text), self.config)
+        # unit: a tool result joins the assistant message that called it
+        unit = idx
+        if msg.role == "tool" and msg.tool_call_id in self._call_owner:
+            unit = self._entries[self._call_owner[msg.tool_call_id]].unit
+        pinned = msg.role == "system" or pred.category == Category.INSTRUCTION
+        entry = _Entry(msg=msg, text=text, tokens=tokens, pred=pred, entities=entities, unit=unit,
+                       turn_no=self._turn_no, pinned=pinned, cur_tokens=tokens)
+        if store:
+            self.archive.add(
+                self.session_id, msg.id, idx, msg.role, text, msg.to_openai(),
+                prediction={"category": pred.category, "probs": pred.probs, "value": pred.value,
+                            "source": pred.source, "signals": pred.signals},
+                embedding=pred.embedding,
+            )
+        self._entries.append(entry)
+        self._ids[msg.id] = idx
+        for call in msg.tool_calls or ():
+            if isinstance(call.get("id"), str):
+                self._call_owner[call["id"]] = idx
+        self._total_tokens += tokens
+        self._occ_msg_tokens += tokens
+        # later references: this message's entities credit earlier messages that mention them
+        for e in entities:
+            key = _entity_key(e)
+            if key is None:
+                continue
+            post = self._postings.setdefault(key, [])
+            for j in post[-8:]:
+                self._entries[j].refs += 1
+            if not post or post[-1] != idx:
+                post.append(idx)
+        # user confirmation of the previous assistant answer
+        if msg.role == "user" and len(msg.content) <= _CONFIRM_SHORT and self.config.keyword_regexes["confirmation"].search(msg.content):
+            for j in range(idx - 1, -1, -1):
+                if self._entries[j].msg.role == "assistant":
+                    self._entries[j].confirmed = True
+                    break
+                if self._entries[j].msg.role == "user":
+                    break
+        return msg
+
+    # -- tiers ----------------------------------------------------------------------------------
+    def _form(self, e: _Entry, tier: str) -> tuple[str, int, str]:
+        """(content, tokens, tier reached) of an entry in a tier; compressed forms are computed once.
+
+        Compression may fall back to a gentler tier (see :func:`ctxscore.compress.compress`).
+        """
+        if tier == Tier.VERBATIM:
+            return e.msg.content, e.tokens, Tier.VERBATIM
+        got = e.forms.get(tier)
+        if got is None:
+            if tier == Tier.ARCHIVED:
+                stub = archive_stub(e.msg.id, e.text)
+                got = (stub, self.counter.count(stub) + 1, Tier.ARCHIVED)
+            elif not e.msg.content.strip():
+                got = (e.msg.content, e.tokens, Tier.VERBATIM)
+            else:
+                res = compress(e.msg.content, tier, self.config)
+                got = (res.text, self.counter.count_message(e.msg, content=res.text), res.tier)
+            e.forms[tier] = got
+        return got
+
+    def _set_tier(self, i: int, tier: str) -> bool:
+        """Move entry ``i`` to ``tier`` (or the gentler tier its compression reached); True if it changed."""
+        e = self._entries[i]
+        if tier in (Tier.STRUCTURED, Tier.COMPRESSED):
+            tier = self._form(e, tier)[2]
+            if tier == Tier.VERBATIM:
+                e.no_compress = True
+        if tier == e.tier:
+            return False
+        if e.tier == Tier.ARCHIVED:
+            self._stub_tokens -= e.cur_tokens
+        else:
+            self._occ_msg_tokens -= e.cur_tokens
+        e.tier = tier
+        e.cur_tokens = self._form(e, tier)[1]
+        if tier == Tier.ARCHIVED:
+            self._stub_tokens += e.cur_tokens
+        else:
+            self._occ_msg_tokens += e.cur_tokens
+        return True
+
+    def _occupancy_tokens(self) -> int:
+        stub_cap = int(self.policy.stub_fraction * self._budget_now)
+        stubs = min(self._stub_tokens, stub_cap + 40) if self._stub_tokens else 0
+        return self._occ_msg_tokens + stubs + REPLY_PRIMING_TOKENS
+
+    # -- values ---------------------------------------------------------------------------------
+    def _compute_values(self, relevance: dict[str, float]) -> None:
+        f = self.config.factor
+        base = self.config.base_weights
+        hl = f("recency_half_life_turns", 30.0)
+        floor = f("recency_floor", 0.6)
+        rboost = f("recency_boost", 1.4)
+        rstep, rcap = f("reference_step", 0.15), f("reference_cap", 4)
+        dstep = f("entity_density_step", 0.25)
+        cboost = f("confirmation_boost", 1.3)
+        pivot, slope = f("token_cost_pivot", 400), f("token_cost_slope", 0.15)
+        qboost = f("relevance_boost", 1.8)
+        blend = self.policy.blend
+        now = self._turn_no
+        for e in self._entries:
+            density = 1.0 + dstep * min(2.0, 50.0 * len(e.entities) / max(1, e.tokens))
+            confirmation = cboost if e.confirmed else 1.0
+            token_cost = 1.0 / (1.0 + slope * math.log2(e.tokens / pivot)) if e.tokens > pivot else 1.0
+            rule_value = base[e.category] * density * confirmation * token_cost
+            if e.pred.value is not None:
+                intrinsic = blend * e.pred.value + (1.0 - blend) * rule_value
+            else:
+                intrinsic = rule_value
+            age = now - e.turn_no
+            recency = rboost * (floor + (1.0 - floor) * 0.5 ** (age / hl))
+            references = 1.0 + rstep * min(e.refs, rcap)
+            rel = relevance.get(e.msg.id, 0.0)
+            relevance_f = 1.0 + (qboost - 1.0) * rel
+            e.value = min(1.0, max(0.0, intrinsic * recency * references * relevance_f))
+            e.factors = {
+                "base": base[e.category], "entity_density": density, "confirmation": confirmation,
+                "token_cost": token_cost, "recency": recency, "references": references, "relevance": relevance_f,
+            }
+            if e.pred.value is not None:
+                e.factors["learned_value"] = e.pred.value
+                e.factors["blend"] = blend
+
+    # -- build ----------------------------------------------------------------------------------
+    def build(self, query: str | None = None, budget: int | None = None) -> ContextWindow:
+        """Assemble the context window for the next LLM call.
+
+        Args:
+            query: the current user request or probe; archived messages relevant to it are paged back
+                in (within the high-water mark) and relevance raises message values.
+            budget: token budget for this call (default: the manager's ``budget``).
+
+        Returns:
+            A :class:`~ctxscore.types.ContextWindow` with OpenAI-style messages, token figures and
+            one decision per message.
+
+        Raises:
+            ConfigError: ``budget`` is not a positive integer.
+            BudgetError: pinned content exceeds the budget and ``policy.on_overflow == "raise"``.
+        """
+        B = self.budget if budget is None else budget
+        if not isinstance(B, int) or B <= 0:
+            raise ConfigError(f"budget must be a positive number of tokens, got {B!r}")
+        self._budget_now = B
+        pol = self.policy
+        warns: list[str] = []
+        relevance: dict[str, float] = {}
+        q_emb = None
+        if query:
+            q_emb = self._embed_query(query)
+            hits = self.archive.search(self.session_id, query, k=20, query_embedding=q_emb)
+            if hits:
+                top = hits[0].score
+                relevance = {h.id: h.score / top for h in hits}
+        self._compute_values(relevance)
+        changed: list[int] = []
+        entries = self._entries
+        if self._total_tokens + REPLY_PRIMING_TOKENS <= pol.t_compact * B:
+            for i, e in enumerate(entries):  # everything fits below the first threshold: all verbatim
+                if e.tier != Tier.VERBATIM and self._set_tier(i, Tier.VERBATIM):
+                    changed.append(i)
+        elif self._occupancy_tokens() >= pol.t_compact * B:
+            k = pol.recent_turns
+            while True:
+                changed += self._compact(B, k)
+                if self._occupancy_tokens() <= pol.t_archive * B or k <= 1:
+                    break
+                k -= 1
+                warns.append(f"recency protection relaxed to the last {k} turn(s) to fit the budget of {B} tokens")
+        # pinned overflow
+        pinned_tokens = sum(e.tokens for e in entries if e.pinned) + REPLY_PRIMING_TOKENS
+        if pinned_tokens > B:
+            msg = (
+                f"pinned content (instructions and system messages) needs {pinned_tokens} tokens, above the "
+                f"budget of {B}; raise the budget to at least {pinned_tokens} or shorten the instructions"
+            )
+            if pol.on_overflow == "raise":
+                raise BudgetError(msg)
+            warns.append(msg)
+        if changed:
+            self.archive.set_tiers(self.session_id, [(entries[i].msg.id, entries[i].tier) for i in changed])
+        paged = self._page_in(query, B, q_emb) if query else {}
+        window = self._assemble(B, paged, warns)
+        if window.tokens > B and not any("pinned content" in w for w in warns):
+            warns.append(
+                f"window needs {window.tokens} tokens, above the budget of {B}: the last "
+                f"{pol.recent_turns} turn(s) and pinned messages cannot be compacted further"
+            )
+        for w in warns:
+            (log.warning if "pinned content" in w else log.info)(w)
+        return window
+
+    def _embed_query(self, query: str):
+        embed = getattr(self.scorer, "embed_texts", None)
+        if embed is None:
+            return None
+        try:
+            return embed([query])[0]
+        except Exception as exc:  # noqa: BLE001 - vector search is optional; keyword search still runs
+            log.warning("query embedding failed (%s); using keyword search only", exc)
+            return None
+
+    def _eligible_units(self, k: int) -> dict[int, list[int]]:
+        """Units (first index -> member indices) outside the last ``k`` turns with no pinned member."""
+        cutoff = self._turn_no - k  # turns with number > cutoff are recent
+        units: dict[int, list[int]] = {}
+        blocked: set[int] = set()
+        for i, e in enumerate(self._entries):
+            if e.pinned or e.turn_no > cutoff:
+                blocked.add(e.unit)
+                continue
+            units.setdefault(e.unit, []).append(i)
+        return {u: m for u, m in units.items() if u not in blocked}
+
+    def _unit_category(self, members: list[int]) -> str:
+        return max((self._entries[i].category for i in members), key=lambda c: _CAT_RANK[Category(c)])
+
+    def _compact(self, B: int, k: int) -> list[int]:
+        pol = self.policy
+        entries = self._entries
+        changed: list[int] = []
+        units = self._eligible_units(k)
+
+        def occ() -> float:
+            return self._occupancy_tokens() / B
+
+        def setn(i: int, tier: str) -> None:
+            if self._set_tier(i, tier):
+                changed.append(i)
+
+        if occ() >= pol.t_compact:
+            for members in units.values():
+                cat = self._unit_category(members)
+                if cat == Category.FAILURE:
+                    for i in members:
+                        setn(i, Tier.ARCHIVED)
+                else:
+                    for i in members:
+                        e = entries[i]
+                        if e.category == Category.REASONING and e.tier == Tier.VERBATIM and not e.no_compress:
+                            setn(i, Tier.COMPRESSED)
+        if occ() >= pol.t_structure:
+            for members in units.values():
+                cat = self._unit_category(members)
+                if cat in (Category.REASONING, Category.FAILURE):
+                    for i in members:
+                        setn(i, Tier.ARCHIVED)
+                else:
+                    for i in members:
+                        e = entries[i]
+                        if e.category == Category.KEY_STATE and e.tier == Tier.VERBATIM and not e.no_compress:
+                            setn(i, Tier.STRUCTURED)
+        if occ() >= pol.t_archive:
+            order = sorted(
+                (u for u, m in units.items() if any(entries[i].tier != Tier.ARCHIVED for i in m)),
+                key=lambda u: (max(entries[i].value for i in units[u]), u),
+            )
+            for u in order:
+                if occ() <= pol.low_water:
+                    break
+                for i in units[u]:
+                    setn(i, Tier.ARCHIVED)
+        return changed
+
+    def _page_in(self, query: str, B: int, q_emb) -> dict[int, str]:
+        """Indices of entries shown verbatim for this build only (paged in), with the reason."""
+        pol = self.policy
+        entries = self._entries
+        limit = pol.t_archive * B
+        hits = self.archive.search(
+            self.session_id, query, k=pol.page_in_k * 3, query_embedding=q_emb,
+            only=lambda mid: mid in self._ids and entries[self._ids[mid]].tier != Tier.VERBATIM,
+        )
+        paged: dict[int, str] = {}
+        occ = self._occupancy_tokens()
+        evicted: set[int] = set()
+        units_done: set[int] = set()
+        for h in hits:
+            if len(units_done) >= pol.page_in_k:
+                break
+            u = entries[self._ids[h.id]].unit
+            if u in units_done:
+                continue
+            members = [i for i in range(u, len(entries)) if entries[i].unit == u] if entries[u].msg.tool_calls else [u]
+            delta = sum(entries[i].tokens - entries[i].cur_tokens for i in members)
+            if occ + delta > limit:
+                # make room for this build only: drop lowest-value eligible units (not pinned, not recent)
+                cands = sorted(
+                    (m for uu, m in self._eligible_units(pol.recent_turns).items()
+                     if uu != u and uu not in units_done and not evicted.intersection(m)
+                     and any(entries[i].tier != Tier.ARCHIVED for i in m)),
+                    key=lambda m: max(entries[i].value for i in m),
+                )
+                for m in cands:
+                    if occ + delta <= limit:
+                        break
+                    if max(entries[i].value for i in m) >= entries[self._ids[h.id]].value:
+                        break
+                    gain = sum(entries[i].cur_tokens - self._form(entries[i], Tier.ARCHIVED)[1] for i in m if entries[i].tier != Tier.ARCHIVED)
+                    evicted.update(m)
+                    occ -= gain
+                if occ + delta > limit:
+                    continue
+            for i in members:
+                paged[i] = h.id
+            occ += delta
+            units_done.add(u)
+        for i in evicted:
+            if i not in paged:
+                paged[i] = "evicted"
+        return paged
+
+    def _assemble(self, B: int, paged: dict[int, str], warns: list[str]) -> ContextWindow:
+        entries = self._entries
+        out: list[dict[str, Any]] = []
+        decisions: list[Decision] = []
+        tokens = REPLY_PRIMING_TOKENS
+        paged_ids: list[str] = []
+        # which archived entries keep an individual stub (newest first within the stub budget)
+        archived = [i for i, e in enumerate(entries) if (e.tier == Tier.ARCHIVED and paged.get(i) is None) or paged.get(i) == "evicted"]
+        stub_cap = int(self.policy.stub_fraction * B)
+        show_stub: set[int] = set()
+        used = 0
+        for i in reversed(archived):
+            t = self._form(entries[i], Tier.ARCHIVED)[1]
+            if used + t > stub_cap:
+                break
+            used += t
+            show_stub.add(i)
+        collapsed = [i for i in archived if i not in show_stub]
+        run: list[str] = []
+
+        def flush() -> None:
+            nonlocal tokens
+            if run:
+                content = "\n".join(run)
+                out.append({"role": "system", "content": content})
+                tokens += self.counter.count_message(out[-1])
+                run.clear()
+
+        collapse_note_at = collapsed[0] if collapsed else -1
+        for i, e in enumerate(entries):
+            how = paged.get(i)
+            tier = e.tier
+            if how == "evicted":
+                tier = Tier.ARCHIVED
+            is_paged = how is not None and how != "evicted"
+            if is_paged:
+                shown_tier = Tier.VERBATIM
+                paged_ids.append(e.msg.id)
+            else:
+                shown_tier = tier
+            if shown_tier == Tier.ARCHIVED:
+                if i == collapse_note_at:
+                    first, last = entries[collapsed[0]].msg.id, entries[collapsed[-1]].msg.id
+                    run.append(
+                        f"[archived {len(collapsed)} earlier messages {first} … {last}; ask about them to page them back in]"
+                    )
+                if i in show_stub:
+                    run.append(self._form(e, Tier.ARCHIVED)[0])
+                after = self._form(e, Tier.ARCHIVED)[1] if i in show_stub else 0
+            else:
+                flush()
+                content, after, _ = self._form(e, shown_tier)
+                out.append(e.msg.to_openai(content=content))
+                tokens += after
+            reason = "paged in for the query" if is_paged else ("pinned" if e.pinned else "")
+            decisions.append(
+                Decision(
+                    id=e.msg.id, turn=i, role=e.msg.role, category=e.category, value=e.value, tier=shown_tier,
+                    tokens_before=e.tokens, tokens_after=after, pinned=e.pinned, paged_in=is_paged,
+                    factors=e.factors, reason=reason,
+                )
+            )
+        flush()
+        return ContextWindow(messages=out, tokens=tokens, budget=B, decisions=decisions, paged_in=paged_ids, warnings=warns)
+
+    # -- misc -----------------------------------------------------------------------------------
+    @property
+    def messages(self) -> list[Message]:
+        """All messages added so far (originals), in order."""
+        return [e.msg for e in self._entries]
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens of the full history sent verbatim (the full-context cost), including reply priming."""
+        return self._total_tokens + REPLY_PRIMING_TOKENS
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        """Search the session's archive (all original messages); returns hits with the original message."""
+        hits = self.archive.search(self.session_id, query, k=k, query_embedding=self._embed_query(query))
+        return [
+            {"id": h.id, "turn": h.turn, "score": h.score, "message": self._entries[self._ids[h.id]].msg.to_openai()}
+            for h in hits if h.id in self._ids
+        ]
+
+    def close(self) -> None:
+        """Close the archive (a file-backed session can be resumed with the same arguments)."""
+        self.archive.close()
+
+    def __enter__(self) -> ContextManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
