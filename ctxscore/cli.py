@@ -1,0 +1,171 @@
+"""Command line: ``ctxscore compress | score | inspect``.
+
+Input files: JSONL with one OpenAI-style message per line (``role``, ``content``, optional ``id``,
+``name``, ``tool_calls``, ``tool_call_id``), a JSON array of messages, or (``score``) the evaluation's
+session JSONL with one ``{"session_id", "messages", ...}`` per line. Errors go to stderr with exit
+status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import CtxScoreError
+from .io import Session, read_sessions
+from .manager import ContextManager, Policy
+
+_BIG_BUDGET = 10_000_000
+
+
+def _scorer_arg(value: str) -> Any:
+    """``--model``: 'rules', 'auto' or a packaged scorer folder (loaded once)."""
+    if value in ("rules", "auto"):
+        return value
+    from .learned import LearnedScorer  # noqa: PLC0415
+
+    return LearnedScorer.from_pretrained(value)
+
+
+def _manager(args: argparse.Namespace, scorer: Any, budget: int, session_id: str = "cli") -> ContextManager:
+    policy = Policy(recent_turns=args.recent_turns) if getattr(args, "recent_turns", None) else None
+    return ContextManager(
+        budget=budget, scorer=scorer, rules=args.rules, encoding=args.encoding, policy=policy, session_id=session_id
+    )
+
+
+def _single(sessions: list[Session], path: str) -> Session:
+    if len(sessions) != 1:
+        raise CtxScoreError(f"{path}: holds {len(sessions)} sessions; this command takes one conversation")
+    return sessions[0]
+
+
+def cmd_compress(args: argparse.Namespace) -> int:
+    sess = _single(read_sessions(args.file), args.file)
+    cm = _manager(args, _scorer_arg(args.model), args.budget)
+    cm.extend(sess.messages)
+    win = cm.build(query=args.query)
+    for w in win.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    text = win.to_json(indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        print(
+            f"wrote {args.out}: {len(win.messages)} messages, {win.tokens} tokens of {win.budget} "
+            f"({win.utilization:.0%}); full context {cm.total_tokens} tokens",
+            file=sys.stderr,
+        )
+    else:
+        print(text)
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    sessions = read_sessions(args.file)
+    scorer = _scorer_arg(args.model)  # loaded once for all sessions
+    out = sys.stdout
+    for n, sess in enumerate(sessions):
+        cm = _manager(args, scorer, _BIG_BUDGET, session_id=sess.session_id or f"s{n}")
+        cm.extend(sess.messages)
+        win = cm.build(query=args.query)
+        preds = dict(zip((m.id for m in cm.messages), cm.predictions(), strict=True))
+        for d in win.decisions:
+            row: dict[str, Any] = {}
+            if sess.session_id is not None:
+                row["session_id"] = sess.session_id
+                row["index"] = d.turn
+            pred = preds[d.id]
+            row.update(
+                id=d.id, role=d.role, category=d.category,
+                probs={k: round(v, 4) for k, v in pred.probs.items()},
+                value=round(d.value, 4), source=pred.source,
+                factors={k: round(v, 4) for k, v in d.factors.items()},
+            )
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        cm.close()
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    sess = _single(read_sessions(args.file), args.file)
+    cm = _manager(args, _scorer_arg(args.model), args.budget)
+    cm.extend(sess.messages)
+    win = cm.build(query=args.query)
+    print(
+        f"budget {win.budget} tokens | window {win.tokens} tokens ({win.utilization:.0%}) | "
+        f"full context {cm.total_tokens} tokens | {len(win.messages)} of {len(cm)} messages sent"
+    )
+    head = f"{'turn':>4}  {'id':<14} {'role':<9} {'category':<11} {'value':>5}  {'tier':<10} {'tokens':>13}  text"
+    print(head)
+    print("-" * len(head))
+    for d, msg in zip(win.decisions, cm.messages, strict=True):
+        flags = ("P" if d.pinned else " ") + ("↑" if d.paged_in else " ")
+        snippet = " ".join(msg.text().split())[:60]
+        print(
+            f"{d.turn:>4}  {d.id[:14]:<14} {d.role:<9} {d.category:<11} {d.value:>5.2f}  {d.tier:<10} "
+            f"{d.tokens_before:>6}->{d.tokens_after:<6}{flags} {snippet}"
+        )
+    print("P = pinned, ↑ = paged in for the query")
+    for w in win.warnings:
+        print(f"warning: {w}")
+    return 0
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of tokens, got {s!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"budget must be positive, got {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ctxscore`` argument parser."""
+    p = argparse.ArgumentParser(prog="ctxscore", description="Scored, tiered context windows for long LLM-agent conversations.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL")
+        sp.add_argument("--model", default="auto", help="'auto' (packaged learned scorer if usable, else rules), 'rules', or a packaged scorer folder")
+        sp.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
+        sp.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
+        sp.add_argument("--query", default=None, help="current request: relevant archived messages are paged back in")
+        sp.add_argument("--recent-turns", type=int, default=None, help="last K turns kept verbatim (default 3)")
+
+    c = sub.add_parser("compress", help="write the assembled window as JSON")
+    common(c)
+    c.add_argument("--budget", type=_positive_int, required=True, help="token budget")
+    c.add_argument("--out", default=None, help="output file (default: stdout)")
+    c.set_defaults(func=cmd_compress)
+
+    s = sub.add_parser("score", help="one JSON line per message: category, probabilities, value, factors")
+    common(s)
+    s.set_defaults(func=cmd_score)
+
+    i = sub.add_parser("inspect", help="readable table of the decisions at a budget")
+    common(i)
+    i.add_argument("--budget", type=_positive_int, required=True, help="token budget")
+    i.set_defaults(func=cmd_inspect)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ctxscore`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CtxScoreError as exc:
+        print(f"ctxscore: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # pragma: no cover - e.g. piped into head
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Reading conversations from files: JSONL (one message per line), a JSON array of messages, or the
+evaluation's session JSONL (one ``{"session_id", "messages", ...}`` object per line).
+
+Every error names the file and line (or array position) and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .types import Message
+
+#: Largest input file read, in bytes (1 GiB).
+MAX_FILE_BYTES = 1 << 30
+
+
+@dataclass
+class Session:
+    """One conversation read from a file.
+
+    Attributes:
+        session_id: the session's id (``None`` for a plain message file).
+        messages: OpenAI-style message dicts, validated.
+        extra: the other fields of a session line (``key_facts`` ...).
+    """
+
+    session_id: str | None
+    messages: list[dict[str, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _decode(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"{path}: {size:,} bytes is above the {MAX_FILE_BYTES:,}-byte limit; split the file")
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(
+            f"{path}: line {line}: bytes at offset {exc.start} are not valid UTF-8 ({exc.reason}); "
+            "re-encode the file as UTF-8 (for example: iconv -f latin1 -t utf-8)"
+        ) from None
+
+
+def _validate_messages(items: list[Any], where: str) -> list[dict[str, Any]]:
+    out = []
+    for i, item in enumerate(items):
+        Message.from_dict(item, where=f"{where} message {i}")
+        out.append(item)
+    return out
+
+
+def read_sessions(path: str | Path) -> list[Session]:
+    """Read a conversation file in any of the accepted formats.
+
+    Returns:
+        One :class:`Session` for a message-per-line JSONL file or a JSON array of messages; one per
+        line for the session JSONL format.
+
+    Raises:
+        InputError: missing file, non-UTF-8 bytes, malformed JSON (with the line number), a line that
+            is neither a message nor a session, an invalid message (unknown role, empty content ...),
+            or no messages at all.
+    """
+    p = Path(path)
+    text = _decode(p)
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}: line {exc.lineno}: invalid JSON array: {exc.msg}") from None
+        if not data:
+            raise InputError(f"{p}: the JSON array is empty; give at least one message")
+        return [Session(None, _validate_messages(data, f"{p}:"))]
+    sessions: list[Session] = []
+    loose: list[dict[str, Any]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                f"{p}: line {lineno}: invalid JSON ({exc.msg} at column {exc.colno}); "
+                "each line must be one JSON object (a message, or a session with 'messages')"
+            ) from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{p}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
+        if "messages" in obj:
+            if not isinstance(obj["messages"], list) or not obj["messages"]:
+                raise InputError(f"{p}: line {lineno}: 'messages' must be a non-empty list")
+            sid = str(obj.get("session_id", f"line{lineno}"))
+            msgs = _validate_messages(obj["messages"], f"{p}: line {lineno} (session {sid})")
+            sessions.append(Session(sid, msgs, {k: v for k, v in obj.items() if k not in ("session_id", "messages")}))
+        else:
+            Message.from_dict(obj, where=f"{p}: line {lineno}")
+            loose.append(obj)
+    if sessions and loose:
+        raise InputError(f"{p}: mixes session lines and message lines; use one format per file")
+    if loose:
+        return [Session(None, loose)]
+    if not sessions:
+        raise InputError(f"{p}: no messages found; the file is empty")
+    return sessions

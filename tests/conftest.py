@@ -1,0 +1,34 @@
+"""Shared test fixtures: corpora location, a fast offline MLflow store, tiny fake encoders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def corpora_root() -> Path:
+    """The corpora folder: ``CTXSCORE_CORPORA`` or ``../shared/datasets`` next to the repository."""
+    env = os.environ.get("CTXSCORE_CORPORA")
+    return Path(env) if env else (REPO.parent / "shared" / "datasets").resolve()
+
+
+@pytest.fixture(scope="session")
+def corpora() -> Path:
+    """Path to ../shared/datasets; skips the test with a reason when it is absent."""
+    root = corpora_root()
+    if not (root / "labels" / "distilled.jsonl").is_file():
+        pytest.skip(f"corpora not found at {root} (set CTXSCORE_CORPORA to the datasets folder)")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _isolated_mlflow(tmp_path_factory, monkeypatch):
+    """Every test gets its own MLflow file store, never the repository's mlruns/."""
+    store = tmp_path_factory.mktemp("mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")

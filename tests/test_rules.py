@@ -1,0 +1,98 @@
+"""Rule classifier, signals, entity patterns and the rule file."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxscore.errors import ConfigError
+from ctxscore.rules import DEFAULT_RULES_PATH, SIGNAL_NAMES, RuleClassifier, RuleConfig, extract_entities
+from ctxscore.types import Message
+
+
+def cls(role: str, content: str, **kw) -> str:
+    return RuleClassifier().predict_one(Message.from_dict({"role": role, "content": content, **kw})).category
+
+
+# Labels below follow the annotation guide (../shared/datasets/labels/README.md).
+@pytest.mark.parametrize(
+    ("role", "content", "expected"),
+    [
+        ("system", "You are a support agent. Never reveal internal notes.", "instruction"),
+        ("user", "Please book a table for 4 people at 7pm, and it must be vegetarian.", "instruction"),
+        ("user", "请你帮我订一间酒店，要求价格不超过500元，不要靠近机场。", "instruction"),
+        ("user", "Thanks, bye!", "failure"),
+        ("user", "谢谢，再见！", "failure"),
+        ("tool", "Error: reservation ZFA04Y not found", "failure"),
+        ("user", "<returncode>1</returncode>\n<output>Traceback (most recent call last):\n  File \"a.py\", line 3\nValueError: bad</output>", "failure"),
+        ("assistant", "THOUGHT: Let me first check how the parser handles this case, then I will look at the tests.\n\n```bash\ngrep -rn parse src/\n```", "reasoning"),
+        ("user", "My user ID is mia_li_3668.", "key_state"),
+    ],
+)
+def test_rule_categories(role, content, expected):
+    assert cls(role, content) == expected
+
+
+def test_signals_have_fixed_names_and_bounds():
+    rc = RuleClassifier()
+    sig = rc.signals(Message.from_dict({"role": "user", "content": "Please fix bug #123 in src/app.py before Friday."}))
+    assert tuple(sig) == SIGNAL_NAMES == rc.signal_names
+    assert sig["request"] >= 1 and sig["constraint"] >= 1 and sig["role_user"] == 1.0
+    assert all(0.0 <= v <= 3.0 for v in sig.values())
+
+
+def test_probabilities_are_a_distribution():
+    p = RuleClassifier().predict_one(Message.from_dict({"role": "assistant", "content": "Booked: confirmation HAT123."}))
+    assert abs(sum(p.probs.values()) - 1.0) < 1e-9
+    assert p.category == max(p.probs, key=p.probs.get)
+
+
+def test_entities_english():
+    text = (
+        "Booked flight HAT136 on 2024-05-20 at 10:30am for $305.50; email mia.li@example.com, "
+        "see https://example.com/r/1 and src/pkg/module.py; 3 bags, reservation 'ZFA04Y'."
+    )
+    ents = extract_entities(text)
+    for expected in ["HAT136", "2024-05-20", "10:30am", "$305.50", "mia.li@example.com", "https://example.com/r/1",
+                     "src/pkg/module.py", "3 bags"]:
+        assert any(expected in e for e in ents), (expected, ents)
+
+
+def test_entities_chinese():
+    ents = extract_entities("请在2024年5月20日下午3点前预订，预算500元，3人，住2晚。")
+    for expected in ["2024年5月20日", "下午3点", "500元", "3人", "2晚"]:
+        assert any(expected in e for e in ents), (expected, ents)
+
+
+def test_custom_rule_file_changes_behaviour(tmp_path):
+    text = DEFAULT_RULES_PATH.read_text(encoding="utf-8")
+    custom = tmp_path / "rules.toml"
+    custom.write_text(text.replace("failure = 0.1", "failure = 0.05").replace('  "hi", "hello",', '  "hi", "hello", "ahoy",'), encoding="utf-8")
+    cfg = RuleConfig.load(custom)
+    assert cfg.base_weights["failure"] == 0.05
+    assert RuleClassifier(cfg).signals(Message.from_dict({"role": "user", "content": "ahoy"}))["pleasantry"] == 1.0
+    assert RuleClassifier().signals(Message.from_dict({"role": "user", "content": "ahoy"}))["pleasantry"] == 0.0
+
+
+def test_missing_rule_file(tmp_path):
+    with pytest.raises(ConfigError, match="rule file not found"):
+        RuleConfig.load(tmp_path / "nope.toml")
+
+
+def test_corrupt_rule_files(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[base_weights\ninstruction = ", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        RuleConfig.load(bad)
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        RuleConfig.load(bad)
+    text = DEFAULT_RULES_PATH.read_text(encoding="utf-8")
+    bad.write_text(text.replace("instruction = 0.4", "instruction = 4.0"), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"base_weights.instruction must be a number in \[0, 1\]"):
+        RuleConfig.load(bad)
+    bad.write_text(text.replace("hash_tag = '#[A-Za-z0-9_]+'", "hash_tag = '#[A-Z'"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="patterns.hash_tag is not a valid regex"):
+        RuleConfig.load(bad)
+    bad.write_text(text.replace("code = -1.0", "kode = -1.0", 1), encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not a signal"):
+        RuleConfig.load(bad)
