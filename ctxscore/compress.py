@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .rules import RuleConfig, default_config, extract_entities
+from .rules import RuleConfig, default_config, entity_spans
 from .types import Tier
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
@@ -70,12 +70,13 @@ def _parse_json(text: str) -> object | None:
         return None
 
 
-def structured_summary(text: str, config: RuleConfig | None = None) -> str:
+def structured_summary(text: str, config: RuleConfig | None = None, spans: list[tuple[int, int]] | None = None) -> str:
     """Structured summary of a ``key_state`` message.
 
     Args:
         text: the message content.
         config: rule file for entity patterns and keywords (default: the packaged one).
+        spans: the text's entity spans if already computed (:func:`ctxscore.rules.entity_spans`).
 
     Returns:
         For JSON content, ``key=value`` lines of its non-empty leaves (nested keys joined with ``.``);
@@ -88,9 +89,20 @@ def structured_summary(text: str, config: RuleConfig | None = None) -> str:
         return "\n".join(_flatten_json(data))
     kw = cfg.keyword_regexes
     keep_rx = [kw[g] for g in ("decision", "confirmation", "constraint") if g in kw]
+    starts = [s for s, _ in (entity_spans(text, cfg) if spans is None else spans)]
     lines = []
-    for sent in _sentences(text):
-        if extract_entities(sent, cfg) or any(rx.search(sent) for rx in keep_rx):
+    pos = 0
+    j = 0
+    for m in _SENT_SPLIT.finditer(text + "\n"):
+        lo, hi = pos, m.start()
+        pos = m.end()
+        sent = text[lo:hi].strip()
+        if not sent:
+            continue
+        while j < len(starts) and starts[j] < lo:
+            j += 1
+        has_entity = j < len(starts) and starts[j] < hi
+        if has_entity or any(rx.search(sent) for rx in keep_rx):
             sent = _LEAD_FILLER.sub("", sent).strip()
             if sent:
                 lines.append(_WS.sub(" ", sent))
@@ -171,7 +183,8 @@ def compress(text: str, tier: str, config: RuleConfig | None = None, entities: l
     if tier not in (Tier.STRUCTURED, Tier.COMPRESSED):
         raise ValueError(f"compress() takes tier 'structured' or 'compressed', got {tier!r}")
     cfg = config or default_config()
-    ents = extract_entities(text, cfg) if entities is None else entities
+    spans = entity_spans(text, cfg)
+    ents = list(dict.fromkeys(text[a:b].strip() for a, b in spans)) if entities is None else entities
     missing: list[str] = []
     if tier == Tier.COMPRESSED:
         out = aggressive_compress(text, cfg)
@@ -179,7 +192,7 @@ def compress(text: str, tier: str, config: RuleConfig | None = None, entities: l
         if out and not miss and len(out) < len(text):
             return CompressionResult(Tier.COMPRESSED, out)
         missing = miss
-    out = structured_summary(text, cfg)
+    out = structured_summary(text, cfg, spans)
     miss = _missing(ents, out)
     if out and not miss and len(out) < len(text):
         return CompressionResult(Tier.STRUCTURED, out, missing)

@@ -66,6 +66,9 @@ class Policy:
             to make room, the lowest-value evictable units are shown as stubs for that build only.
         stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
             collapsed into one line (0.1).
+        max_compress_chars: longer messages (tool dumps, file listings) are not compressed, only
+            archived when space is needed: extractive compression of such dumps rarely keeps every
+            entity and its cost grows with the length (8,000 characters).
         on_overflow: ``"warn"`` (default) or ``"raise"`` when pinned content exceeds the budget.
     """
 
@@ -77,6 +80,7 @@ class Policy:
     blend: float = 0.5
     page_in_k: int = 4
     page_in_limit: float = 1.0
+    max_compress_chars: int = 8000
     stub_fraction: float = 0.1
     on_overflow: str = "warn"
 
@@ -176,6 +180,10 @@ class ContextManager:
         self._total_tokens = 0  # sum of verbatim tokens
         self._occ_msg_tokens = 0  # sum of cur_tokens of non-archived entries
         self._stub_tokens = 0  # sum of stub tokens of archived entries
+        self._prepared = 0  # entries before this index have their compressed forms computed
+        self._dirty: set[int] = set()  # entries whose value must be recomputed
+        self._values_key: tuple[int, float] | None = None  # (turn, blend) of the last full computation
+        self._relevant: set[int] = set()  # entries whose value carries query relevance
         self._resume()
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -236,8 +244,8 @@ class ContextManager:
                 nothing is stored in that case.
         """
         msg = self._validate(message, where=f"message {len(self._entries)}")
-        pred = self.scorer.predict([msg])[0]
-        return self._append(msg, pred)
+        ((pred, ents),) = self._predict([msg])
+        return self._append(msg, pred, ents)
 
     def extend(self, messages: Iterable[Message | dict[str, Any]]) -> list[Message]:
         """Add many messages; all are validated before any is stored, and scored in one batch.
@@ -254,10 +262,19 @@ class ContextManager:
                     raise InputError(f"message {len(self._entries) + i}: duplicate id {msg.id!r} in the batch")
                 seen.add(msg.id)
             msgs.append(msg)
-        preds = self.scorer.predict(msgs) if msgs else []
-        return [self._append(m, p) for m, p in zip(msgs, preds, strict=True)]
+        scored = self._predict(msgs) if msgs else []
+        return [self._append(m, p, ents) for m, (p, ents) in zip(msgs, scored, strict=True)]
 
-    def _append(self, msg: Message, pred: Prediction, store: bool = True) -> Message:
+    def _predict(self, msgs: list[Message]) -> list[tuple[Prediction, list[str]]]:
+        """Predictions and entities (of the scan text: head and tail of long texts) per message."""
+        ents = [extract_entities(_scan_text(m.text()), self.config) for m in msgs]
+        if self.scorer is self.rules:  # the rule signals reuse the entity scan
+            preds = [self.rules.predict_one(m, e) for m, e in zip(msgs, ents, strict=True)]
+        else:
+            preds = self.scorer.predict(msgs)
+        return list(zip(preds, ents, strict=True))
+
+    def _append(self, msg: Message, pred: Prediction, entities: list[str] | None = None, store: bool = True) -> Message:
         idx = len(self._entries)
         msg.turn = idx
         if msg.id is None:
@@ -268,7 +285,8 @@ class ContextManager:
             raise ConfigError(f"scorer returned unknown category {pred.category!r}; expected one of {CATEGORIES}")
         text = msg.text()
         tokens = self.counter.count_message(msg)
-        entities = extract_entities(_scan_text(text), self.config)
+        if entities is None:
+            entities = extract_entities(_scan_text(text), self.config)
         # unit: a tool result joins the assistant message that called it
         unit = idx
         if msg.role == "tool" and msg.tool_call_id in self._call_owner:
@@ -284,6 +302,7 @@ class ContextManager:
                 embedding=pred.embedding,
             )
         self._entries.append(entry)
+        self._dirty.add(idx)
         self._ids[msg.id] = idx
         for call in msg.tool_calls or ():
             if isinstance(call.get("id"), str):
@@ -298,6 +317,7 @@ class ContextManager:
             post = self._postings.setdefault(key, [])
             for j in post[-8:]:
                 self._entries[j].refs += 1
+                self._dirty.add(j)
             if not post or post[-1] != idx:
                 post.append(idx)
         # user confirmation of the previous assistant answer
@@ -305,6 +325,7 @@ class ContextManager:
             for j in range(idx - 1, -1, -1):
                 if self._entries[j].msg.role == "assistant":
                     self._entries[j].confirmed = True
+                    self._dirty.add(j)
                     break
                 if self._entries[j].msg.role == "user":
                     break
@@ -323,8 +344,8 @@ class ContextManager:
             if tier == Tier.ARCHIVED:
                 stub = archive_stub(e.msg.id, e.text)
                 got = (stub, self.counter.count(stub) + 1, Tier.ARCHIVED)
-            elif not e.msg.content.strip():
-                got = (e.msg.content, e.tokens, Tier.VERBATIM)
+            elif not e.msg.content.strip() or len(e.msg.content) > self.policy.max_compress_chars:
+                got = (e.msg.content, e.tokens, Tier.VERBATIM)  # nothing to compress / archive it instead
             else:
                 res = compress(e.msg.content, tier, self.config)
                 got = (res.text, self.counter.count_message(e.msg, content=res.text), res.tier)
@@ -359,6 +380,17 @@ class ContextManager:
 
     # -- values ---------------------------------------------------------------------------------
     def _compute_values(self, relevance: dict[str, float]) -> None:
+        """Value of every entry (see the rule file's ``[factors]``). Only entries whose inputs changed
+        are recomputed, unless a new turn started (recency moves for all) or a query is given."""
+        key = (self._turn_no, self.policy.blend)
+        rel_idx = {self._ids[mid] for mid in relevance if mid in self._ids}
+        if key != self._values_key:
+            todo: Iterable[int] = range(len(self._entries))
+            self._values_key = key
+        else:
+            todo = sorted(self._dirty | self._relevant | rel_idx)
+        self._dirty.clear()
+        self._relevant = rel_idx
         f = self.config.factor
         base = self.config.base_weights
         hl = f("recency_half_life_turns", 30.0)
@@ -371,7 +403,9 @@ class ContextManager:
         qboost = f("relevance_boost", 1.8)
         blend = self.policy.blend
         now = self._turn_no
-        for e in self._entries:
+        entries = self._entries
+        for i in todo:
+            e = entries[i]
             density = 1.0 + dstep * min(2.0, 50.0 * len(e.entities) / max(1, e.tokens))
             confirmation = cboost if e.confirmed else 1.0
             token_cost = 1.0 / (1.0 + slope * math.log2(e.tokens / pivot)) if e.tokens > pivot else 1.0
@@ -428,6 +462,8 @@ class ContextManager:
         self._compute_values(relevance)
         changed: list[int] = []
         entries = self._entries
+        if self._occupancy_tokens() >= pol.t_compact * B:
+            self._prepare_forms()
         if self._total_tokens + REPLY_PRIMING_TOKENS <= pol.t_compact * B:
             for i, e in enumerate(entries):  # everything fits below the first threshold: all verbatim
                 if e.tier != Tier.VERBATIM and self._set_tier(i, Tier.VERBATIM):
@@ -462,6 +498,25 @@ class ContextManager:
         for w in warns:
             (log.warning if "pinned content" in w else log.info)(w)
         return window
+
+    def _prepare_forms(self) -> None:
+        """Compute the compressed form of messages that have left the recent turns, a few per build.
+
+        Spreads the cost of compression over the turns between compactions (amortised about one
+        message per turn), so a compaction pass only switches tiers.
+        """
+        cutoff = self._turn_no - self.policy.recent_turns
+        entries = self._entries
+        i = self._prepared
+        while i < len(entries) and entries[i].turn_no <= cutoff:
+            e = entries[i]
+            if not e.pinned:
+                if e.category == Category.REASONING:
+                    self._form(e, Tier.COMPRESSED)
+                elif e.category == Category.KEY_STATE:
+                    self._form(e, Tier.STRUCTURED)
+            i += 1
+        self._prepared = i
 
     def _embed_query(self, query: str):
         embed = getattr(self.scorer, "embed_texts", None)

@@ -56,11 +56,11 @@ SIGNAL_NAMES: tuple[str, ...] = (
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _TASK = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
-_SCAN_CHARS = 3000  # signals and scoring entities read the first and last 3,000 characters
+_SCAN_CHARS = 2000  # signals and scoring entities read the first and last 2,000 characters
 
 
 def _scan_text(text: str) -> str:
-    """Head and tail of long texts, so per-message cost stays bounded (about 6,000 characters)."""
+    """Head and tail of long texts, so per-message cost stays bounded (about 4,000 characters)."""
     if len(text) <= 2 * _SCAN_CHARS:
         return text
     return text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
@@ -228,6 +228,34 @@ def default_config() -> RuleConfig:
     return _default_config
 
 
+def entity_spans(text: str, config: RuleConfig | None = None) -> list[tuple[int, int]]:
+    """Character spans ``(start, end)`` of the entities in ``text``, sorted by start.
+
+    A span lying inside a longer matched span is dropped; trailing sentence punctuation caught by a
+    greedy pattern is trimmed. See :func:`extract_entities` for what counts as an entity.
+    """
+    cfg = config or default_config()
+    spans: list[tuple[int, int]] = []
+    for rx in cfg.entity_regexes:
+        for m in rx.finditer(text):
+            s, e = m.span()
+            while e > s and text[e - 1] in ".,;:!?)":
+                if text[e - 1] == ")" and "(" in text[s:e]:
+                    break
+                e -= 1
+            if e > s:
+                spans.append((s, e))
+    spans.sort(key=lambda se: (se[0], -(se[1] - se[0])))
+    kept: list[tuple[int, int]] = []
+    end = -1
+    for s, e in spans:
+        if e <= end:
+            continue  # inside the previous longer span
+        kept.append((s, e))  # a partial overlap keeps both: distinct pieces of information
+        end = e
+    return kept
+
+
 def extract_entities(text: str, config: RuleConfig | None = None) -> list[str]:
     """Entity spans in ``text``: IDs, numbers with units, money, dates, times, emails, URLs, paths,
     code identifiers, quoted strings and capitalised names, as the rule file's ``[patterns]`` define.
@@ -236,39 +264,12 @@ def extract_entities(text: str, config: RuleConfig | None = None) -> list[str]:
         Distinct span strings in order of first appearance; a span lying inside a longer matched
         span is dropped (``"/a/b.py"`` wins over ``"b.py"``). Surrounding quotes are kept.
     """
-    cfg = config or default_config()
-    spans: list[tuple[int, int]] = []
-    for rx in cfg.entity_regexes:
-        for m in rx.finditer(text):
-            s, e = m.span()
-            # trim trailing sentence punctuation caught by greedy patterns
-            while e > s and text[e - 1] in ".,;:!?)":
-                if text[e - 1] == ")" and "(" in text[s:e]:
-                    break
-                e -= 1
-            if e > s:
-                spans.append((s, e))
-    if not spans:
-        return []
-    spans.sort(key=lambda se: (se[0], -(se[1] - se[0])))
-    kept: list[tuple[int, int]] = []
-    end = -1
-    for s, e in spans:
-        if e <= end:
-            continue  # inside the previous longer span
-        if s < end:  # partial overlap: keep both, they are distinct pieces of information
-            kept.append((s, e))
-        else:
-            kept.append((s, e))
-        end = max(end, e)
-    seen: set[str] = set()
-    out = []
-    for s, e in kept:
+    seen: dict[str, None] = {}
+    for s, e in entity_spans(text, config):
         span = text[s:e].strip()
-        if span and span not in seen:
-            seen.add(span)
-            out.append(span)
-    return out
+        if span:
+            seen.setdefault(span, None)
+    return list(seen)
 
 
 class RuleClassifier:
