@@ -44,11 +44,11 @@ def usable_value(value: Any, language: str = "en") -> str | None:
     return v
 
 
-def _word_pattern(value: str) -> re.Pattern[str]:
+def _word_pattern(value: str, ignore_case: bool = True) -> re.Pattern[str]:
     # word boundaries only where the value itself starts/ends with a word character
     left = r"(?<!\w)" if re.match(r"\w", value) else ""
     right = r"(?!\w)" if re.search(r"\w$", value) else ""
-    return re.compile(left + re.escape(value) + right, re.IGNORECASE)
+    return re.compile(left + re.escape(value) + right, re.IGNORECASE if ignore_case else 0)
 
 
 def find_value(
@@ -59,17 +59,17 @@ def find_value(
     start: int = 0,
     stop: int | None = None,
     roles: tuple[str, ...] | None = None,
-    exact_case: bool = False,
+    ignore_case: bool = True,
 ) -> tuple[int, str] | None:
     """Earliest message (position in ``messages``) whose content mentions ``value``.
 
-    English: case-insensitive, whole-word match (``"east"`` does not match ``"feast"``); the
-    returned string is the content's own substring, so it keeps the content's casing. Chinese (or
-    ``exact_case``): plain case-sensitive substring. Returns ``(position, exact substring)`` or
-    ``None``.
+    English: whole-word match (``"east"`` does not match ``"feast"``), case-insensitive unless
+    ``ignore_case`` is false; the returned string is the content's own substring, so it keeps the
+    content's casing. Chinese: plain case-sensitive substring (no word boundaries in Chinese).
+    Returns ``(position, exact substring)`` or ``None``.
     """
     stop = len(messages) if stop is None else min(stop, len(messages))
-    pat = None if (language == "zh" or exact_case) else _word_pattern(value)
+    pat = None if language == "zh" else _word_pattern(value, ignore_case)
     for pos in range(max(start, 0), stop):
         msg = messages[pos]
         if roles is not None and msg["role"] not in roles:

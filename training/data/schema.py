@@ -144,13 +144,22 @@ def find_in_messages(
     return None
 
 
-def spans_in_text(text: str, candidates: Iterable[str], limit: int = 8) -> list[str]:
+def spans_in_text(text: str, candidates: Iterable[str], limit: int = 8, *, ignore_case: bool = False) -> list[str]:
     """Distinct candidates (in order) that are substrings of ``text`` and visible to annotators,
-    at most ``limit`` of them; used for weak key spans from annotation values."""
+    at most ``limit`` of them; used for weak key spans from annotation values. With
+    ``ignore_case`` a candidate is matched case-insensitively and returned in the text's casing."""
     out: list[str] = []
+    folded = text.casefold() if ignore_case and len(text.casefold()) == len(text) else None
     for c in candidates:
         c = (c or "").strip()
-        if len(c) < 2 or c in out or not span_visible(text, c):
+        if len(c) < 2:
+            continue
+        if folded is not None and c not in text:
+            at = folded.find(c.casefold())
+            if at < 0:
+                continue
+            c = text[at : at + len(c)]
+        if c in out or not span_visible(text, c):
             continue
         out.append(c)
         if len(out) >= limit:

@@ -101,24 +101,35 @@ def is_pleasantry(text: str, language: str = "en") -> bool:
     return len(t) <= 160 and bool(PLEASANTRY_EN.match(t))
 
 
+#: Short greeting / closing openers ("You're welcome, Hannah. Have a great trip!").
+GREETING_OPENER = re.compile(
+    r"^\W*(?:hi|hello|hey|good (?:morning|afternoon|evening)|you'?re (?:very )?welcome|no problem|"
+    r"thanks?(?: you)?|have a (?:great|good|nice)|您好|你好|不客气|谢谢)\b", re.IGNORECASE)
+NONZERO_RETURNCODE = re.compile(r"<returncode>(?!0<)-?\d+</returncode>")
+
+
 def generic_weak_label(role: str, text: str, language: str = "en", *, position: int = 0) -> WeakLabel:
     """Fallback weak label from role and wording only, for sources without annotations.
 
-    Rules, first match wins: system -> instruction 3; pleasantry -> failure 0; error wording ->
-    failure 1; first user message or user request wording -> instruction 2; other user text ->
-    key_state 2; tool output -> key_state 1; assistant text ending in a question -> reasoning 1;
-    other assistant text -> key_state 1.
+    Rules, first match wins: system -> instruction 3; pleasantry, or a short (< 80 characters)
+    message opening with a greeting / thanks -> failure 0; a non-zero ``<returncode>`` or error
+    wording -> failure 1; first user message or user request wording -> instruction 2; other
+    user text -> key_state 2; assistant tool call (``TOOL_CALL``) -> reasoning 1; tool output ->
+    key_state 1; assistant text ending in a question -> reasoning 1; other assistant text ->
+    key_state 1.
     """
     if role == "system":
         return WeakLabel("instruction", 3, 0.8, "generic:system")
-    if is_pleasantry(text, language):
+    if is_pleasantry(text, language) or (len(text) < 80 and GREETING_OPENER.match(text)):
         return WeakLabel("failure", 0, 0.7, "generic:pleasantry")
-    if ERROR_TEXT.search(text[:400]):
+    if NONZERO_RETURNCODE.search(text[:300]) or ERROR_TEXT.search(text[:400]):
         return WeakLabel("failure", 1, 0.5, "generic:error_text")
     if role == "user":
         if position <= 1 or REQUEST_TEXT.search(text):
             return WeakLabel("instruction", 2, 0.5, "generic:user_request")
         return WeakLabel("key_state", 2, 0.4, "generic:user_value")
+    if role == "assistant" and (text.startswith("TOOL_CALL ") or "\nTOOL_CALL " in text):
+        return WeakLabel("reasoning", 1, 0.5, "generic:tool_call")
     if role == "tool":
         return WeakLabel("key_state", 1, 0.4, "generic:tool_output")
     if text.rstrip().endswith(("?", "？")):

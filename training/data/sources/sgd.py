@@ -32,10 +32,10 @@ ANCHOR_SLOTS = ("restaurant_name", "city", "location", "destination", "movie_nam
                 "dentist_name", "title", "song_name", "artist", "date")
 
 
-def input_files(root: Path) -> list[Path]:
+def input_files(root: Path, splits: tuple[str, ...] = SPLITS) -> list[Path]:
     """The dialogue files present, ``train`` then ``dev`` then ``test``, sorted by name."""
     out: list[Path] = []
-    for split in SPLITS:
+    for split in splits:
         out.extend(sorted((root / "sgd" / split).glob("dialogues_*.json.gz")))
     return out
 
@@ -204,9 +204,9 @@ def session_from_dialogue(dialogue: dict[str, Any], split: str) -> Session:
                         meta={"services": dialogue.get("services", [])})
 
 
-def iter_sessions(root: Path) -> Iterator[Session]:
-    """Every dialogue of every split, streamed file by file from the gzip files."""
-    for path in input_files(root):
+def iter_sessions(root: Path, splits: tuple[str, ...] = SPLITS) -> Iterator[Session]:
+    """Every dialogue of the given upstream splits, streamed file by file from the gzip files."""
+    for path in input_files(root, splits):
         split = path.parent.name
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             dialogues = json.load(fh)

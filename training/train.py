@@ -1,0 +1,668 @@
+"""Train the learned scorer: embedder x head x label set variants, each an MLflow run.
+
+``python -m training.train`` trains one variant (default: the packaged default's settings);
+``--sweep`` trains the comparison grid. Every variant is logged as an MLflow run (params, the data
+manifest, metrics, confusion matrix, classification report, the model as a pyfunc). The best
+variant by dev macro-F1 on the distilled labels (scoring latency breaks near-ties) is registered as
+``ctxscore-scorer`` with alias ``candidate``; ``--export [DIR]`` writes it as a packaged scorer
+folder (default ``ctxscore/models/default``).
+
+Examples::
+
+    python -m training.train                                   # default variant, registered
+    python -m training.train --embedder use --head hgb --labels distilled+weak
+    python -m training.train --sweep --export                  # compare, pick, ship the default
+
+Data: ``data/processed/dataset`` (``python -m training.data build``), message records from
+``data/processed/sessions.jsonl.gz``; recall failures from ``data/feedback/recall_failures.jsonl``
+raise the value target of the messages they name (see :func:`load_feedback`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxscore.embedders import get_embedder, resolve_model_id, truncate_text
+from ctxscore.features import FeatureSpec, lexical_features, tabular_features
+from ctxscore.learned import DEFAULT_MODEL_DIR, LearnedScorer, default_rules_path
+from ctxscore.types import CATEGORIES, Message
+
+from .embed_cache import cached_embedder
+
+log = logging.getLogger("training.train")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = REPO_ROOT / "data" / "processed"
+FEEDBACK_PATH = REPO_ROOT / "data" / "feedback" / "recall_failures.jsonl"
+#: Annotators' category agreement on 300 doubly-labelled messages (shared/datasets/README.md).
+ANNOTATOR_AGREEMENT = 0.967
+#: Value target given to a message named by a recall-failure record (at least).
+FEEDBACK_VALUE = 0.9
+
+LABEL_SETS: dict[str, tuple[str, ...]] = {
+    "distilled": ("distilled",),
+    "distilled+bundled": ("distilled", "bundled"),
+    "distilled+weak": ("distilled", "weak"),
+    "all": ("distilled", "bundled", "weak"),
+}
+HEADS = ("logreg", "hgb", "mlp")
+
+
+# ---------------------------------------------------------------------------------------------- data
+def load_dataset(path: str | os.PathLike[str] | None = None):
+    """The message-level ``DatasetDict`` (train / dev / test) built by ``python -m training.data build``.
+
+    Raises:
+        FileNotFoundError: no dataset at ``path`` (default ``data/processed/dataset``); the message
+            says how to build it.
+    """
+    from datasets import load_from_disk
+
+    base = Path(path) if path is not None else DEFAULT_DATA_DIR
+    ds_dir = base / "dataset" if (base / "dataset").is_dir() else base
+    if not (ds_dir / "dataset_dict.json").is_file():
+        raise FileNotFoundError(f"no DatasetDict at {ds_dir}; run `python -m training.data build` first")
+    return load_from_disk(str(ds_dir))
+
+
+def load_message_records(path: str | os.PathLike[str] | None = None) -> dict[str, Message]:
+    """Messages by id from ``sessions.jsonl.gz`` (exact content, name and tool calls), or ``{}``.
+
+    Message ``turn`` is the index in the session.
+    """
+    p = Path(path) if path is not None else DEFAULT_DATA_DIR / "sessions.jsonl.gz"
+    if not p.is_file():
+        return {}
+    out: dict[str, Message] = {}
+    with gzip.open(p, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            s = json.loads(line)
+            for m in s["messages"]:
+                out[m["id"]] = Message(role=m["role"], content=m.get("content") or "", id=m["id"], turn=m["index"],
+                                       name=m.get("name"), tool_call_id=m.get("tool_call_id"),
+                                       tool_calls=m.get("tool_calls") or None)
+    return out
+
+
+def message_from_row(row: dict[str, Any]) -> Message:
+    """A :class:`Message` that renders to ``row["text"]`` when no session record is available.
+
+    Tool messages ``[name] content`` get their ``name`` back and assistant ``TOOL_CALL name(args)``
+    lines become one tool call, so rule signals that look at ``name`` / ``tool_calls`` see them.
+    """
+    import re
+
+    role, text = row["role"], row["text"]
+    if role == "tool":
+        mt = re.match(r"\[([\w.-]+)\] ", text)
+        if mt:
+            return Message(role=role, content=text[mt.end():], id=row["id"], turn=row["index"], name=mt.group(1))
+    if role == "assistant":
+        content, sep, calls = text.rpartition("TOOL_CALL ") if "TOOL_CALL " in text else ("", "", "")
+        if sep and (content == "" or content.endswith("\n")):
+            mc = re.match(r"([\w.-]+)\((.*)\)\Z", calls, re.S)
+            if mc:
+                m = Message(role=role, content=content[:-1] if content else "", id=row["id"], turn=row["index"],
+                            tool_calls=[{"id": "", "type": "function",
+                                         "function": {"name": mc.group(1), "arguments": mc.group(2)}}])
+                if m.text() == text:
+                    return m
+    return Message(role=role, content=text, id=row["id"], turn=row["index"])
+
+
+@dataclass
+class Split:
+    """One split as arrays (n rows) plus its messages; ``X`` is filled by :func:`featurize`."""
+
+    name: str
+    ids: np.ndarray
+    messages: list[Message]
+    prev_roles: list[str | None]
+    y: np.ndarray
+    value: np.ndarray
+    importance: np.ndarray
+    source: np.ndarray
+    language: np.ndarray
+    label_source: np.ndarray
+    weak_confidence: np.ndarray
+    group: np.ndarray
+    X: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def subset(self, mask: np.ndarray) -> Split:
+        """Rows where ``mask`` is true."""
+        idx = np.where(mask)[0]
+        return Split(self.name, self.ids[idx], [self.messages[i] for i in idx], [self.prev_roles[i] for i in idx],
+                     self.y[idx], self.value[idx], self.importance[idx], self.source[idx], self.language[idx],
+                     self.label_source[idx], self.weak_confidence[idx], self.group[idx],
+                     None if self.X is None else self.X[idx])
+
+
+def prepare_split(name: str, ds_split: Any, records: dict[str, Message]) -> Split:
+    """Turn one dataset split into a :class:`Split` (messages, previous roles, targets)."""
+    cols = ds_split.select_columns(["id", "session_id", "index", "role", "text", "category", "value", "importance",
+                                    "source", "language", "label_source", "weak_confidence", "group"]).to_dict()
+    n = len(cols["id"])
+    msgs = []
+    for i in range(n):
+        m = records.get(cols["id"][i])
+        if m is None or m.text() != cols["text"][i]:
+            m = message_from_row({k: cols[k][i] for k in ("id", "role", "text", "index")})
+        msgs.append(m)
+    role_at = {(cols["session_id"][i], cols["index"][i]): cols["role"][i] for i in range(n)}
+    prev = [None if cols["index"][i] == 0 else role_at.get((cols["session_id"][i], cols["index"][i] - 1))
+            for i in range(n)]
+    return Split(
+        name=name, ids=np.array(cols["id"]), messages=msgs, prev_roles=prev, y=np.array(cols["category"]),
+        value=np.array(cols["value"], dtype=np.float64), importance=np.array(cols["importance"], dtype=np.float64),
+        source=np.array(cols["source"]), language=np.array(cols["language"]), label_source=np.array(cols["label_source"]),
+        weak_confidence=np.nan_to_num(np.array(cols["weak_confidence"], dtype=np.float64), nan=1.0),
+        group=np.array(cols["group"]),
+    )
+
+
+def load_feedback(path: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Recall-failure records (``data/feedback/recall_failures.jsonl``); ``[]`` when absent.
+
+    Each record names a message (``message_id`` or ``id``) whose key fact went missing in a replay;
+    training raises that message's value target to at least :data:`FEEDBACK_VALUE`. Lines that are
+    not JSON objects raise ``ValueError`` naming the line.
+    """
+    p = Path(path) if path is not None else FEEDBACK_PATH
+    if not p.is_file():
+        return []
+    out = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p} line {n}: not valid JSON ({exc.msg}); fix or delete the line") from exc
+        if not isinstance(rec, dict):
+            raise ValueError(f"{p} line {n}: expected a JSON object")
+        out.append(rec)
+    return out
+
+
+def feedback_tag(records: Sequence[dict[str, Any]]) -> str:
+    """``"<count>-<sha256[:12]>"`` of the feedback records (the MLflow ``feedback_iteration`` tag)."""
+    blob = "\n".join(json.dumps(r, sort_keys=True, ensure_ascii=False) for r in records)
+    return f"{len(records)}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+def apply_feedback(train: Split, records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Raise ``train.value`` to at least :data:`FEEDBACK_VALUE` for messages named by ``records``.
+
+    Only train rows are changed (dev/test stay untouched so the comparison is honest). Returns the
+    counts ``{"records", "applied", "not_in_train"}``.
+    """
+    wanted = {str(r.get("message_id") or r.get("id")) for r in records if r.get("message_id") or r.get("id")}
+    hit = np.isin(train.ids, list(wanted))
+    train.value[hit] = np.maximum(train.value[hit], FEEDBACK_VALUE)
+    return {"records": len(records), "applied": int(hit.sum()), "not_in_train": len(wanted) - int(hit.sum())}
+
+
+# ------------------------------------------------------------------------------------------ features
+def signals_matrix(messages: Sequence[Message], rules: Any, names: Sequence[str]) -> np.ndarray:
+    """Rule signals of every message -> ``(n, len(names))`` float32."""
+    out = np.zeros((len(messages), len(names)), dtype=np.float32)
+    for i, m in enumerate(messages):
+        sig = rules.signals(m)
+        out[i] = [sig[k] for k in names]
+    return out
+
+
+def featurize(split: Split, spec: FeatureSpec, embedder: Any, rules: Any, *, progress: bool = True) -> np.ndarray:
+    """Feature rows of a split (same layout as :meth:`LearnedScorer.features`), embeddings via ``embedder``."""
+    texts = [m.text() for m in split.messages]
+    emb = embedder.embed(texts, progress=progress)
+    blocks = [emb]
+    if spec.lexical_dim:
+        blocks.append(lexical_features([truncate_text(t, spec.max_chars, spec.head_chars) for t in texts], spec.lexical_dim))
+    blocks.append(tabular_features(split.messages, split.prev_roles))
+    blocks.append(signals_matrix(split.messages, rules, spec.signal_names))
+    return np.hstack(blocks).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------- heads
+@dataclass
+class Variant:
+    """One training configuration (every field is logged as an MLflow param)."""
+
+    embedder: str = "use-multilingual-v3"
+    head: str = "logreg"
+    labels: str = "distilled+weak"
+    weak_weight: float = 0.3
+    bundled_weight: float = 1.0
+    lexical_dim: int = 1024
+    C: float = 0.5
+    calibration: str = "sigmoid"
+    cv: int = 3
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.embedder}/{self.head}/{self.labels}"
+
+
+def make_heads(v: Variant) -> tuple[Any, Any]:
+    """Unfitted ``(classifier, regressor)`` for a variant.
+
+    - ``logreg``: ``StandardScaler`` + ``CalibratedClassifierCV(LogisticRegression(C, class_weight="balanced"))``;
+      value by ``Ridge``.
+    - ``hgb``: ``CalibratedClassifierCV(HistGradientBoostingClassifier(class_weight="balanced"))``;
+      value by ``HistGradientBoostingRegressor``.
+    - ``mlp``: ``StandardScaler`` + ``CalibratedClassifierCV(MLPClassifier(256, early stopping))`` with
+      balanced sample weights (MLP has no ``class_weight``); value by ``MLPRegressor``.
+    The calibration folds are grouped by session group (passed at fit time).
+    """
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if v.head == "logreg":
+        base = LogisticRegression(C=v.C, class_weight="balanced", max_iter=2000)
+        reg = Pipeline([("scale", StandardScaler()), ("ridge", Ridge(alpha=30.0))])
+        scale = True
+    elif v.head == "hgb":
+        base = HistGradientBoostingClassifier(learning_rate=0.1, max_iter=200, max_leaf_nodes=31, l2_regularization=1.0,
+                                              class_weight="balanced", early_stopping=True, random_state=v.seed)
+        reg = HistGradientBoostingRegressor(learning_rate=0.1, max_iter=200, l2_regularization=1.0,
+                                            early_stopping=True, random_state=v.seed)
+        scale = False
+    elif v.head == "mlp":
+        base = MLPClassifier(hidden_layer_sizes=(256,), alpha=1e-2, max_iter=200, early_stopping=True,
+                             random_state=v.seed)
+        reg = Pipeline([("scale", StandardScaler()),
+                        ("mlp", MLPRegressor(hidden_layer_sizes=(128,), alpha=1e-2, max_iter=200, early_stopping=True,
+                                             random_state=v.seed))])
+        scale = True
+    else:
+        raise ValueError(f"unknown head {v.head!r}; use one of {', '.join(HEADS)}")
+    from sklearn.calibration import CalibratedClassifierCV
+
+    cal = CalibratedClassifierCV(base, method=v.calibration, cv=v.cv)
+    clf = Pipeline([("scale", StandardScaler()), ("cal", cal)]) if scale else Pipeline([("cal", cal)])
+    return clf, reg
+
+
+def training_rows(train: Split, v: Variant) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, sample_weight)`` of the train rows a variant uses.
+
+    Gold rows weigh 1 (bundled ``bundled_weight``); weak rows ``weak_weight * weak_confidence``.
+    """
+    if v.labels not in LABEL_SETS:
+        raise ValueError(f"unknown label set {v.labels!r}; use one of {', '.join(LABEL_SETS)}")
+    mask = np.isin(train.label_source, LABEL_SETS[v.labels])
+    w = np.ones(len(train), dtype=np.float64)
+    w[train.label_source == "bundled"] = v.bundled_weight
+    weak = train.label_source == "weak"
+    w[weak] = v.weak_weight * np.clip(train.weak_confidence[weak], 0.0, 1.0)
+    return mask, w
+
+
+def fit_heads(v: Variant, X: np.ndarray, y: np.ndarray, value: np.ndarray, w: np.ndarray,
+              groups: np.ndarray) -> tuple[Any, Any]:
+    """Fit the classifier (calibration folds grouped by session group) and the value regressor."""
+    from sklearn.model_selection import GroupKFold
+    from sklearn.utils.class_weight import compute_sample_weight
+
+    clf, reg = make_heads(v)
+    cv = list(GroupKFold(n_splits=v.cv).split(X, y, groups))
+    clf.set_params(cal__cv=cv)
+    cw = w * compute_sample_weight("balanced", y) if v.head == "mlp" else w
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*converge.*")
+        clf.fit(X, y, cal__sample_weight=cw)
+        last = reg.steps[-1][0] if hasattr(reg, "steps") else None
+        reg.fit(X, value, **({f"{last}__sample_weight": w} if last else {"sample_weight": w}))
+    return clf, reg
+
+
+# -------------------------------------------------------------------------------------- evaluation
+def evaluate(scorer: LearnedScorer, split: Split, mask: np.ndarray | None = None) -> dict[str, Any]:
+    """Metrics on the rows of ``split`` selected by ``mask`` (default: distilled labels).
+
+    Returns a dict with ``metrics`` (flat name -> float: accuracy, macro_f1, f1_<class>,
+    f1_source_<source>, f1_lang_<language>, value_mae, value_spearman against importance, n),
+    ``report`` (scikit-learn classification report), ``confusion`` (4 x 4, rows true, CATEGORIES
+    order) and ``pred`` (predicted categories).
+    """
+    from scipy.stats import spearmanr
+    from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
+
+    if mask is None:
+        mask = split.label_source == "distilled"
+    X = split.X[mask]
+    y = split.y[mask]
+    probs, values = scorer.predict_arrays(X)
+    pred = np.array(CATEGORIES)[probs.argmax(axis=1)]
+    labels = list(CATEGORIES)
+    m: dict[str, float] = {
+        "n": float(mask.sum()),
+        "accuracy": float(accuracy_score(y, pred)),
+        "macro_f1": float(f1_score(y, pred, labels=labels, average="macro", zero_division=0)),
+    }
+    for c, f in zip(labels, f1_score(y, pred, labels=labels, average=None, zero_division=0), strict=True):
+        m[f"f1_{c}"] = float(f)
+    for key, arr in (("source", split.source[mask]), ("lang", split.language[mask])):
+        for val in sorted(set(arr)):
+            sel = arr == val
+            present = sorted(set(y[sel]))
+            m[f"f1_{key}_{val}"] = float(f1_score(y[sel], pred[sel], labels=present, average="macro", zero_division=0))
+            m[f"n_{key}_{val}"] = float(sel.sum())
+    m["value_mae"] = float(np.mean(np.abs(values - split.value[mask])))
+    imp = split.importance[mask]
+    m["value_spearman"] = float(spearmanr(values, imp).statistic) if len(set(imp)) > 1 else float("nan")
+    m["gap_to_annotators"] = ANNOTATOR_AGREEMENT - m["macro_f1"]
+    return {
+        "metrics": m,
+        "report": classification_report(y, pred, labels=labels, digits=3, zero_division=0),
+        "confusion": confusion_matrix(y, pred, labels=labels),
+        "pred": pred,
+    }
+
+
+def measure_latency(scorer: LearnedScorer, messages: Sequence[Message], n: int = 100, seed: int = 0) -> dict[str, float]:
+    """Single-message scoring time (embedding + features + heads, no cache) over ``n`` messages.
+
+    The embedder's in-memory memo is bypassed by scoring each text once. Returns ``p50_ms``,
+    ``p95_ms`` (milliseconds per message) and ``load_s`` (first call, model load included).
+    """
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(len(messages), size=min(n, len(messages)), replace=False)
+    t0 = time.perf_counter()
+    scorer.predict([Message(role="user", content="warm-up message for the model load")])
+    load_s = time.perf_counter() - t0
+    memo = getattr(scorer.embedder, "_memo", None)
+    times = []
+    for i in idx:
+        if memo is not None:
+            memo.clear()
+        t = time.perf_counter()
+        scorer.predict([messages[i]])
+        times.append((time.perf_counter() - t) * 1000.0)
+    return {"p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95)), "load_s": load_s}
+
+
+def confusion_png(cm: np.ndarray, path: Path, title: str) -> Path:
+    """Write a labelled confusion-matrix heat map (rows true, columns predicted) to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.8))
+    ConfusionMatrixDisplay(cm, display_labels=list(CATEGORIES)).plot(ax=ax, cmap="Blues", colorbar=False)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------- pipeline
+@dataclass
+class Context:
+    """Data shared by the variants of one invocation."""
+
+    splits: dict[str, Split]
+    manifest_path: Path | None
+    manifest_sha: str
+    feedback: list[dict[str, Any]]
+    feedback_stats: dict[str, int]
+    rules: Any
+    rules_path: Path
+    signal_names: tuple[str, ...]
+    #: (embedder id, lexical dim) -> split -> feature rows (NaN rows not computed yet).
+    features: dict[tuple[str, int], dict[str, np.ndarray]] = field(default_factory=dict)
+
+
+def load_context(data_dir: str | os.PathLike[str] | None = None, feedback_path: str | os.PathLike[str] | None = None,
+                 rules_path: str | os.PathLike[str] | None = None, limit: int | None = None) -> Context:
+    """Load the dataset, message records, feedback and rules once.
+
+    ``limit`` keeps at most that many rows per split (gold rows first) for quick runs and tests.
+    """
+    from ctxscore.rules import RuleClassifier, RuleConfig
+
+    base = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
+    ds = load_dataset(base)
+    records = load_message_records(base / "sessions.jsonl.gz" if (base / "sessions.jsonl.gz").is_file() else None)
+    splits = {}
+    for name in ("train", "dev", "test"):
+        if name not in ds:
+            raise ValueError(f"the dataset at {base} has no {name!r} split; rebuild it with `python -m training.data build`")
+        sp = prepare_split(name, ds[name], records)
+        if limit is not None and len(sp) > limit:
+            order = np.argsort(sp.label_source == "weak", kind="stable")[:limit]
+            keep = np.zeros(len(sp), dtype=bool)
+            keep[order] = True
+            sp = sp.subset(keep)
+        splits[name] = sp
+    manifest = base / "manifest.json"
+    manifest_sha = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else "none"
+    feedback = load_feedback(feedback_path)
+    stats = apply_feedback(splits["train"], feedback)
+    rpath = Path(rules_path) if rules_path is not None else default_rules_path()
+    if rpath is None:
+        raise FileNotFoundError("no rule file: pass --rules PATH")
+    rules = RuleClassifier(RuleConfig.load(rpath))
+    return Context(splits, manifest if manifest.is_file() else None, manifest_sha, feedback, stats, rules, rpath,
+                   tuple(RuleClassifier.signal_names))
+
+
+def spec_for(v: Variant, ctx: Context) -> FeatureSpec:
+    """The feature spec of a variant."""
+    emb = get_embedder(resolve_model_id(v.embedder))
+    return FeatureSpec(embedder_id=emb.model_id, embed_dim=emb.dim, signal_names=ctx.signal_names,
+                       max_chars=emb.max_chars, head_chars=emb.head_chars, lexical_dim=v.lexical_dim)
+
+
+def needed_rows(split: Split, v: Variant) -> np.ndarray:
+    """Rows of ``split`` a variant needs features for: its training rows, or the gold rows of dev/test."""
+    if split.name == "train":
+        return training_rows(split, v)[0]
+    return split.label_source != "weak"
+
+
+def ensure_features(ctx: Context, v: Variant, cache_dir: str | None = None) -> FeatureSpec:
+    """Compute the feature rows a variant needs (once per embedder and lexical size; rows computed
+    for an earlier variant are reused, so a slow embedder only embeds what it is trained on)."""
+    spec = spec_for(v, ctx)
+    key = (spec.embedder_id, spec.lexical_dim)
+    store = ctx.features.setdefault(key, {})
+    emb = None
+    for name, sp in ctx.splits.items():
+        if name not in store:
+            store[name] = np.full((len(sp), spec.n_features), np.nan, dtype=np.float32)
+        X = store[name]
+        todo = needed_rows(sp, v) & np.isnan(X[:, 0])
+        if todo.any():
+            emb = emb or cached_embedder(spec.embedder_id, cache_dir)
+            X[todo] = featurize(sp.subset(todo), spec, emb, ctx.rules)
+            log.info("features %s %s: %d rows computed", key, name, int(todo.sum()))
+        sp.X = X
+    return spec
+
+
+@dataclass
+class Result:
+    """Outcome of one variant."""
+
+    variant: Variant
+    scorer: LearnedScorer
+    dev: dict[str, Any]
+    test: dict[str, Any]
+    latency: dict[str, float]
+    run_id: str | None = None
+    model_uri: str | None = None
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        m = self.dev["metrics"]
+        out = {"variant": self.variant.name, **{k: round(v, 4) for k, v in m.items() if not k.startswith("n")},
+               "latency_p95_ms": round(self.latency.get("p95_ms", float("nan")), 2)}
+        out["test_macro_f1"] = round(self.test["metrics"]["macro_f1"], 4)
+        return out
+
+
+def train_variant(ctx: Context, v: Variant, *, cache_dir: str | None = None, latency_n: int = 100) -> Result:
+    """Fit one variant on the train split and evaluate it on dev (and test, for the record)."""
+    spec = ensure_features(ctx, v, cache_dir)
+    train = ctx.splits["train"]
+    mask, w = training_rows(train, v)
+    t0 = time.perf_counter()
+    clf, reg = fit_heads(v, train.X[mask], train.y[mask], train.value[mask], w[mask], train.group[mask])
+    fit_s = time.perf_counter() - t0
+    emb = get_embedder(spec.embedder_id, max_chars=spec.max_chars, head_chars=spec.head_chars)
+    scorer = LearnedScorer(clf, reg, spec, rules=ctx.rules, rules_path=ctx.rules_path, embedder=emb)
+    dev = evaluate(scorer, ctx.splits["dev"])
+    dev["metrics"]["fit_s"] = fit_s
+    dev["metrics"]["n_train"] = float(mask.sum())
+    bundled_dev = ctx.splits["dev"].label_source == "bundled"
+    if bundled_dev.any():
+        dev["bundled"] = evaluate(scorer, ctx.splits["dev"], bundled_dev)["metrics"]
+    test = evaluate(scorer, ctx.splits["test"])
+    dev_msgs = [m for m, ls in zip(ctx.splits["dev"].messages, ctx.splits["dev"].label_source, strict=True) if ls == "distilled"]
+    latency = measure_latency(scorer, dev_msgs, n=latency_n) if latency_n else {}
+    log.info("%s: dev macro-F1 %.3f (en %.3f, zh %.3f), test %.3f, p95 %.1f ms, fit %.0f s", v.name,
+             dev["metrics"]["macro_f1"], dev["metrics"].get("f1_lang_en", float("nan")),
+             dev["metrics"].get("f1_lang_zh", float("nan")), test["metrics"]["macro_f1"],
+             latency.get("p95_ms", float("nan")), fit_s)
+    return Result(v, scorer, dev, test, latency)
+
+
+def choose(results: Sequence[Result], tie: float = 0.005) -> Result:
+    """Best dev macro-F1; among variants within ``tie`` of it, the lowest scoring p95 latency."""
+    best = max(r.dev["metrics"]["macro_f1"] for r in results)
+    near = [r for r in results if r.dev["metrics"]["macro_f1"] >= best - tie]
+    return min(near, key=lambda r: (r.latency.get("p95_ms", math.inf), -r.dev["metrics"]["macro_f1"]))
+
+
+def sweep_variants(embedders: Iterable[str], heads: Iterable[str], label_sets: Iterable[str], base: Variant) -> list[Variant]:
+    """The comparison grid: every embedder x head x label set."""
+    return [replace(base, embedder=resolve_model_id(e), head=h, labels=ls)
+            for e in embedders for h in heads for ls in label_sets]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--embedder", action="append", help="use | minilm | e5 | a model id (repeatable with --sweep)")
+    ap.add_argument("--head", action="append", choices=HEADS, help="classifier head (repeatable with --sweep)")
+    ap.add_argument("--labels", action="append", choices=list(LABEL_SETS), help="training label set (repeatable)")
+    ap.add_argument("--sweep", action="store_true", help="train the grid of the given (or all) embedders, heads, label sets")
+    ap.add_argument("--weak-weight", type=float, default=Variant.weak_weight, help="weight of a weak row (times its confidence)")
+    ap.add_argument("--lexical-dim", type=int, default=Variant.lexical_dim, help="hashed char n-gram block size (0 = off)")
+    ap.add_argument("--C", type=float, default=Variant.C, help="inverse regularisation of the logistic head")
+    ap.add_argument("--data", default=None, help="processed data folder (default data/processed)")
+    ap.add_argument("--feedback", default=None, help="recall-failure JSONL (default data/feedback/recall_failures.jsonl)")
+    ap.add_argument("--rules", default=None, help="rule file (default: ctxscore's packaged rules)")
+    ap.add_argument("--cache-dir", default=None, help="embedding cache folder (default data/cache/embeddings)")
+    ap.add_argument("--limit", type=int, default=None, help="rows per split (quick runs)")
+    ap.add_argument("--latency-n", type=int, default=100, help="messages timed for the latency figure (0 = skip)")
+    ap.add_argument("--export", nargs="?", const=str(DEFAULT_MODEL_DIR), default=None,
+                    help=f"write the chosen scorer as a packaged folder (default {DEFAULT_MODEL_DIR})")
+    ap.add_argument("--no-mlflow", action="store_true", help="skip MLflow logging and registration")
+    ap.add_argument("--no-register", action="store_true", help="log runs but do not register the chosen model")
+    ap.add_argument("--experiment", default="ctxscore-scorer", help="MLflow experiment name")
+    ap.add_argument("--table", default=None, help="also write the comparison table (markdown) to this file")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    base = Variant(weak_weight=args.weak_weight, lexical_dim=args.lexical_dim, C=args.C)
+    if args.sweep:
+        variants = sweep_variants(args.embedder or ["use", "minilm", "e5"], args.head or list(HEADS),
+                                  args.labels or ["distilled", "distilled+weak"], base)
+    else:
+        variants = [replace(base, embedder=resolve_model_id((args.embedder or [base.embedder])[0]),
+                            head=(args.head or [base.head])[0], labels=(args.labels or [base.labels])[0])]
+    ctx = load_context(args.data, args.feedback, args.rules, args.limit)
+    log.info("data: %s; feedback %s", {k: len(v) for k, v in ctx.splits.items()}, ctx.feedback_stats)
+    tracker = None
+    if not args.no_mlflow:
+        from . import registry
+
+        tracker = registry.Tracker(args.experiment)
+    results = []
+    for v in variants:
+        r = train_variant(ctx, v, cache_dir=args.cache_dir, latency_n=args.latency_n)
+        if tracker is not None:
+            tracker.log_result(r, ctx)
+        results.append(r)
+    best = choose(results)
+    table = comparison_table(results, best)
+    print(table)
+    if args.table:
+        Path(args.table).write_text(table + "\n", encoding="utf-8")
+    print(f"chosen: {best.variant.name} (dev macro-F1 {best.dev['metrics']['macro_f1']:.3f}, "
+          f"gap to annotators {ANNOTATOR_AGREEMENT - best.dev['metrics']['macro_f1']:.3f})")
+    if tracker is not None and not args.no_register:
+        version = tracker.register(best)
+        print(f"registered ctxscore-scorer version {version} with alias 'candidate' (run {best.run_id})")
+    if args.export:
+        out = export(best, args.export, ctx)
+        print(f"exported the packaged scorer to {out}")
+    return 0
+
+
+def metrics_summary(r: Result) -> dict[str, Any]:
+    """The small metrics block stored in the packaged config."""
+    m = r.dev["metrics"]
+    keep = {k: round(v, 4) for k, v in m.items() if k.startswith(("f1_", "macro", "acc", "value_", "n_"))}
+    return {"dev_distilled": keep, "test_distilled_macro_f1": round(r.test["metrics"]["macro_f1"], 4),
+            "latency_ms": {k: round(v, 2) for k, v in r.latency.items()},
+            "annotator_agreement": ANNOTATOR_AGREEMENT}
+
+
+def export(r: Result, path: str | os.PathLike[str], ctx: Context) -> Path:
+    """Write the chosen variant as a packaged scorer folder."""
+    return r.scorer.save_pretrained(path, metrics=metrics_summary(r), extra={
+        "training": {"variant": asdict(r.variant), "mlflow_run_id": r.run_id, "model_uri": r.model_uri,
+                     "data_manifest_sha256": ctx.manifest_sha, "feedback_iteration": feedback_tag(ctx.feedback),
+                     "label_counts": dict(Counter(ctx.splits["train"].label_source.tolist()))},
+    })
+
+
+def comparison_table(results: Sequence[Result], best: Result | None = None) -> str:
+    """Markdown table: variant, dev macro-F1 overall / en / zh / per source, value MAE / Spearman, latency."""
+    sources = sorted({k[len("f1_source_"):] for r in results for k in r.dev["metrics"] if k.startswith("f1_source_")})
+    head = ["embedder", "head", "labels", "dev F1", "en", "zh", *sources, "bundled", "MAE", "Spearman", "p95 ms", "test F1"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        m = r.dev["metrics"]
+        cells = [r.variant.embedder + (" **(chosen)**" if r is best else ""), r.variant.head, r.variant.labels,
+                 f"{m['macro_f1']:.3f}", f"{m.get('f1_lang_en', float('nan')):.3f}", f"{m.get('f1_lang_zh', float('nan')):.3f}",
+                 *(f"{m.get('f1_source_' + s, float('nan')):.3f}" for s in sources),
+                 f"{r.dev.get('bundled', {}).get('macro_f1', float('nan')):.3f}",
+                 f"{m['value_mae']:.3f}", f"{m['value_spearman']:.3f}", f"{r.latency.get('p95_ms', float('nan')):.1f}",
+                 f"{r.test['metrics']['macro_f1']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
