@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .archive import Archive
 from .compress import archive_stub, compress
 from .errors import BudgetError, ConfigError, InputError
@@ -102,6 +104,11 @@ class Policy:
             raise ConfigError(f"on_overflow must be 'warn' or 'raise', got {self.on_overflow!r}")
 
 
+_TIERS = (Tier.VERBATIM, Tier.STRUCTURED, Tier.COMPRESSED, Tier.ARCHIVED)
+_CODE = {t: i for i, t in enumerate(_TIERS)}
+_ARCH = _CODE[Tier.ARCHIVED]
+
+
 @dataclass(slots=True)
 class _Entry:
     msg: Message
@@ -112,14 +119,12 @@ class _Entry:
     unit: int  # index of the unit's first entry
     turn_no: int  # number of the conversational turn (a turn starts at each user message)
     pinned: bool
-    refs: int = 0
+    static: dict[str, float]  # value factors that do not change with time (base, density, ...)
     confirmed: bool = False
     tier: str = Tier.VERBATIM
-    cur_tokens: int = 0  # tokens in the current tier
+    cur_tokens: int = 0  # tokens in the current tier (stub tokens when archived)
     forms: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # tier -> (text, tokens, tier reached)
-    no_compress: bool = False  # compression fell back to verbatim once: do not retry
-    value: float = 0.0
-    factors: dict[str, float] = field(default_factory=dict)
+    no_compress: bool = False  # compression fell back to verbatim: do not retry
 
     @property
     def category(self) -> str:
@@ -129,6 +134,18 @@ class _Entry:
 def _entity_key(e: str) -> str | None:
     k = e.strip("\"'`“”「」《》‘’").lower()
     return k if len(k) >= 3 else None
+
+
+class _Grow:
+    """A numpy array that grows by doubling (amortised O(1) append)."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.a = np.zeros(64, dtype=dtype)
+
+    def set(self, i: int, v: Any) -> None:
+        if i >= len(self.a):
+            self.a = np.concatenate([self.a, np.zeros_like(self.a)])
+        self.a[i] = v
 
 
 class ContextManager:
@@ -145,6 +162,10 @@ class ContextManager:
         archive_path: SQLite file that stores every original message (and lets a session be resumed);
             ``None`` keeps the archive in memory.
         session_id: the session within the archive file. An existing session is resumed.
+
+    Per-turn cost: ``add`` scores and counts one message; ``build`` does vectorised O(n) work over
+    small arrays plus Python work proportional to the assembled window. Decisions are materialised
+    lazily, when :attr:`ContextWindow.decisions` is first read.
 
     Raises:
         ConfigError: bad budget, policy, rule file or scorer argument.
@@ -174,16 +195,26 @@ class ContextManager:
         self.archive = Archive(archive_path)
         self._entries: list[_Entry] = []
         self._ids: dict[str, int] = {}
+        self._units: dict[int, list[int]] = {}
         self._postings: dict[str, list[int]] = {}
         self._call_owner: dict[str, int] = {}  # tool_call_id -> index of the assistant message
         self._turn_no = 0
         self._total_tokens = 0  # sum of verbatim tokens
+        self._pinned_tokens = 0
         self._occ_msg_tokens = 0  # sum of cur_tokens of non-archived entries
         self._stub_tokens = 0  # sum of stub tokens of archived entries
+        self._n_compacted = 0  # entries not verbatim
         self._prepared = 0  # entries before this index have their compressed forms computed
-        self._dirty: set[int] = set()  # entries whose value must be recomputed
-        self._values_key: tuple[int, float] | None = None  # (turn, blend) of the last full computation
-        self._relevant: set[int] = set()  # entries whose value carries query relevance
+        self._budget_now = budget
+        # per-entry arrays for vectorised values
+        self._intr = _Grow(np.float64)  # intrinsic value (category base x static factors, blended)
+        self._turn = _Grow(np.int64)
+        self._refs = _Grow(np.int64)
+        self._code = _Grow(np.int8)  # tier code
+        self._stub = _Grow(np.int64)  # stub tokens
+        self._val = np.zeros(0)
+        self._rel = np.zeros(0)
+        self._f = self._factor_params()
         self._resume()
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -205,6 +236,15 @@ class ContextManager:
         if not hasattr(scorer, "predict"):
             raise ConfigError(f"scorer must be 'rules', 'auto', a path or an object with predict(messages); got {scorer!r}")
         return scorer
+
+    def _factor_params(self) -> dict[str, float]:
+        f = self.config.factor
+        return {
+            "hl": f("recency_half_life_turns", 30.0), "floor": f("recency_floor", 0.6), "rboost": f("recency_boost", 1.0),
+            "rstep": f("reference_step", 0.15), "rcap": f("reference_cap", 4), "dstep": f("entity_density_step", 0.25),
+            "cboost": f("confirmation_boost", 1.3), "pivot": f("token_cost_pivot", 400), "slope": f("token_cost_slope", 0.15),
+            "qboost": f("relevance_boost", 1.8),
+        }
 
     def _resume(self) -> None:
         stored = self.archive.messages(self.session_id)
@@ -274,26 +314,37 @@ class ContextManager:
             preds = self.scorer.predict(msgs)
         return list(zip(preds, ents, strict=True))
 
+    def _static_factors(self, e: _Entry) -> tuple[dict[str, float], float]:
+        """Static value factors of an entry and its intrinsic value (rule value blended with learned)."""
+        f = self._f
+        base = self.config.base_weights[e.category]
+        density = 1.0 + f["dstep"] * min(2.0, 50.0 * len(e.entities) / max(1, e.tokens))
+        confirmation = f["cboost"] if e.confirmed else 1.0
+        token_cost = 1.0 / (1.0 + f["slope"] * math.log2(e.tokens / f["pivot"])) if e.tokens > f["pivot"] else 1.0
+        static = {"base": base, "entity_density": density, "confirmation": confirmation, "token_cost": token_cost}
+        rule_value = base * density * confirmation * token_cost
+        if e.pred.value is None:
+            return static, rule_value
+        blend = self.policy.blend
+        static["learned_value"] = float(e.pred.value)
+        static["blend"] = blend
+        return static, blend * float(e.pred.value) + (1.0 - blend) * rule_value
+
     def _append(self, msg: Message, pred: Prediction, entities: list[str] | None = None, store: bool = True) -> Message:
         idx = len(self._entries)
         msg.turn = idx
         if msg.id is None:
             msg.id = f"m{idx}"
-        if msg.role == "user":
-            self._turn_no += 1
         if pred.category not in CATEGORIES:
             raise ConfigError(f"scorer returned unknown category {pred.category!r}; expected one of {CATEGORIES}")
         text = msg.text()
         tokens = self.counter.count_message(msg)
         if entities is None:
             entities = extract_entities(_scan_text(text), self.config)
-        # unit: a tool result joins the assistant message that called it
-        unit = idx
+        unit = idx  # a tool result joins the assistant message that called it
         if msg.role == "tool" and msg.tool_call_id in self._call_owner:
             unit = self._entries[self._call_owner[msg.tool_call_id]].unit
         pinned = msg.role == "system" or pred.category == Category.INSTRUCTION
-        entry = _Entry(msg=msg, text=text, tokens=tokens, pred=pred, entities=entities, unit=unit,
-                       turn_no=self._turn_no, pinned=pinned, cur_tokens=tokens)
         if store:
             self.archive.add(
                 self.session_id, msg.id, idx, msg.role, text, msg.to_openai(),
@@ -301,33 +352,47 @@ class ContextManager:
                             "source": pred.source, "signals": pred.signals},
                 embedding=pred.embedding,
             )
+        if msg.role == "user":
+            self._turn_no += 1
+        entry = _Entry(msg=msg, text=text, tokens=tokens, pred=pred, entities=entities, unit=unit,
+                       turn_no=self._turn_no, pinned=pinned, static={}, cur_tokens=tokens)
+        entry.static, intr = self._static_factors(entry)
         self._entries.append(entry)
-        self._dirty.add(idx)
         self._ids[msg.id] = idx
+        self._units.setdefault(unit, []).append(idx)
         for call in msg.tool_calls or ():
             if isinstance(call.get("id"), str):
                 self._call_owner[call["id"]] = idx
         self._total_tokens += tokens
         self._occ_msg_tokens += tokens
+        if pinned:
+            self._pinned_tokens += tokens
+        self._intr.set(idx, intr)
+        self._turn.set(idx, entry.turn_no)
+        self._refs.set(idx, 0)
+        self._code.set(idx, 0)
+        self._stub.set(idx, 0)
+        refs = self._refs.a
         # later references: this message's entities credit earlier messages that mention them
-        for e in entities:
-            key = _entity_key(e)
+        for ent in entities:
+            key = _entity_key(ent)
             if key is None:
                 continue
             post = self._postings.setdefault(key, [])
             for j in post[-8:]:
-                self._entries[j].refs += 1
-                self._dirty.add(j)
+                refs[j] += 1
             if not post or post[-1] != idx:
                 post.append(idx)
         # user confirmation of the previous assistant answer
         if msg.role == "user" and len(msg.content) <= _CONFIRM_SHORT and self.config.keyword_regexes["confirmation"].search(msg.content):
             for j in range(idx - 1, -1, -1):
-                if self._entries[j].msg.role == "assistant":
-                    self._entries[j].confirmed = True
-                    self._dirty.add(j)
+                prev = self._entries[j]
+                if prev.msg.role == "assistant":
+                    prev.confirmed = True
+                    prev.static, intr_j = self._static_factors(prev)
+                    self._intr.a[j] = intr_j
                     break
-                if self._entries[j].msg.role == "user":
+                if prev.msg.role == "user":
                     break
         return msg
 
@@ -365,12 +430,15 @@ class ContextManager:
             self._stub_tokens -= e.cur_tokens
         else:
             self._occ_msg_tokens -= e.cur_tokens
+        self._n_compacted += (tier != Tier.VERBATIM) - (e.tier != Tier.VERBATIM)
         e.tier = tier
         e.cur_tokens = self._form(e, tier)[1]
         if tier == Tier.ARCHIVED:
             self._stub_tokens += e.cur_tokens
+            self._stub.a[i] = e.cur_tokens
         else:
             self._occ_msg_tokens += e.cur_tokens
+        self._code.a[i] = _CODE[tier]
         return True
 
     def _occupancy_tokens(self) -> int:
@@ -379,54 +447,35 @@ class ContextManager:
         return self._occ_msg_tokens + stubs + REPLY_PRIMING_TOKENS
 
     # -- values ---------------------------------------------------------------------------------
+    def _recency(self, turns: np.ndarray) -> np.ndarray:
+        f = self._f
+        age = (self._turn_no - turns).astype(np.float64)
+        return f["rboost"] * (f["floor"] + (1.0 - f["floor"]) * np.power(0.5, age / f["hl"]))
+
     def _compute_values(self, relevance: dict[str, float]) -> None:
-        """Value of every entry (see the rule file's ``[factors]``). Only entries whose inputs changed
-        are recomputed, unless a new turn started (recency moves for all) or a query is given."""
-        key = (self._turn_no, self.policy.blend)
-        rel_idx = {self._ids[mid] for mid in relevance if mid in self._ids}
-        if key != self._values_key:
-            todo: Iterable[int] = range(len(self._entries))
-            self._values_key = key
-        else:
-            todo = sorted(self._dirty | self._relevant | rel_idx)
-        self._dirty.clear()
-        self._relevant = rel_idx
-        f = self.config.factor
-        base = self.config.base_weights
-        hl = f("recency_half_life_turns", 30.0)
-        floor = f("recency_floor", 0.6)
-        rboost = f("recency_boost", 1.4)
-        rstep, rcap = f("reference_step", 0.15), f("reference_cap", 4)
-        dstep = f("entity_density_step", 0.25)
-        cboost = f("confirmation_boost", 1.3)
-        pivot, slope = f("token_cost_pivot", 400), f("token_cost_slope", 0.15)
-        qboost = f("relevance_boost", 1.8)
-        blend = self.policy.blend
-        now = self._turn_no
-        entries = self._entries
-        for i in todo:
-            e = entries[i]
-            density = 1.0 + dstep * min(2.0, 50.0 * len(e.entities) / max(1, e.tokens))
-            confirmation = cboost if e.confirmed else 1.0
-            token_cost = 1.0 / (1.0 + slope * math.log2(e.tokens / pivot)) if e.tokens > pivot else 1.0
-            rule_value = base[e.category] * density * confirmation * token_cost
-            if e.pred.value is not None:
-                intrinsic = blend * e.pred.value + (1.0 - blend) * rule_value
-            else:
-                intrinsic = rule_value
-            age = now - e.turn_no
-            recency = rboost * (floor + (1.0 - floor) * 0.5 ** (age / hl))
-            references = 1.0 + rstep * min(e.refs, rcap)
-            rel = relevance.get(e.msg.id, 0.0)
-            relevance_f = 1.0 + (qboost - 1.0) * rel
-            e.value = min(1.0, max(0.0, intrinsic * recency * references * relevance_f))
-            e.factors = {
-                "base": base[e.category], "entity_density": density, "confirmation": confirmation,
-                "token_cost": token_cost, "recency": recency, "references": references, "relevance": relevance_f,
-            }
-            if e.pred.value is not None:
-                e.factors["learned_value"] = e.pred.value
-                e.factors["blend"] = blend
+        """Value of every entry, vectorised (see the rule file's ``[factors]``):
+        ``clip(intrinsic x recency x references x relevance, 0, 1)``."""
+        n = len(self._entries)
+        f = self._f
+        rel = np.zeros(n)
+        for mid, score in relevance.items():
+            i = self._ids.get(mid)
+            if i is not None:
+                rel[i] = score
+        references = 1.0 + f["rstep"] * np.minimum(self._refs.a[:n], f["rcap"])
+        val = self._intr.a[:n] * self._recency(self._turn.a[:n]) * references * (1.0 + (f["qboost"] - 1.0) * rel)
+        self._val = np.clip(val, 0.0, 1.0)
+        self._rel = rel
+
+    def _factors(self, i: int, turn_no: int, refs: int, rel: float) -> dict[str, float]:
+        """All value factors of entry ``i`` as they were at a build (for decisions)."""
+        f = self._f
+        age = turn_no - self._entries[i].turn_no
+        out = dict(self._entries[i].static)
+        out["recency"] = f["rboost"] * (f["floor"] + (1.0 - f["floor"]) * 0.5 ** (age / f["hl"]))
+        out["references"] = 1.0 + f["rstep"] * min(refs, f["rcap"])
+        out["relevance"] = 1.0 + (f["qboost"] - 1.0) * rel
+        return out
 
     # -- build ----------------------------------------------------------------------------------
     def build(self, query: str | None = None, budget: int | None = None) -> ContextWindow:
@@ -461,13 +510,13 @@ class ContextManager:
                 relevance = {h.id: h.score / top for h in hits}
         self._compute_values(relevance)
         changed: list[int] = []
-        entries = self._entries
         if self._occupancy_tokens() >= pol.t_compact * B:
             self._prepare_forms()
         if self._total_tokens + REPLY_PRIMING_TOKENS <= pol.t_compact * B:
-            for i, e in enumerate(entries):  # everything fits below the first threshold: all verbatim
-                if e.tier != Tier.VERBATIM and self._set_tier(i, Tier.VERBATIM):
-                    changed.append(i)
+            if self._n_compacted:  # the full history fits below the first threshold: all verbatim
+                for i in np.flatnonzero(self._code.a[: len(self._entries)]):
+                    if self._set_tier(int(i), Tier.VERBATIM):
+                        changed.append(int(i))
         elif self._occupancy_tokens() >= pol.t_archive * B:  # high-water: one batch down to low-water
             k = pol.recent_turns
             while True:
@@ -476,8 +525,7 @@ class ContextManager:
                     break
                 k -= 1
                 warns.append(f"recency protection relaxed to the last {k} turn(s) to fit the budget of {B} tokens")
-        # pinned overflow
-        pinned_tokens = sum(e.tokens for e in entries if e.pinned) + REPLY_PRIMING_TOKENS
+        pinned_tokens = self._pinned_tokens + REPLY_PRIMING_TOKENS
         if pinned_tokens > B:
             msg = (
                 f"pinned content (instructions and system messages) needs {pinned_tokens} tokens, above the "
@@ -487,10 +535,11 @@ class ContextManager:
                 raise BudgetError(msg)
             warns.append(msg)
         if changed:
+            entries = self._entries
             self.archive.set_tiers(self.session_id, [(entries[i].msg.id, entries[i].tier) for i in changed])
         paged = self._page_in(query, B, q_emb) if query else {}
         window = self._assemble(B, paged, warns)
-        if window.tokens > B and not any("pinned content" in w for w in warns):
+        if window.tokens > B and pinned_tokens <= B:
             warns.append(
                 f"window needs {window.tokens} tokens, above the budget of {B}: the last "
                 f"{pol.recent_turns} turn(s) and pinned messages cannot be compacted further"
@@ -503,7 +552,7 @@ class ContextManager:
         """Compute the compressed form of messages that have left the recent turns, a few per build.
 
         Spreads the cost of compression over the turns between compactions (amortised about one
-        message per turn), so a compaction pass only switches tiers.
+        message per turn), so a compaction pass mostly switches tiers.
         """
         cutoff = self._turn_no - self.policy.recent_turns
         entries = self._entries
@@ -531,17 +580,18 @@ class ContextManager:
     def _eligible_units(self, k: int) -> dict[int, list[int]]:
         """Units (first index -> member indices) outside the last ``k`` turns with no pinned member."""
         cutoff = self._turn_no - k  # turns with number > cutoff are recent
-        units: dict[int, list[int]] = {}
-        blocked: set[int] = set()
-        for i, e in enumerate(self._entries):
-            if e.pinned or e.turn_no > cutoff:
-                blocked.add(e.unit)
-                continue
-            units.setdefault(e.unit, []).append(i)
-        return {u: m for u, m in units.items() if u not in blocked}
+        entries = self._entries
+        return {
+            u: members
+            for u, members in self._units.items()
+            if all(not entries[i].pinned and entries[i].turn_no <= cutoff for i in members)
+        }
 
     def _unit_category(self, members: list[int]) -> str:
         return max((self._entries[i].category for i in members), key=lambda c: _CAT_RANK[Category(c)])
+
+    def _unit_value(self, members: list[int]) -> float:
+        return float(max(self._val[i] for i in members))
 
     def _compact(self, B: int, k: int) -> list[int]:
         """One compaction pass (run when occupancy reaches the high-water mark), in batches.
@@ -572,26 +622,28 @@ class ContextManager:
                         setn(i, tier)
 
         def archive_units(unit_ids: list[int], until: float | None) -> None:
-            for u in sorted(unit_ids, key=lambda u: (max(entries[i].value for i in units[u]), u)):
+            for u in sorted(unit_ids, key=lambda u: (self._unit_value(units[u]), u)):
                 if until is not None and occ() <= until:
                     return
                 for i in units[u]:
                     setn(i, Tier.ARCHIVED)
 
-        cats = {u: self._unit_category(m) for u, m in units.items()}
-        live = [u for u, m in units.items() if any(entries[i].tier != Tier.ARCHIVED for i in m)]
+        def live() -> list[int]:
+            return [u for u, m in units.items() if any(entries[i].tier != Tier.ARCHIVED for i in m)]
+
         if occ() >= pol.t_compact:
-            archive_units([u for u in live if cats[u] == Category.FAILURE], None)
+            archive_units([u for u in live() if self._unit_category(units[u]) == Category.FAILURE], None)
             compress_all(Category.REASONING, Tier.COMPRESSED)
         if occ() >= pol.t_structure:
             compress_all(Category.KEY_STATE, Tier.STRUCTURED)
-            archive_units([u for u in live if cats[u] == Category.REASONING], None)
+            archive_units([u for u in live() if self._unit_category(units[u]) == Category.REASONING], None)
         if occ() > pol.low_water:
-            archive_units([u for u in live if any(entries[i].tier != Tier.ARCHIVED for i in units[u])], pol.low_water)
+            archive_units(live(), pol.low_water)
         return changed
 
-    def _page_in(self, query: str, B: int, q_emb) -> dict[int, str]:
-        """Indices of entries shown verbatim for this build only (paged in), with the reason."""
+    def _page_in(self, query: str, B: int, q_emb: Any) -> dict[int, str]:
+        """Entries shown verbatim for this build only (index -> hit id), and entries shown as stubs to
+        make room for them (index -> ``"evicted"``)."""
         pol = self.policy
         entries = self._entries
         limit = pol.page_in_limit * B
@@ -606,28 +658,29 @@ class ContextManager:
         for h in hits:
             if len(units_done) >= pol.page_in_k:
                 break
-            u = entries[self._ids[h.id]].unit
+            hit = self._ids[h.id]
+            u = entries[hit].unit
             if u in units_done:
                 continue
-            members = [i for i in range(u, len(entries)) if entries[i].unit == u] if entries[u].msg.tool_calls else [u]
+            members = self._units[u]
             delta = sum(entries[i].tokens - entries[i].cur_tokens for i in members)
             if occ + delta > limit:
-                # make room for this build only: drop lowest-value eligible units (not pinned, not recent)
+                # make room for this build only: lowest-value evictable units (not pinned, not recent)
                 cands = sorted(
                     (m for uu, m in self._eligible_units(pol.recent_turns).items()
                      if uu != u and uu not in units_done and not evicted.intersection(m)
                      and any(entries[i].tier != Tier.ARCHIVED for i in m)),
-                    key=lambda m: max(entries[i].value for i in m),
+                    key=self._unit_value,
                 )
                 for m in cands:
                     if occ + delta <= limit:
                         break
                     # the best hit may displace anything evictable; later hits only less valuable units
-                    if units_done and max(entries[i].value for i in m) >= entries[self._ids[h.id]].value:
+                    if units_done and self._unit_value(m) >= self._val[hit]:
                         break
-                    gain = sum(entries[i].cur_tokens - self._form(entries[i], Tier.ARCHIVED)[1] for i in m if entries[i].tier != Tier.ARCHIVED)
+                    occ -= sum(entries[i].cur_tokens - self._form(entries[i], Tier.ARCHIVED)[1]
+                               for i in m if entries[i].tier != Tier.ARCHIVED)
                     evicted.update(m)
-                    occ -= gain
                 if occ + delta > limit:
                     continue
             for i in members:
@@ -637,72 +690,89 @@ class ContextManager:
         for i in evicted:
             if i not in paged:
                 paged[i] = "evicted"
+                self._form(entries[i], Tier.ARCHIVED)
         return paged
 
     def _assemble(self, B: int, paged: dict[int, str], warns: list[str]) -> ContextWindow:
+        """Messages in conversation order: originals or compressed forms, archived runs merged into
+        one system note of stubs (the newest stubs within ``stub_fraction`` of the budget; older
+        ones collapsed into a single line). Python work is proportional to the window."""
         entries = self._entries
-        out: list[dict[str, Any]] = []
-        decisions: list[Decision] = []
-        tokens = REPLY_PRIMING_TOKENS
-        paged_ids: list[str] = []
-        # which archived entries keep an individual stub (newest first within the stub budget)
-        archived = [i for i, e in enumerate(entries) if (e.tier == Tier.ARCHIVED and paged.get(i) is None) or paged.get(i) == "evicted"]
-        stub_cap = int(self.policy.stub_fraction * B)
-        show_stub: set[int] = set()
-        used = 0
-        for i in reversed(archived):
-            t = self._form(entries[i], Tier.ARCHIVED)[1]
-            if used + t > stub_cap:
-                break
-            used += t
-            show_stub.add(i)
-        collapsed = [i for i in archived if i not in show_stub]
-        run: list[str] = []
-
-        def flush() -> None:
-            nonlocal tokens
-            if run:
-                content = "\n".join(run)
-                out.append({"role": "system", "content": content})
-                tokens += self.counter.count_message(out[-1])
-                run.clear()
-
-        collapse_note_at = collapsed[0] if collapsed else -1
-        for i, e in enumerate(entries):
-            how = paged.get(i)
-            tier = e.tier
+        n = len(entries)
+        codes = self._code.a[:n].copy()
+        stubs = self._stub.a[:n].copy()
+        for i, how in paged.items():
             if how == "evicted":
-                tier = Tier.ARCHIVED
-            is_paged = how is not None and how != "evicted"
-            if is_paged:
-                shown_tier = Tier.VERBATIM
-                paged_ids.append(e.msg.id)
+                codes[i] = _ARCH
+                stubs[i] = self._form(entries[i], Tier.ARCHIVED)[1]
             else:
-                shown_tier = tier
-            if shown_tier == Tier.ARCHIVED:
-                if i == collapse_note_at:
-                    first, last = entries[collapsed[0]].msg.id, entries[collapsed[-1]].msg.id
+                codes[i] = 0
+        arch = np.flatnonzero(codes == _ARCH)
+        cap = int(self.policy.stub_fraction * B)
+        if len(arch):
+            cum = np.cumsum(stubs[arch][::-1])
+            keep = int(np.searchsorted(cum, cap, side="right"))
+        else:
+            keep = 0
+        shown_stub = arch[len(arch) - keep :]
+        collapsed = arch[: len(arch) - keep]
+        order = np.union1d(np.flatnonzero(codes != _ARCH), shown_stub)
+        if len(collapsed):
+            order = np.union1d(order, collapsed[:1])
+        out: list[dict[str, Any]] = []
+        tokens = REPLY_PRIMING_TOKENS
+        run: list[str] = []
+        first_collapsed = int(collapsed[0]) if len(collapsed) else -1
+        for i in order.tolist():
+            e = entries[i]
+            c = codes[i]
+            if c == _ARCH:
+                if i == first_collapsed:
                     run.append(
-                        f"[archived {len(collapsed)} earlier messages {first} … {last}; ask about them to page them back in]"
+                        f"[archived {len(collapsed)} earlier messages {e.msg.id} … "
+                        f"{entries[int(collapsed[-1])].msg.id}; ask about them to page them back in]"
                     )
-                if i in show_stub:
+                else:
                     run.append(self._form(e, Tier.ARCHIVED)[0])
-                after = self._form(e, Tier.ARCHIVED)[1] if i in show_stub else 0
+                continue
+            if run:
+                note = {"role": "system", "content": "\n".join(run)}
+                out.append(note)
+                tokens += self.counter.count_message(note)
+                run = []
+            content, after, _ = self._form(e, _TIERS[c])
+            out.append(e.msg.to_openai(content=content))
+            tokens += after
+        if run:
+            note = {"role": "system", "content": "\n".join(run)}
+            out.append(note)
+            tokens += self.counter.count_message(note)
+        paged_ids = [entries[i].msg.id for i, how in sorted(paged.items()) if how != "evicted"]
+        snapshot = (codes, stubs, set(shown_stub.tolist()), self._val.copy(), self._rel.copy(),
+                    self._refs.a[:n].copy(), self._turn_no, dict(paged))
+        return ContextWindow(
+            messages=out, tokens=tokens, budget=B, paged_in=paged_ids, warnings=warns,
+            decide=lambda: self._decisions(snapshot),
+        )
+
+    def _decisions(self, snapshot: tuple) -> list[Decision]:
+        codes, stubs, shown_stub, val, rel, refs, turn_no, paged = snapshot
+        out = []
+        for i in range(len(codes)):
+            e = self._entries[i]
+            tier = _TIERS[codes[i]]
+            if codes[i] == _ARCH:
+                after = int(stubs[i]) if i in shown_stub else 0
             else:
-                flush()
-                content, after, _ = self._form(e, shown_tier)
-                out.append(e.msg.to_openai(content=content))
-                tokens += after
-            reason = "paged in for the query" if is_paged else ("pinned" if e.pinned else "")
-            decisions.append(
-                Decision(
-                    id=e.msg.id, turn=i, role=e.msg.role, category=e.category, value=e.value, tier=shown_tier,
-                    tokens_before=e.tokens, tokens_after=after, pinned=e.pinned, paged_in=is_paged,
-                    factors=e.factors, reason=reason,
-                )
-            )
-        flush()
-        return ContextWindow(messages=out, tokens=tokens, budget=B, decisions=decisions, paged_in=paged_ids, warnings=warns)
+                after = self._form(e, tier)[1]
+            is_paged = paged.get(i) not in (None, "evicted")
+            out.append(Decision(
+                id=e.msg.id, turn=i, role=e.msg.role, category=e.category, value=float(val[i]), tier=tier,
+                tokens_before=e.tokens, tokens_after=after, pinned=e.pinned, paged_in=is_paged,
+                factors=self._factors(i, turn_no, int(refs[i]), float(rel[i])),
+                reason="paged in for the query" if is_paged else ("pinned" if e.pinned else ""),
+            ))
+        return out
 
     # -- misc -----------------------------------------------------------------------------------
     @property

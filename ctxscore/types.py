@@ -6,6 +6,7 @@ All token figures are in tokens of the configured tiktoken encoding (``cl100k_ba
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -202,7 +203,6 @@ class Decision:
         }
 
 
-@dataclass(slots=True)
 class ContextWindow:
     """The assembled context for one LLM call.
 
@@ -210,17 +210,39 @@ class ContextWindow:
         messages: OpenAI-style message dicts, in conversation order, ready to send.
         tokens: tokens of ``messages`` including per-message chat overhead and reply priming.
         budget: the token budget the window was built for.
-        decisions: one :class:`Decision` per original message, in conversation order.
+        decisions: one :class:`Decision` per original message, in conversation order (built on first
+            access from a snapshot taken at build time, so reading it later still describes this build).
         paged_in: ids of archived messages brought back for the query.
         warnings: human-readable warnings (for example pinned content above the budget).
     """
 
-    messages: list[dict[str, Any]]
-    tokens: int
-    budget: int
-    decisions: list[Decision]
-    paged_in: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    __slots__ = ("messages", "tokens", "budget", "paged_in", "warnings", "_decisions", "_decide")
+
+    def __init__(
+        self,
+        messages: list[dict[str, Any]],
+        tokens: int,
+        budget: int,
+        decisions: list[Decision] | None = None,
+        paged_in: list[str] | None = None,
+        warnings: list[str] | None = None,
+        decide: Callable[[], list[Decision]] | None = None,
+    ) -> None:
+        self.messages = messages
+        self.tokens = tokens
+        self.budget = budget
+        self.paged_in = paged_in or []
+        self.warnings = warnings or []
+        self._decisions = decisions
+        self._decide = decide
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """One :class:`Decision` per original message."""
+        if self._decisions is None:
+            self._decisions = self._decide() if self._decide is not None else []
+            self._decide = None
+        return self._decisions
 
     @property
     def utilization(self) -> float:
@@ -242,3 +264,9 @@ class ContextWindow:
     def to_json(self, **kwargs: Any) -> str:
         """JSON text of :meth:`to_dict`."""
         return json.dumps(self.to_dict(), ensure_ascii=False, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"ContextWindow(messages={len(self.messages)}, tokens={self.tokens}, budget={self.budget}, "
+            f"utilization={self.utilization:.3f}, paged_in={self.paged_in}, warnings={len(self.warnings)})"
+        )

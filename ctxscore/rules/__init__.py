@@ -55,12 +55,13 @@ SIGNAL_NAMES: tuple[str, ...] = (
 )
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_ASCII_WORD = re.compile(r"[a-z0-9_']+")
 _TASK = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
-_SCAN_CHARS = 2000  # signals and scoring entities read the first and last 2,000 characters
+_SCAN_CHARS = 1200  # signals and scoring entities read the first and last 1,200 characters
 
 
 def _scan_text(text: str) -> str:
-    """Head and tail of long texts, so per-message cost stays bounded (about 4,000 characters)."""
+    """Head and tail of long texts, so per-message cost stays bounded (about 2,400 characters)."""
     if len(text) <= 2 * _SCAN_CHARS:
         return text
     return text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
@@ -207,6 +208,45 @@ class RuleConfig:
         return {name: _keyword_regex(words) for name, words in self.keywords.items()}
 
     @cached_property
+    def keyword_sets(self) -> dict[str, tuple[frozenset[str], tuple[str, ...], tuple[str, ...]]]:
+        """Per keyword group: (single ASCII words, space-padded ASCII phrases, CJK keywords), lower-cased."""
+        out = {}
+        for name, words in self.keywords.items():
+            low = [w.lower().strip() for w in words]
+            ascii_words = [_ASCII_WORD.findall(w) for w in low if not _CJK.search(w)]
+            out[name] = (
+                frozenset(ws[0] for ws in ascii_words if len(ws) == 1),
+                tuple(" " + " ".join(ws) + " " for ws in ascii_words if len(ws) > 1),
+                tuple(w for w in low if _CJK.search(w)),
+            )
+        return out
+
+    def keyword_counts(self, text: str) -> dict[str, int]:
+        """Occurrences of each keyword group's keywords in ``text``.
+
+        ASCII keywords match whole words case-insensitively (phrases on word boundaries, after
+        collapsing punctuation to spaces); CJK keywords match as substrings. One tokenisation pass plus
+        C-level substring counts, so the cost is about linear in the text length.
+        """
+        low = text.lower()
+        words = _ASCII_WORD.findall(low)
+        counts: dict[str, int] = {}
+        for w in words:
+            counts[w] = counts.get(w, 0) + 1
+        padded = " " + " ".join(words) + " "
+        has_cjk = _CJK.search(text) is not None
+        out = {}
+        for name, (singles, phrases, cjk) in self.keyword_sets.items():
+            n = sum(c for w, c in counts.items() if w in singles)
+            for ph in phrases:
+                n += padded.count(ph)
+            if has_cjk:
+                for kw in cjk:
+                    n += text.count(kw)
+            out[name] = n
+        return out
+
+    @cached_property
     def entity_regexes(self) -> list[re.Pattern[str]]:
         """Compiled entity patterns, in file order."""
         return [re.compile(p) for p in self.patterns.values()]
@@ -313,9 +353,10 @@ class RuleClassifier:
         kw = cfg.keyword_regexes
         sp = cfg.signal_regexes
 
+        counts = cfg.keyword_counts(text)
+
         def count(group: str) -> float:
-            rx = kw.get(group)
-            return float(min(3, len(rx.findall(text)))) if rx is not None else 0.0
+            return float(min(3, counts.get(group, 0)))
 
         role = message.role
         rc_match = sp["returncode"].search(text)
