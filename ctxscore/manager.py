@@ -21,8 +21,8 @@ at or above 0.8        archive units by ascending value until occupancy <= low-w
 
 ``instruction`` messages and system messages are pinned (never compressed or archived). An assistant
 message with tool calls and its tool results form one unit: archived together, never split. When
-pinned content and the recent turns exceed the budget, recency protection is relaxed down to the
-last turn, then the window is returned over budget with a warning that gives the figures (or
+pinned content and the recent turns exceed the budget, recency protection is relaxed turn by turn
+down to the last message alone, then the window is returned over budget with a warning that gives the figures (or
 :class:`~ctxscore.errors.BudgetError` with ``on_overflow="raise"``).
 """
 
@@ -521,10 +521,13 @@ class ContextManager:
             k = pol.recent_turns
             while True:
                 changed += self._compact(B, k)
-                if self._occupancy_tokens() <= pol.t_archive * B or k <= 1:
+                if self._occupancy_tokens() <= pol.t_archive * B or k <= 0:
                     break
                 k -= 1
-                warns.append(f"recency protection relaxed to the last {k} turn(s) to fit the budget of {B} tokens")
+                warns.append(
+                    f"recency protection relaxed to the last {k} turn(s) to fit the budget of {B} tokens"
+                    if k else f"recency protection relaxed to the last message to fit the budget of {B} tokens"
+                )
         pinned_tokens = self._pinned_tokens + REPLY_PRIMING_TOKENS
         if pinned_tokens > B:
             msg = (
@@ -578,13 +581,17 @@ class ContextManager:
             return None
 
     def _eligible_units(self, k: int) -> dict[int, list[int]]:
-        """Units (first index -> member indices) outside the last ``k`` turns with no pinned member."""
+        """Units (first index -> member indices) outside the last ``k`` turns with no pinned member.
+
+        ``k = 0`` protects only the unit of the last message (the relaxation of last resort).
+        """
         cutoff = self._turn_no - k  # turns with number > cutoff are recent
         entries = self._entries
+        last_unit = entries[-1].unit if entries else -1
         return {
             u: members
             for u, members in self._units.items()
-            if all(not entries[i].pinned and entries[i].turn_no <= cutoff for i in members)
+            if u != last_unit and all(not entries[i].pinned and entries[i].turn_no <= cutoff for i in members)
         }
 
     def _unit_category(self, members: list[int]) -> str:
