@@ -90,11 +90,16 @@ class KeyFact:
 
 @dataclass(slots=True)
 class EvalSession:
-    """A validated session: OpenAI-style messages (each with an ``id``) and its key facts."""
+    """A validated session: OpenAI-style messages (each with an ``id``) and its key facts.
+
+    ``notes`` holds non-fatal remarks of the validator (e.g. a superseded value that never occurs in
+    the text before its replacement, which therefore cannot leak).
+    """
 
     session_id: str
     messages: list[dict[str, Any]]
     key_facts: list[KeyFact] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def message_id(self, index: int) -> str:
         """The id of message ``index`` (its ``id`` field, else ``{session_id}#{index}``)."""
@@ -138,9 +143,16 @@ def message_search_text(message: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _norm(text: str) -> str:
+    from .textnorm import normalize  # local import: textnorm imports this module
+
+    return normalize(text)
+
+
 def _validate_record(obj: Any, where: str, seen_ids: set[str]) -> tuple[EvalSession | None, list[str]]:
     """Validate one decoded session object; return the session (or None) and the problems found."""
     errors: list[str] = []
+    notes: list[str] = []
     if not isinstance(obj, dict):
         return None, [f"{where}: expected a JSON object with session_id, messages, key_facts; got {type(obj).__name__}"]
     sid = obj.get("session_id")
@@ -220,12 +232,12 @@ def _validate_record(obj: Any, where: str, seen_ids: set[str]) -> tuple[EvalSess
             if sup == value:
                 errors.append(f"{flabel}: 'superseded' equals 'value'; drop it or give the older value")
                 continue
-            if not any(sup in t for t in texts[:si]):
-                errors.append(
+            nsup = _norm(sup)
+            if not any(nsup in _norm(t) for t in texts[:si]):
+                notes.append(
                     f"{flabel}: superseded value {sup!r} does not occur in any message before "
-                    f"source_index {si}; a superseded value must have been stated earlier"
+                    f"source_index {si}, so it can never leak (leakage is measured on the others)"
                 )
-                continue
         facts.append(
             KeyFact(
                 fact_id=fid, value=value, source_index=si, probe=f["probe"], kind=f["kind"], superseded=sup
@@ -235,7 +247,7 @@ def _validate_record(obj: Any, where: str, seen_ids: set[str]) -> tuple[EvalSess
         return None, errors
     for i, m in enumerate(msgs):
         m.setdefault("id", f"{sid}#{i}")
-    return EvalSession(session_id=sid, messages=msgs, key_facts=facts), []
+    return EvalSession(session_id=sid, messages=msgs, key_facts=facts, notes=notes), []
 
 
 def validate_records(records: Iterable[tuple[str, Any]], path: str | Path = "<memory>") -> list[EvalSession]:

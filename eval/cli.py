@@ -1,0 +1,354 @@
+"""Command line: ``python -m eval run | promote | validate | summary``.
+
+Examples::
+
+    python -m eval validate data/processed/eval_sessions.jsonl
+    python -m eval run --sessions data/processed/eval_sessions.jsonl --budget 0.25 --budget 0.5 \\
+        --budget-tokens 4000 --policies full,sliding_turns,trim_messages,rules,learned --out out/eval
+    python -m eval run --sessions data/bundled/sessions.jsonl --max-sessions 4 --probe-every 20 --no-mlflow
+    python -m eval promote --reference-budget 0.25 --max-recall-drop 0.0 --max-reduction-drop 0.0
+    python -m eval summary --out out/eval
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from training.data.paths import REPO_ROOT, corpora_root
+
+from .budgets import DEFAULT_MIN_BUDGET, Budget, parse_budgets
+from .policies import ALL_POLICIES
+from .sessions import SessionFormatError, load_sessions
+
+log = logging.getLogger("eval")
+DEFAULT_SESSIONS = REPO_ROOT / "data" / "processed" / "eval_sessions.jsonl"
+
+
+def _policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in names if p not in ALL_POLICIES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown policy {', '.join(bad) or '(none)'}; choose from {', '.join(ALL_POLICIES)}")
+    return list(dict.fromkeys(names))
+
+
+def _fraction(text: str) -> float:
+    v = float(text)
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"a fraction budget must be in (0, 1], got {text} (use --budget-tokens for tokens)")
+    return v
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (sub-commands ``run``, ``promote``, ``validate``)."""
+    ap = argparse.ArgumentParser(prog="python -m eval", description="Evaluate ctxscore context policies on held-out sessions.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--sessions", type=Path, default=DEFAULT_SESSIONS,
+                       help="session JSONL file, LoCoMo JSON file, or a folder of them (default: %(default)s)")
+        p.add_argument("--max-sessions", type=_positive, default=None, help="evaluate only the first N sessions")
+        p.add_argument("--probe-every", type=_positive, default=10, help="probe every N messages and at the end (default 10)")
+        p.add_argument("--pagein", choices=("missed", "all", "none"), default="missed",
+                       help="page-in checks: only for facts missed without a query (default), for all facts, or none")
+        p.add_argument("--min-budget", type=_positive, default=DEFAULT_MIN_BUDGET,
+                       help="floor of fraction budgets in tokens (default %(default)s)")
+        p.add_argument("--experiment", default="ctxscore-eval", help="MLflow experiment (default %(default)s)")
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    r = sub.add_parser("run", help="replay sessions through the policies and write metrics, report and plots")
+    common(r)
+    r.add_argument("--budget", type=_fraction, action="extend", nargs="+", default=None, metavar="FRACTION",
+                   help="budget(s) as a fraction of the full context at each turn (e.g. --budget 0.25 0.5; "
+                        "repeatable; default 0.25 0.5)")
+    r.add_argument("--budget-tokens", type=_positive, action="extend", nargs="+", default=None, metavar="N",
+                   help="absolute token budget(s) (e.g. --budget-tokens 2000 4000; repeatable; "
+                        "default 2000 4000 8000 16000 128000)")
+    r.add_argument("--policies", type=_policies, default=list(ALL_POLICIES),
+                   help=f"comma-separated subset of {','.join(ALL_POLICIES)} (default: all)")
+    r.add_argument("--model", default="auto",
+                   help="learned scorer: auto (registry candidate, then champion, then the shipped default), default, "
+                        "none, an alias, a version number, or a packaged-scorer folder")
+    r.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "eval", help="output folder (default %(default)s)")
+    r.add_argument("--labels", type=Path, default=None,
+                   help="distilled labels for key-span retention (default: <corpora>/labels/distilled.jsonl if present)")
+    r.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    r.add_argument("--no-feedback", action="store_true", help="do not append recall failures to data/feedback/")
+    r.add_argument("--feedback-dir", type=Path, default=None, help="feedback folder (default data/feedback)")
+    r.add_argument("--feedback-budgets", default=None, metavar="KEYS",
+                   help="record failures only at these budgets, comma-separated keys such as f0.25,t4000 "
+                        "(default: every budget)")
+
+    p = sub.add_parser("promote", help="evaluate candidate vs champion and move the champion alias if not worse")
+    common(p)
+    p.add_argument("--reference-budget", type=_fraction, default=0.25, help="fraction budget compared (default 0.25)")
+    p.add_argument("--max-recall-drop", type=float, default=0.0, help="allowed drop in recall with page-in (fraction)")
+    p.add_argument("--max-reduction-drop", type=float, default=0.0, help="allowed drop in token reduction (fraction)")
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "promote", help="output folder (default %(default)s)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, but do not move the alias")
+    p.add_argument("--no-reuse", action="store_true",
+                   help="re-evaluate both versions even when an earlier eval run has their figures for these sessions")
+
+    v = sub.add_parser("validate", help="check session files against the evaluation session format")
+    v.add_argument("paths", type=Path, nargs="+")
+
+    s = sub.add_parser("summary", help="print the headline of an earlier run (its metrics.json) and the targets")
+    s.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "eval", help="the run's output folder (default %(default)s)")
+    s.add_argument("--budget-key", default=None, help="only this budget (e.g. f0.25, t4000); default: all")
+    return ap
+
+
+def _progress(quiet: bool):
+    if quiet:
+        return None
+    from tqdm import tqdm
+
+    return lambda it: tqdm(it, desc="sessions", unit="session", file=sys.stderr)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Validate each path; print a summary or the errors. Exit status 1 when any file is bad."""
+    status = 0
+    for path in args.paths:
+        try:
+            ss = load_sessions(path)
+        except (SessionFormatError, FileNotFoundError) as exc:
+            print(exc, file=sys.stderr)
+            status = 1
+            continue
+        notes = sum(len(s.notes) for s in ss)
+        print(f"{path}: OK, {len(ss)} sessions, {sum(len(s.messages) for s in ss):,} messages, "
+              f"{sum(len(s.key_facts) for s in ss):,} key facts" + (f", {notes} notes" if notes else ""))
+        for s in ss:
+            for n in s.notes[:5]:
+                print(f"  note: {n}")
+    return status
+
+
+def _labels_path(arg: Path | None) -> Path | None:
+    if arg is not None:
+        return arg
+    p = corpora_root() / "labels" / "distilled.jsonl"
+    return p if p.is_file() else None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``python -m eval run``: see the module docstring. Exit status 0, or 2 on bad input."""
+    from . import feedback, report
+    from .models import ModelUnavailable, resolve_learned
+    from .retention import load_labels
+    from .runner import REFERENCE_BUDGET_KEY, EvalConfig, run_eval
+
+    try:
+        sessions = load_sessions(args.sessions, args.max_sessions)
+        budgets = parse_budgets(args.budget, args.budget_tokens, args.min_budget)
+    except (SessionFormatError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not sessions:
+        print(f"error: {args.sessions} holds no sessions", file=sys.stderr)
+        return 2
+    scorer, model, skip = None, {}, None
+    if "learned" in args.policies:
+        try:
+            scorer, model, skip = resolve_learned(args.model, use_mlflow=not args.no_mlflow)
+        except ModelUnavailable as exc:
+            print(f"error: --model {args.model}: {exc}", file=sys.stderr)
+            return 2
+    labels = load_labels(_labels_path(args.labels))
+    cfg = EvalConfig(budgets=budgets, policies=args.policies, probe_every=args.probe_every, pagein=args.pagein,
+                     learned_scorer=scorer, learned_skip_reason=skip, model=model, labels=labels)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    fb_dir = args.feedback_dir or feedback.FEEDBACK_DIR
+    fb_iter = str(model.get("feedback_iteration") or "0")
+    mlflow = None
+    run_ctx: Any = contextlib.nullcontext()
+    if not args.no_mlflow:
+        from . import tracking
+
+        mlflow = tracking.setup(args.experiment)
+        tags = {"ctxscore.run_type": "eval", "feedback_iteration": fb_iter,
+                "model_name": model.get("name", ""), "model_version": model.get("version", ""),
+                "model_alias": model.get("alias") or "", "sessions_hash": ""}
+        run_ctx = mlflow.start_run(run_name=f"eval-{args.sessions.stem}", tags=tags)
+    quiet_ctxscore = logging.getLogger("ctxscore")
+    old_level = quiet_ctxscore.level
+    quiet_ctxscore.setLevel(logging.ERROR)  # per-build warnings are counted in the metrics instead
+    try:
+        with run_ctx as active:
+            run_id = active.info.run_id if active is not None else None
+            res = run_eval(sessions, cfg, progress=_progress(args.quiet))
+            summary = res.summary
+            summary["run_id"] = run_id
+            summary["run"]["sessions_file"] = str(args.sessions)
+            summary["run"]["feedback_iteration"] = fb_iter
+            if not args.no_feedback:
+                misses = res.misses
+                if args.feedback_budgets:
+                    keep = {k.strip() for k in args.feedback_budgets.split(",") if k.strip()}
+                    misses = [m for m in misses if m["budget"] in keep]
+                n = feedback.append_failures(misses, fb_dir / feedback.FAILURES_FILE.name, run_id=run_id,
+                                             feedback_iteration=fb_iter)
+                summary["feedback"] = {"appended": n, "path": str(fb_dir / feedback.FAILURES_FILE.name),
+                                       "feedback_iteration": fb_iter}
+            history = feedback.compare_with_history(summary, fb_dir / feedback.HISTORY_FILE.name, run_id=run_id,
+                                                    feedback_iteration=fb_iter, record=not args.no_feedback)
+            summary["history"] = {"previous_run_id": (history.get("previous") or {}).get("run_id")}
+            plots = []
+            if report.plot_recall(summary, out / report.PLOT_RECALL):
+                plots.append(report.PLOT_RECALL)
+            ref = REFERENCE_BUDGET_KEY if any(b.key == REFERENCE_BUDGET_KEY for b in budgets) else budgets[0].key
+            got = report.plot_tokens(res.traces, ref, out / report.PLOT_TOKENS)
+            if got:
+                plots.append(report.PLOT_TOKENS)
+                summary["run"]["tokens_plot_session"] = got[1]
+            report.write_metrics(summary, out)
+            (out / "report.md").write_text(report.render_report(summary, plots, history), encoding="utf-8")
+            if mlflow is not None:
+                from . import tracking
+
+                mlflow.set_tag("sessions_hash", summary["run"]["sessions_hash"])
+                params = {"sessions_file": str(args.sessions), "sessions_hash": summary["run"]["sessions_hash"],
+                          "sessions": len(sessions), "budgets": ",".join(b.key for b in budgets),
+                          "policies": ",".join(summary["run"]["policies"]), "probe_every": args.probe_every,
+                          "pagein": args.pagein, "min_budget": args.min_budget,
+                          "model_uri": model.get("uri") or model.get("source") or "",
+                          "model_version": model.get("version", ""), "skipped": ",".join(summary["run"]["skipped_policies"])}
+                tracking.log_results(mlflow, summary, out, params=params, reference_budget_key=ref)
+    finally:
+        quiet_ctxscore.setLevel(old_level)
+    _print_summary(summary, out)
+    return 0
+
+
+def _print_summary(summary: dict[str, Any], out: Path) -> None:
+    run = summary["run"]
+    print(f"evaluated {run['sessions']} sessions ({run['messages']:,} messages, {run['key_facts']:,} facts) "
+          f"in {run['runtime_s']} s -> {out}/report.md")
+    for r in summary["results"]:
+        print(f"  {r['policy']:<14} {r['budget']['label']:>5}  recall {r['recall']}  page-in {r['recall_pagein']}  "
+              f"tokens/full {r['token_ratio']}  util peak {r['util_peak']}  build p95 {r['build_ms_p95']} ms")
+    for pol, why in run.get("skipped_policies", {}).items():
+        print(f"  {pol} skipped: {why}")
+    if summary.get("run_id"):
+        print(f"MLflow run {summary['run_id']}")
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    """``python -m eval summary``: the table and targets of ``OUT/metrics.json``. Exit 2 when absent."""
+    import json
+
+    path = args.out / "metrics.json"
+    if not path.is_file():
+        print(f"error: {path} not found; run `python -m eval run --out {args.out}` first", file=sys.stderr)
+        return 2
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    if args.budget_key:
+        summary["results"] = [r for r in summary["results"] if r["budget"]["key"] == args.budget_key]
+    _print_summary(summary, args.out)
+    tg = summary.get("targets") or {}
+    if tg.get("evaluated"):
+        who = f"{tg['policy']}{' (stand-in for learned)' if tg.get('stand_in') else ''}"
+        print(f"targets at {tg['budget']} for {who}: {'met' if tg['passed'] else 'NOT met'}")
+        for c in tg["checks"]:
+            print(f"  {'pass' if c['passed'] else 'FAIL'}  {c['name']}: {c['value']} (target {c['target']})")
+    else:
+        print(f"targets not evaluated: {tg.get('reason', 'no result')}")
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    """``python -m eval promote``. Exit status 0 (decided), 2 on bad input or a missing candidate."""
+    from mlflow import MlflowClient
+
+    from . import tracking
+    from .models import ModelUnavailable, load_packaged
+    from .promote import decide, write_decision
+    from .runner import EvalConfig, find_result, run_eval
+    from .sessions import sessions_hash
+
+    try:
+        sessions = load_sessions(args.sessions, args.max_sessions)
+    except (SessionFormatError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    mlflow = tracking.setup(args.experiment)
+    cand_v = tracking.get_version("candidate")
+    if cand_v is None:
+        print(f"error: registered model {tracking.MODEL_NAME!r} has no 'candidate' alias; train and register one first "
+              "(python -m training.train)", file=sys.stderr)
+        return 2
+    champ_v = tracking.get_version("champion")
+    budget = Budget("fraction", args.reference_budget, args.min_budget)
+    logging.getLogger("ctxscore").setLevel(logging.ERROR)
+
+    shash = sessions_hash(sessions)
+
+    def evaluate(version: Any, alias: str) -> dict[str, Any]:
+        if not args.no_reuse:
+            found = tracking.find_eval_figures(str(version.version), shash, budget.key, args.probe_every,
+                                               args.pagein, args.min_budget, args.experiment)
+            if found is not None:
+                print(f"{alias} (version {version.version}): reusing eval run {found['reused_run_id']}")
+                return {"version": str(version.version), "alias": alias, **found}
+        try:
+            scorer = load_packaged(tracking.download_scorer(version))
+        except (ModelUnavailable, FileNotFoundError) as exc:
+            raise SystemExit(f"error: cannot load {alias} (version {version.version}): {exc}") from exc
+        info = tracking.version_info(version, alias)
+        cfg = EvalConfig(budgets=[budget], policies=["learned"], probe_every=args.probe_every, pagein=args.pagein,
+                         learned_scorer=scorer, model=info)
+        res = run_eval(sessions, cfg, progress=_progress(args.quiet))
+        r = find_result(res.summary, "learned", budget.key) or {}
+        return {"version": str(version.version), "alias": alias, "runtime_s": res.summary["run"]["runtime_s"],
+                **{k: r.get(k) for k in ("recall", "recall_pagein", "token_ratio", "token_reduction", "util_peak",
+                                         "leakage_pagein", "checks")}}
+
+    cand = evaluate(cand_v, "candidate")
+    champ = None
+    if champ_v is not None and str(champ_v.version) != str(cand_v.version):
+        champ = evaluate(champ_v, "champion")
+    elif champ_v is not None:
+        champ = dict(cand)
+    decision = decide(cand, champ, max_recall_drop=args.max_recall_drop, max_reduction_drop=args.max_reduction_drop)
+    md = write_decision(decision, args.out, budget.label)
+    with mlflow.start_run(run_name="promotion", tags={"ctxscore.run_type": "promotion",
+                                                       "candidate_version": cand["version"],
+                                                       "champion_version": champ["version"] if champ else "",
+                                                       "promoted": str(decision.promote)}):
+        mlflow.log_params({"sessions_file": str(args.sessions), "reference_budget": budget.key,
+                           "max_recall_drop": args.max_recall_drop, "max_reduction_drop": args.max_reduction_drop})
+        mlflow.log_metrics({f"{who}_{k}": float(v) for who, d in (("candidate", cand), ("champion", champ or {}))
+                            for k, v in d.items() if k in ("recall_pagein", "token_reduction") and v is not None})
+        mlflow.log_artifacts(str(args.out))
+    if decision.promote and not args.dry_run:
+        MlflowClient().set_registered_model_alias(tracking.MODEL_NAME, "champion", cand["version"])
+    verb = "promoted" if decision.promote and not args.dry_run else ("would promote" if decision.promote else "kept champion")
+    print(f"{verb}: {decision.reason} -> {md}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m eval``; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if args.cmd == "validate":
+        return cmd_validate(args)
+    if args.cmd == "run":
+        return cmd_run(args)
+    if args.cmd == "summary":
+        return cmd_summary(args)
+    return cmd_promote(args)

@@ -1,0 +1,126 @@
+"""Aggregate metrics of the replay traces, per policy and budget.
+
+All rates are micro-averages over the pooled checks of all sessions (each (probe point, fact) pair
+is one check); token figures are sums over every turn of every session.
+
+- ``recall`` / ``recall_pagein``: fraction of checks where the fact value was present without /
+  with page-in. ``recall_end*``: the same on the final probe of each session only.
+- ``leakage`` / ``leakage_pagein``: over checks of facts that superseded an older value, the fraction
+  where the old value was present while the new one was missing.
+- ``cum_tokens``: sum over turns of the window tokens (the prompt tokens of an LLM call after every
+  message); ``token_ratio`` = cum_tokens / cum_full_tokens; ``token_reduction`` = 1 - token_ratio.
+- ``util_mean`` / ``util_peak`` / ``util_p95``: window tokens / budget per turn, mean, maximum and 95th
+  percentile over turns.
+- ``over_budget_turns``: fraction of turns whose window exceeded the budget.
+- ``warning_turns``: turns whose build warned (over budget); ``pinned_overflow_turns``: fraction of
+  turns where pinned content (instructions, system messages) alone exceeded the budget.
+- ``longest_fit_128k``: messages in the longest session whose window stayed within 128,000 tokens
+  at every turn (``sessions_fit_128k`` counts such sessions).
+- ``build_ms_p50`` / ``build_ms_p95``: per-turn build latency percentiles (numpy ``percentile``,
+  linear interpolation); ``add_ms_*`` for ``add``, ``pagein_ms_*`` for the query builds at probes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .replay import Trace
+
+WINDOW_128K = 128_000
+
+
+def _rate(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 4) if values else None
+
+
+def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
+    """Metrics of the traces of one policy at one budget (see the module docstring).
+
+    Returns:
+        A JSON-ready dict (rates in [0, 1] or ``None`` when there was nothing to check).
+    """
+    traces = list(traces)
+    checks = hit = hit_p = end_n = end_hit = end_hit_p = 0
+    sup_n = leak = leak_p = 0
+    by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    cum = cum_full = 0
+    util: list[float] = []
+    over = turns = 0
+    build_ms: list[float] = []
+    add_ms: list[float] = []
+    pagein_ms: list[float] = []
+    fit_lengths: list[int] = []
+    warning_turns = pinned_turns = 0
+    for tr in traces:
+        for p in tr.probes:
+            checks += 1
+            hit += p.present
+            hit_p += p.present_pagein
+            k = by_kind[p.kind]
+            k[0] += 1
+            k[1] += p.present
+            k[2] += p.present_pagein
+            if p.is_end:
+                end_n += 1
+                end_hit += p.present
+                end_hit_p += p.present_pagein
+            if p.superseded:
+                sup_n += 1
+                leak += p.leak
+                leak_p += p.leak_pagein
+        cum += sum(tr.tokens)
+        cum_full += sum(tr.full)
+        for tok, b in zip(tr.tokens, tr.budget, strict=True):
+            util.append(tok / b)
+            over += tok > b
+        turns += len(tr.tokens)
+        build_ms += tr.build_ms
+        add_ms += tr.add_ms
+        pagein_ms += tr.pagein_ms
+        warning_turns += tr.warning_turns
+        pinned_turns += tr.pinned_overflow_turns
+        if tr.tokens and max(tr.tokens) <= WINDOW_128K:
+            fit_lengths.append(tr.n_messages)
+    return {
+        "sessions": len(traces),
+        "messages": turns,
+        "checks": checks,
+        "recall": _rate(hit, checks),
+        "recall_pagein": _rate(hit_p, checks),
+        "recall_end": _rate(end_hit, end_n),
+        "recall_end_pagein": _rate(end_hit_p, end_n),
+        "superseded_checks": sup_n,
+        "leakage": _rate(leak, sup_n),
+        "leakage_pagein": _rate(leak_p, sup_n),
+        "cum_tokens": cum,
+        "cum_full_tokens": cum_full,
+        "token_ratio": _rate(cum, cum_full),
+        "token_reduction": round(1 - cum / cum_full, 4) if cum_full else None,
+        "util_mean": round(float(np.mean(util)), 4) if util else None,
+        "util_peak": round(float(np.max(util)), 4) if util else None,
+        "util_p95": _pct(util, 95),
+        "over_budget_turns": _rate(over, turns),
+        "longest_fit_128k": max(fit_lengths) if fit_lengths else 0,
+        "sessions_fit_128k": len(fit_lengths),
+        "build_ms_p50": _pct(build_ms, 50),
+        "build_ms_p95": _pct(build_ms, 95),
+        "add_ms_p50": _pct(add_ms, 50),
+        "add_ms_p95": _pct(add_ms, 95),
+        "pagein_builds": len(pagein_ms),
+        "pagein_ms_p50": _pct(pagein_ms, 50),
+        "pagein_ms_p95": _pct(pagein_ms, 95),
+        "warning_turns": warning_turns,
+        "pinned_overflow_turns": _rate(pinned_turns, turns),
+        "recall_by_kind": {
+            k: {"checks": v[0], "recall": _rate(v[1], v[0]), "recall_pagein": _rate(v[2], v[0])}
+            for k, v in sorted(by_kind.items())
+        },
+    }

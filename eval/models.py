@@ -1,0 +1,91 @@
+"""Which learned scorer the ``learned`` policy evaluates, and where it comes from."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("eval")
+
+
+class ModelUnavailable(Exception):
+    """The requested learned scorer cannot be loaded (the message says why)."""
+
+
+def load_packaged(path: Path) -> Any:
+    """``LearnedScorer.from_pretrained(path)``; raises :class:`ModelUnavailable` with the reason."""
+    from ctxscore.errors import ModelLoadError
+    from ctxscore.learned import LearnedScorer
+
+    try:
+        return LearnedScorer.from_pretrained(path)
+    except (ModelLoadError, OSError, ValueError) as exc:
+        raise ModelUnavailable(str(exc)) from exc
+
+
+def load_registered(alias_or_version: str) -> tuple[Any, dict[str, Any]]:
+    """Load a registered version of ``ctxscore-scorer`` by alias or version number.
+
+    Raises:
+        ModelUnavailable: no such alias/version, or its packaged folder cannot be found or loaded.
+    """
+    from . import tracking
+
+    tracking.setup()
+    version = tracking.get_version(alias_or_version)
+    if version is None:
+        raise ModelUnavailable(f"registered model {tracking.MODEL_NAME!r} has no alias or version {alias_or_version!r}")
+    try:
+        folder = tracking.download_scorer(version)
+    except FileNotFoundError as exc:
+        raise ModelUnavailable(str(exc)) from exc
+    info = tracking.version_info(version, None if alias_or_version.isdigit() else alias_or_version)
+    info["uri"] = f"models:/{tracking.MODEL_NAME}/{version.version}"
+    return load_packaged(folder), info
+
+
+def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, Any], str | None]:
+    """The scorer for the ``learned`` policy.
+
+    Args:
+        spec: ``"auto"`` (registry alias ``candidate``, then ``champion``, then the shipped default),
+            ``"default"`` (``ctxscore/models/default``), ``"none"``, an alias, a version number, or a
+            path to a packaged scorer folder.
+        use_mlflow: whether the registry may be consulted (``auto`` skips it when False).
+
+    Returns:
+        ``(scorer or None, model info, skip reason or None)``; with ``auto`` or ``none`` an
+        unavailable model gives ``None`` and a reason instead of an error.
+
+    Raises:
+        ModelUnavailable: an explicitly requested model cannot be loaded.
+    """
+    from ctxscore.learned import DEFAULT_MODEL_DIR
+
+    if spec == "none":
+        return None, {}, "disabled with --model none"
+    if spec == "default":
+        return load_packaged(DEFAULT_MODEL_DIR), {"uri": str(DEFAULT_MODEL_DIR), "alias": "shipped default"}, None
+    p = Path(spec)
+    if p.is_dir():
+        return load_packaged(p), {"uri": str(p.resolve())}, None
+    if spec != "auto":
+        scorer, info = load_registered(spec)
+        return scorer, info, None
+    reasons = []
+    if use_mlflow:
+        for alias in ("candidate", "champion"):
+            try:
+                scorer, info = load_registered(alias)
+                return scorer, info, None
+            except ModelUnavailable as exc:
+                reasons.append(str(exc))
+            except Exception as exc:  # noqa: BLE001 - a broken store must not stop the baselines
+                reasons.append(f"MLflow registry unavailable: {exc}")
+                break
+    try:
+        return load_packaged(DEFAULT_MODEL_DIR), {"uri": str(DEFAULT_MODEL_DIR), "alias": "shipped default"}, None
+    except ModelUnavailable as exc:
+        reasons.append(f"shipped default: {exc}")
+    return None, {}, "; ".join(reasons)
