@@ -308,6 +308,8 @@ class ContextManager:
     def _predict(self, msgs: list[Message]) -> list[tuple[Prediction, list[str]]]:
         """Predictions and entities (of the scan text: head and tail of long texts) per message."""
         ents = [extract_entities(_scan_text(m.text()), self.config) for m in msgs]
+        for i, m in enumerate(msgs):  # the learned scorer's position features read turn (set again in _append)
+            m.turn = len(self._entries) + i
         if self.scorer is self.rules:  # the rule signals reuse the entity scan
             preds = [self.rules.predict_one(m, e) for m, e in zip(msgs, ents, strict=True)]
         else:
@@ -344,7 +346,7 @@ class ContextManager:
         unit = idx  # a tool result joins the assistant message that called it
         if msg.role == "tool" and msg.tool_call_id in self._call_owner:
             unit = self._entries[self._call_owner[msg.tool_call_id]].unit
-        pinned = msg.role == "system" or pred.category == Category.INSTRUCTION
+        pinned = msg.role == "system" or pred.category == Category.INSTRUCTION or self._is_correction(msg, entities)
         if store:
             self.archive.add(
                 self.session_id, msg.id, idx, msg.role, text, msg.to_openai(),
@@ -395,6 +397,13 @@ class ContextManager:
                 if prev.msg.role == "user":
                     break
         return msg
+
+    def _is_correction(self, msg: Message, entities: list[str]) -> bool:
+        """A short user message with a value and a correction marker (rule file ``correction``
+        keywords): it restates a requirement, so it is pinned like an instruction."""
+        if msg.role != "user" or not entities or len(msg.content) > 400 or "correction" not in self.config.keywords:
+            return False
+        return self.config.keyword_counts(msg.content).get("correction", 0) > 0
 
     # -- tiers ----------------------------------------------------------------------------------
     def _form(self, e: _Entry, tier: str) -> tuple[str, int, str]:

@@ -203,3 +203,22 @@ def test_bad_policy():
         Policy(t_compact=0.9, t_structure=0.7)
     with pytest.raises(ConfigError, match="recent_turns"):
         Policy(recent_turns=0)
+
+
+def test_user_correction_is_pinned_so_the_new_value_survives():
+    msgs = [
+        {"role": "system", "content": "You book restaurants."},
+        {"role": "user", "content": "Please book a table for 2 people at Sushi Ran at 7pm."},
+        {"role": "assistant", "content": "Sure, checking availability for 2 people at 7pm."},
+        {"role": "user", "content": "Actually, make it 4 people."},
+    ]
+    for i in range(30):
+        msgs += [{"role": "assistant", "content": f"Looking at option {i} with some long explanation " * 6},
+                 {"role": "user", "content": f"ok {i}"}]
+    cm = ContextManager(budget=700)
+    cm.extend(msgs)
+    win = cm.build()
+    d = win.decisions[3]
+    assert d.pinned and d.tier == "verbatim"
+    assert any("4 people" in m["content"] for m in win.messages)
+    assert any(x.tier == "archived" for x in win.decisions)

