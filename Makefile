@@ -1,5 +1,6 @@
 # ctxscore: two commands for a fresh clone.
 #   make run    build data, train + register the scorer, evaluate against baselines, promote, export
+#   make feedback   one turn of the recall-failure feedback loop (then `make run` again)
 #   make test   the test suite (what CI runs)
 # Both create .venv on first use (torch==2.13.0 CPU first, then the package with its extras).
 
@@ -8,12 +9,14 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= out/eval
+# The scorer variants `make run` compares (add `--embedder e5` or `--head hgb` for the full grid).
+SWEEP  ?= --embedder use --embedder minilm --head logreg --head mlp
 export CTXSCORE_CORPORA ?= ../shared/datasets
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test bench clean-data
+.PHONY: install run feedback test bench clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +27,23 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The main job. Every step reuses what an earlier run left when its inputs are unchanged: the
+# dataset (manifest hashes), embeddings (data/cache), training (fingerprint tag on the registered
+# version), the evaluation (fingerprint in out/eval/metrics.json) and promotion (earlier eval runs).
 run: $(STAMP)
 	$(PY) -m training.data build
-	$(PY) -m training.train --sweep
-	$(PY) -m eval run --sessions data/processed/eval_sessions.jsonl --out $(OUT)
+	$(PY) -m training.train --sweep $(SWEEP) --table out/scorer_sweep.md
+	$(PY) -m eval run --sessions data/processed/eval_sessions.jsonl --model candidate --no-feedback --reuse --out $(OUT)
 	$(PY) -m eval promote
 	$(PY) -m training.registry export --alias champion --out ctxscore/models/default
 	$(PY) -m eval summary --out $(OUT)
+
+# One turn of the feedback loop: replay the dev sessions with the champion at the reference budget and
+# append every missed key fact to data/feedback/recall_failures.jsonl; the next `make run` trains
+# iteration N+1 on it (MLflow tag feedback_iteration) and its report compares N with N+1.
+feedback: $(STAMP)
+	$(PY) -m eval run --sessions data/processed/dev_sessions.jsonl --model champion --policies learned \
+	    --budget 0.25 --feedback-budgets f0.25 --out out/feedback
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="distilled labels for key-span retention (default: <corpora>/labels/distilled.jsonl if present)")
     r.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     r.add_argument("--no-feedback", action="store_true", help="do not append recall failures to data/feedback/")
+    r.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=False,
+                   help="skip the replay when OUT/metrics.json comes from the same sessions, budgets, policies, "
+                        "model and code (make run uses it)")
     r.add_argument("--feedback-dir", type=Path, default=None, help="feedback folder (default data/feedback)")
     r.add_argument("--feedback-budgets", default=None, metavar="KEYS",
                    help="record failures only at these budgets, comma-separated keys such as f0.25,t4000 "
@@ -167,6 +170,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         except ModelUnavailable as exc:
             print(f"error: --model {args.model}: {exc}", file=sys.stderr)
             return 2
+    fp = _run_fingerprint(args, sessions, budgets, model)
+    if args.reuse and _reuse(args.out, fp):
+        return 0
     labels = load_labels(_labels_path(args.labels))
     cfg = EvalConfig(budgets=budgets, policies=args.policies, probe_every=args.probe_every, pagein=args.pagein,
                      learned_scorer=scorer, learned_skip_reason=skip, model=model, labels=labels)
@@ -195,6 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             summary["run_id"] = run_id
             summary["run"]["sessions_file"] = str(args.sessions)
             summary["run"]["feedback_iteration"] = fb_iter
+            summary["run"]["fingerprint"] = fp
             if not args.no_feedback:
                 misses = res.misses
                 if args.feedback_budgets:
@@ -232,6 +239,47 @@ def cmd_run(args: argparse.Namespace) -> int:
         quiet_ctxscore.setLevel(old_level)
     _print_summary(summary, out)
     return 0
+
+
+#: Code whose content decides an evaluation's figures (part of the run fingerprint).
+_FINGERPRINT_DIRS = ("eval", "ctxscore")
+
+
+def _run_fingerprint(args: argparse.Namespace, sessions: list, budgets: list[Budget], model: dict[str, Any]) -> str:
+    """sha256 of what an evaluation's figures depend on: the sessions, budgets, policies, probe and
+    page-in settings, the learned model (run id and version) and the code of ``eval/`` and ``ctxscore/``."""
+    import hashlib
+    import json
+
+    from .sessions import sessions_hash
+
+    h = hashlib.sha256()
+    h.update(sessions_hash(sessions).encode())
+    h.update(json.dumps([[b.key for b in budgets], args.policies, args.probe_every, args.pagein, args.min_budget,
+                         model.get("run_id"), model.get("version"), model.get("source"), str(args.model)],
+                        sort_keys=True, default=str).encode())
+    for d in _FINGERPRINT_DIRS:
+        for f in sorted((REPO_ROOT / d).rglob("*")):
+            if f.suffix in (".py", ".toml") and "models" not in f.parts:
+                h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _reuse(out: Path, fp: str) -> bool:
+    """Print the earlier run's summary and return True when ``out/metrics.json`` has fingerprint ``fp``."""
+    import json
+
+    path = out / "metrics.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if summary.get("run", {}).get("fingerprint") != fp:
+        return False
+    print(f"unchanged since the run in {out} (same sessions, budgets, policies, model and code): reusing its "
+          "figures; --no-reuse evaluates again")
+    _print_summary(summary, out)
+    return True
 
 
 def _print_summary(summary: dict[str, Any], out: Path) -> None:

@@ -29,6 +29,6 @@ def corpora() -> Path:
 def _isolated_mlflow(tmp_path_factory, monkeypatch):
     """Every test gets its own MLflow file store, never the repository's mlruns/."""
     store = tmp_path_factory.mktemp("mlruns")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")

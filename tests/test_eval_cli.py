@@ -152,3 +152,19 @@ def test_module_entry_point():
     proc = subprocess.run([sys.executable, "-m", "eval", "validate", str(MINI)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert proc.returncode == 0 and "OK, 2 sessions" in proc.stdout
+
+
+def test_run_reuse_skips_an_unchanged_evaluation(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["run", "--sessions", str(MINI), "--budget", "0.25", "--policies", "full,rules", "--model", "none",
+            "--probe-every", "4", "--out", str(out), "--no-mlflow", "--no-feedback", "--quiet", "--reuse"]
+    assert main(args) == 0
+    first = (out / "metrics.json").read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "reusing its figures" in capsys.readouterr().out
+    assert (out / "metrics.json").read_text(encoding="utf-8") == first
+    # a different budget is a different evaluation
+    assert main([*args[:4], "0.5", *args[5:]]) == 0
+    assert "reusing" not in capsys.readouterr().out
+    assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["run"]["budgets"][0]["key"] == "f0.5"

@@ -81,6 +81,29 @@ def test_train_register_export_and_load(bundled_data, tmp_path, monkeypatch):
     assert list(out.columns) == ["category", *(f"p_{c}" for c in CATEGORIES), "value"]
     assert len(out) == 4
 
+    # an unchanged re-run reuses the registered version instead of training again
+    n_versions = len(client.search_model_versions(f"name='{registry.MODEL_NAME}'"))
+    rc = train.main([
+        "--data", str(bundled_data), "--embedder", "hashing-64", "--head", "logreg", "--labels", "all",
+        "--lexical-dim", "64", "--C", "0.1", "--cache-dir", str(tmp_path / "cache"), "--latency-n", "5",
+        "--feedback", str(feedback),
+    ])
+    assert rc == 0
+    assert len(client.search_model_versions(f"name='{registry.MODEL_NAME}'")) == n_versions
+    # new feedback changes the fingerprint: a new version is trained and becomes the candidate
+    with feedback.open("a") as f:
+        f.write(json.dumps({"message_id": target_id, "fact": "y", "run_id": "r1"}) + "\n")
+    rc = train.main([
+        "--data", str(bundled_data), "--embedder", "hashing-64", "--head", "logreg", "--labels", "all",
+        "--lexical-dim", "64", "--C", "0.1", "--cache-dir", str(tmp_path / "cache"), "--latency-n", "5",
+        "--feedback", str(feedback),
+    ])
+    assert rc == 0
+    assert len(client.search_model_versions(f"name='{registry.MODEL_NAME}'")) == n_versions + 1
+    newest = client.get_model_version_by_alias(registry.MODEL_NAME, "candidate")
+    assert int(newest.version) == int(mv.version) + 1
+    assert client.get_run(newest.run_id).data.tags["feedback_iteration"].startswith("2-")
+
 
 @pytest.mark.corpora
 @pytest.mark.slow

@@ -143,13 +143,17 @@ class Tracker:
             mlflow.MlflowClient().log_text(r.run_id, table + "\n", "comparison.md")
             mlflow.MlflowClient().set_tag(r.run_id, "chosen", "true")
 
-    def register(self, r: Result, alias: str = "candidate") -> str:
-        """Register the result's logged model as ``ctxscore-scorer`` and point ``alias`` at it."""
+    def register(self, r: Result, alias: str = "candidate", fingerprint: str = "") -> str:
+        """Register the result's logged model as ``ctxscore-scorer`` and point ``alias`` at it.
+
+        ``fingerprint`` (see :func:`training.train.fingerprint`) is stored as a version tag so that an
+        unchanged re-run can reuse the version (:func:`find_version`)."""
         import mlflow
 
         if r.model_uri is None:
             raise RuntimeError("log the result with log_result() before registering it")
-        mv = mlflow.register_model(r.model_uri, MODEL_NAME, tags={"variant": r.variant.name, "run_id": r.run_id or ""})
+        mv = mlflow.register_model(r.model_uri, MODEL_NAME, tags={"variant": r.variant.name, "run_id": r.run_id or "",
+                                                                  "fingerprint": fingerprint})
         set_alias(alias, mv.version)
         return str(mv.version)
 
@@ -160,6 +164,19 @@ def _requirements(embedder_id: str) -> list[str]:
     reqs = ["numpy", "scikit-learn", "skops", "tiktoken", "pandas"]
     dist = getattr(EMBEDDERS.get(embedder_id), "distribution", "")
     return reqs + [d for d in dist.split() if d]
+
+
+def find_version(fingerprint: str, name: str = MODEL_NAME) -> str | None:
+    """The newest registered version whose ``fingerprint`` tag equals ``fingerprint``, or ``None``."""
+    import mlflow
+
+    configure(None)
+    try:
+        versions = mlflow.MlflowClient().search_model_versions(f"name='{name}'")
+    except mlflow.exceptions.MlflowException:
+        return None
+    hits = [int(mv.version) for mv in versions if (mv.tags or {}).get("fingerprint") == fingerprint]
+    return str(max(hits)) if hits else None
 
 
 def set_alias(alias: str, version: str | int, name: str = MODEL_NAME) -> None:

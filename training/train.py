@@ -722,6 +722,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-register", action="store_true", help="log runs but do not register the chosen model")
     ap.add_argument("--experiment", default="ctxscore-scorer", help="MLflow experiment name")
     ap.add_argument("--table", default=None, help="also write the comparison table (markdown) to this file")
+    ap.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=True,
+                    help="skip training when a registered version has the same fingerprint (data manifest, feedback, "
+                         "variants, code); default on")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -734,11 +737,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                             head=(args.head or [base.head])[0], labels=(args.labels or [base.labels])[0])]
     ctx = load_context(args.data, args.feedback, args.rules, args.limit)
     log.info("data: %s; feedback %s", {k: len(v) for k, v in ctx.splits.items()}, ctx.feedback_stats)
+    fp = fingerprint(ctx, variants, args)
     tracker = None
     if not args.no_mlflow:
         from . import registry
 
         tracker = registry.Tracker(args.experiment)
+        if args.reuse and not args.no_register:
+            version = registry.find_version(fp)
+            if version is not None:
+                registry.set_alias("candidate", version)
+                print(f"nothing changed since ctxscore-scorer version {version} (fingerprint {fp[:12]}: same data "
+                      "manifest, feedback, variants and code): reusing it as 'candidate'; --no-reuse retrains")
+                if args.export:
+                    print(f"exported the packaged scorer to {registry.export_alias('candidate', args.export)}")
+                return 0
     results = []
     for k, v in enumerate(variants, 1):
         log.info("variant %d/%d: %s", k, len(variants), v.name)
@@ -758,18 +771,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = comparison_table(results, best)
     print(table)
     if args.table:
+        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
         Path(args.table).write_text(table + "\n", encoding="utf-8")
     print(f"chosen: {best.variant.name} (dev macro-F1 {best.dev['metrics']['macro_f1']:.3f}, "
           f"gap to annotators {ANNOTATOR_AGREEMENT - best.dev['metrics']['macro_f1']:.3f})")
     if tracker is not None:
         tracker.log_comparison(best, table)
     if tracker is not None and not args.no_register:
-        version = tracker.register(best)
+        version = tracker.register(best, fingerprint=fp)
         print(f"registered ctxscore-scorer version {version} with alias 'candidate' (run {best.run_id})")
     if args.export:
         out = export(best, args.export, ctx)
         print(f"exported the packaged scorer to {out}")
     return 0
+
+
+#: Source files whose content decides what a training run produces (part of the fingerprint).
+FINGERPRINT_FILES = ("training/train.py", "ctxscore/features.py", "ctxscore/learned.py", "ctxscore/embedders.py",
+                     "ctxscore/rules/__init__.py")
+
+
+def fingerprint(ctx: Context, variants: Sequence[Variant], args: argparse.Namespace) -> str:
+    """sha256 of everything a training invocation depends on: the data manifest, the feedback records,
+    the variants, the selection settings, the rule file and the code in :data:`FINGERPRINT_FILES`."""
+    h = hashlib.sha256()
+    h.update(ctx.manifest_sha.encode())
+    h.update(feedback_tag(ctx.feedback).encode())
+    h.update(json.dumps([asdict(v) for v in variants], sort_keys=True).encode())
+    h.update(json.dumps([args.limit, args.latency_budget_ms, args.max_package_mb], sort_keys=True).encode())
+    h.update(Path(ctx.rules_path).read_bytes())
+    for rel in FINGERPRINT_FILES:
+        h.update((REPO_ROOT / rel).read_bytes())
+    return h.hexdigest()
 
 
 def metrics_summary(r: Result) -> dict[str, Any]:
