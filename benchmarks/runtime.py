@@ -12,9 +12,9 @@ Usage: ``python benchmarks/runtime.py [--budget 8000] [--sizes 100 300 1000] [--
 from __future__ import annotations
 
 import argparse
-import logging
 import gzip
 import json
+import logging
 import os
 import statistics
 import sys

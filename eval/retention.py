@@ -19,7 +19,6 @@ Compressors measured:
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,26 +34,19 @@ COMPRESSORS = ("structured_summary", "aggressive_compress", "compress:structured
 
 
 def load_labels(path: str | Path | None) -> dict[str, dict[str, Any]]:
-    """Distilled labels by message id: ``{id: {"category", "importance", "key_spans"}}``.
+    """Distilled labels by message id: ``{id: {"category", "importance", "key_spans"}}``
+    (:func:`training.data.labels.load_distilled`, which validates every line).
 
     Returns an empty dict when ``path`` is ``None`` or absent (the corpora are optional).
 
     Raises:
-        ValueError: a line that is not valid JSON (names the line).
+        training.data.labels.LabelFormatError: a line that is not a valid label (names the line).
     """
     if path is None or not Path(path).is_file():
         return {}
-    out: dict[str, dict[str, Any]] = {}
-    with Path(path).open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path} line {n}: invalid JSON ({exc.msg})") from exc
-            out[str(row["id"])] = row
-    return out
+    from training.data.labels import load_distilled
+
+    return load_distilled(Path(path))
 
 
 def labelled_messages(sessions: Iterable[EvalSession], labels: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, list[str]]]:

@@ -45,7 +45,7 @@ def check_session(messages: list[dict], budget: int) -> None:
         win = cm.build()
         assert win.utilization <= 0.8 + 1e-9, (len(cm), win.tokens, win.warnings)
         by_id = {d.id: d for d in win.decisions}
-        for d, original in zip(win.decisions, cm.messages, strict=True):
+        for d in win.decisions:
             if d.category == "instruction" or d.role == "system":
                 assert d.tier == "verbatim"
         sent = [m for m in win.messages if m["role"] != "system" or not m["content"].startswith("[archived")]

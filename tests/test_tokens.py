@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import os
 from pathlib import Path
-
-import importlib.util
 
 import pytest
 

@@ -69,19 +69,15 @@ SWEEP_LABELS: dict[str, tuple[str, ...]] = {"multilingual-e5-small": ("distilled
 
 # ---------------------------------------------------------------------------------------------- data
 def load_dataset(path: str | os.PathLike[str] | None = None):
-    """The message-level ``DatasetDict`` (train / dev / test) built by ``python -m training.data build``.
+    """The message-level ``DatasetDict`` (train / dev / test) built by ``python -m training.data build``
+    (:func:`training.data.load_dataset_dict`; default ``data/processed``).
 
     Raises:
-        FileNotFoundError: no dataset at ``path`` (default ``data/processed/dataset``); the message
-            says how to build it.
+        FileNotFoundError: no dataset there; the message says how to build it.
     """
-    from datasets import load_from_disk
+    from .data import load_dataset_dict
 
-    base = Path(path) if path is not None else DEFAULT_DATA_DIR
-    ds_dir = base / "dataset" if (base / "dataset").is_dir() else base
-    if not (ds_dir / "dataset_dict.json").is_file():
-        raise FileNotFoundError(f"no DatasetDict at {ds_dir}; run `python -m training.data build` first")
-    return load_from_disk(str(ds_dir))
+    return load_dataset_dict(path if path is not None else DEFAULT_DATA_DIR)
 
 
 def load_message_records(path: str | os.PathLike[str] | None = None) -> dict[str, Message]:

@@ -16,7 +16,9 @@ evaluation probes; both are filled by the source loaders from the corpus annotat
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ctxscore.types import Message
@@ -165,3 +167,14 @@ def spans_in_text(text: str, candidates: Iterable[str], limit: int = 8, *, ignor
         if len(out) >= limit:
             break
     return out
+
+
+def read_zipped_json(path: Path) -> Any:
+    """The JSON document inside a zip archive (the first ``*.json`` member), read without unpacking
+    to disk (MultiWOZ and CrossWOZ ship ``val.json.zip`` / ``test.json.zip``)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".json"))
+        with zf.open(name) as fh:
+            return json.load(fh)

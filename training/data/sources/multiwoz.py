@@ -10,14 +10,12 @@ state (``semi`` and ``book`` slots) and the booking references in ``book.booked`
 
 from __future__ import annotations
 
-import json
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..facts import find_value, humanize, make_fact, overlaps, usable_value
-from ..schema import Session, make_message, make_session, spans_in_text
+from ..schema import Session, make_message, make_session, read_zipped_json, spans_in_text
 from ..weak import WeakLabel, is_pleasantry
 
 SOURCE = "multiwoz"
@@ -162,9 +160,5 @@ def iter_sessions(root: Path) -> Iterator[Session]:
     """Every dialogue of ``val`` then ``test``, in the files' key order."""
     for path in input_files(root):
         split = path.name.split(".")[0]
-        with zipfile.ZipFile(path) as zf:
-            name = next(n for n in zf.namelist() if n.endswith(".json"))
-            with zf.open(name) as fh:
-                data = json.load(fh)
-        for key, dialogue in data.items():
+        for key, dialogue in read_zipped_json(path).items():
             yield session_from_dialogue(key, dialogue, split)
