@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .archive import Archive
+from .archive import Archive, Hit
 from .compress import archive_stub, compress
 from .errors import BudgetError, ConfigError, InputError
 from .rules import RuleClassifier, RuleConfig, _scan_text, extract_entities
@@ -206,6 +206,7 @@ class ContextManager:
         self._n_compacted = 0  # entries not verbatim
         self._prepared = 0  # entries before this index have their compressed forms computed
         self._budget_now = budget
+        self._stuck: tuple[int, int] | None = None  # (messages, budget) at which compaction could do no more
         # per-entry arrays for vectorised values
         self._intr = _Grow(np.float64)  # intrinsic value (category base x static factors, blended)
         self._turn = _Grow(np.int64)
@@ -510,13 +511,12 @@ class ContextManager:
         pol = self.policy
         warns: list[str] = []
         relevance: dict[str, float] = {}
-        q_emb = None
-        if query:
-            q_emb = self._embed_query(query)
-            hits = self.archive.search(self.session_id, query, k=20, query_embedding=q_emb)
+        hits: list[Hit] = []
+        if query:  # one search serves both the relevance factor and page-in
+            hits = self.archive.search(self.session_id, query, k=40, query_embedding=self._embed_query(query))
             if hits:
                 top = hits[0].score
-                relevance = {h.id: h.score / top for h in hits}
+                relevance = {h.id: h.score / top for h in hits[:20]}
         self._compute_values(relevance)
         changed: list[int] = []
         if self._occupancy_tokens() >= pol.t_compact * B:
@@ -526,8 +526,8 @@ class ContextManager:
                 for i in np.flatnonzero(self._code.a[: len(self._entries)]):
                     if self._set_tier(int(i), Tier.VERBATIM):
                         changed.append(int(i))
-        elif self._occupancy_tokens() >= pol.t_archive * B:  # high-water: one batch down to low-water
-            k = pol.recent_turns
+        elif self._occupancy_tokens() >= pol.t_archive * B and self._stuck != (len(self._entries), B):
+            k = pol.recent_turns  # high-water: one batch down to low-water
             while True:
                 changed += self._compact(B, k)
                 if self._occupancy_tokens() <= pol.t_archive * B or k <= 0:
@@ -537,6 +537,8 @@ class ContextManager:
                     f"recency protection relaxed to the last {k} turn(s) to fit the budget of {B} tokens"
                     if k else f"recency protection relaxed to the last message to fit the budget of {B} tokens"
                 )
+            if not changed and self._occupancy_tokens() > pol.t_archive * B:
+                self._stuck = (len(self._entries), B)  # nothing left to compact until the history changes
         pinned_tokens = self._pinned_tokens + REPLY_PRIMING_TOKENS
         if pinned_tokens > B:
             msg = (
@@ -549,7 +551,7 @@ class ContextManager:
         if changed:
             entries = self._entries
             self.archive.set_tiers(self.session_id, [(entries[i].msg.id, entries[i].tier) for i in changed])
-        paged = self._page_in(query, B, q_emb) if query else {}
+        paged = self._page_in(hits, B) if hits else {}
         window = self._assemble(B, paged, warns)
         if window.tokens > B and pinned_tokens <= B:
             warns.append(
@@ -657,20 +659,20 @@ class ContextManager:
             archive_units(live(), pol.low_water)
         return changed
 
-    def _page_in(self, query: str, B: int, q_emb: Any) -> dict[int, str]:
+    def _page_in(self, ranked: list[Hit], B: int) -> dict[int, str]:
         """Entries shown verbatim for this build only (index -> hit id), and entries shown as stubs to
-        make room for them (index -> ``"evicted"``)."""
+        make room for them (index -> ``"evicted"``). ``ranked`` is the query's archive search, best
+        first; the first ``3 x page_in_k`` hits that are not verbatim are candidates."""
         pol = self.policy
         entries = self._entries
         limit = pol.page_in_limit * B
-        hits = self.archive.search(
-            self.session_id, query, k=pol.page_in_k * 3, query_embedding=q_emb,
-            only=lambda mid: mid in self._ids and entries[self._ids[mid]].tier != Tier.VERBATIM,
-        )
+        hits = [h for h in ranked if h.id in self._ids and entries[self._ids[h.id]].tier != Tier.VERBATIM]
+        hits = hits[: pol.page_in_k * 3]
         paged: dict[int, str] = {}
         occ = self._occupancy_tokens()
         evicted: set[int] = set()
         units_done: set[int] = set()
+        evictable: dict[int, list[int]] | None = None  # computed once, when room is first needed
         for h in hits:
             if len(units_done) >= pol.page_in_k:
                 break
@@ -682,8 +684,10 @@ class ContextManager:
             delta = sum(entries[i].tokens - entries[i].cur_tokens for i in members)
             if occ + delta > limit:
                 # make room for this build only: lowest-value evictable units (not pinned, not recent)
+                if evictable is None:
+                    evictable = self._eligible_units(pol.recent_turns)
                 cands = sorted(
-                    (m for uu, m in self._eligible_units(pol.recent_turns).items()
+                    (m for uu, m in evictable.items()
                      if uu != u and uu not in units_done and not evicted.intersection(m)
                      and any(entries[i].tier != Tier.ARCHIVED for i in m)),
                     key=self._unit_value,
