@@ -312,7 +312,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
         who = f"{tg['policy']}{' (stand-in for learned)' if tg.get('stand_in') else ''}"
         print(f"targets at {tg['budget']} for {who}: {'met' if tg['passed'] else 'NOT met'}")
         for c in tg["checks"]:
-            print(f"  {'pass' if c['passed'] else 'FAIL'}  {c['name']}: {c['value']} (target {c['target']})")
+            verdict = "info" if c.get("info") else ("pass" if c["passed"] else "FAIL")
+            print(f"  {verdict}  {c['name']}: {c['value']} (target {c['target']})")
     else:
         print(f"targets not evaluated: {tg.get('reason', 'no result')}")
     return 0

@@ -9,6 +9,8 @@ is one check); token figures are sums over every turn of every session.
   where the old value was present while the new one was missing.
 - ``cum_tokens``: sum over turns of the window tokens (the prompt tokens of an LLM call after every
   message); ``token_ratio`` = cum_tokens / cum_full_tokens; ``token_reduction`` = 1 - token_ratio.
+- ``util_peak_feasible``: the peak over turns where the policy did not report that the budget cannot
+  hold its pinned content and the last message (``infeasible_turns``: the share of such turns).
 - ``util_mean`` / ``util_peak`` / ``util_p95``: window tokens / budget per turn, mean, maximum and 95th
   percentile over turns.
 - ``over_budget_turns``: fraction of turns whose window exceeded the budget.
@@ -53,7 +55,8 @@ def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
     by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     cum = cum_full = 0
     util: list[float] = []
-    over = turns = 0
+    util_feasible: list[float] = []  # turns the policy did not report as impossible to fit
+    over = turns = infeasible_turns = 0
     build_ms: list[float] = []
     add_ms: list[float] = []
     pagein_ms: list[float] = []
@@ -78,9 +81,14 @@ def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
                 leak_p += p.leak_pagein
         cum += sum(tr.tokens)
         cum_full += sum(tr.full)
-        for tok, b in zip(tr.tokens, tr.budget, strict=True):
+        infeasible = tr.infeasible or [False] * len(tr.tokens)
+        for tok, b, inf in zip(tr.tokens, tr.budget, infeasible, strict=True):
             util.append(tok / b)
             over += tok > b
+            if inf:
+                infeasible_turns += 1
+            else:
+                util_feasible.append(tok / b)
         turns += len(tr.tokens)
         build_ms += tr.build_ms
         add_ms += tr.add_ms
@@ -107,6 +115,8 @@ def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
         "util_mean": round(float(np.mean(util)), 4) if util else None,
         "util_peak": round(float(np.max(util)), 4) if util else None,
         "util_p95": _pct(util, 95),
+        "util_peak_feasible": round(float(np.max(util_feasible)), 4) if util_feasible else None,
+        "infeasible_turns": _rate(infeasible_turns, turns),
         "over_budget_turns": _rate(over, turns),
         "longest_fit_128k": max(fit_lengths) if fit_lengths else 0,
         "sessions_fit_128k": len(fit_lengths),

@@ -76,6 +76,7 @@ class Trace:
     misses: list[dict[str, Any]] = field(default_factory=list)
     warning_turns: int = 0
     pinned_overflow_turns: int = 0
+    infeasible: list[bool] = field(default_factory=list)  # per turn: the policy reported it cannot fit the budget
 
     def with_budget(self, budget: Budget) -> Trace:
         """A copy for a budget-independent policy under another budget (only ``budget`` differs)."""
@@ -84,6 +85,7 @@ class Trace:
             tokens=self.tokens, full=self.full, budget=[budget.tokens_at(f) for f in self.full],
             add_ms=self.add_ms, build_ms=self.build_ms, pagein_ms=self.pagein_ms, probes=self.probes,
             misses=[], warning_turns=self.warning_turns, pinned_overflow_turns=self.pinned_overflow_turns,
+            infeasible=self.infeasible,
         )
 
 
@@ -160,6 +162,7 @@ def replay(
         trace.budget.append(b)
         trace.add_ms.append((t1 - t0) * 1000)
         trace.build_ms.append((t2 - t1) * 1000)
+        trace.infeasible.append(any("above the budget" in w for w in win.warnings))
         if win.warnings:
             trace.warning_turns += 1
             trace.pinned_overflow_turns += any("pinned content" in w for w in win.warnings)

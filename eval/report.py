@@ -150,18 +150,20 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: d
               "page-in (the probe as the query). Leakage: superseded value present while the new one is missing "
               "(without / with page-in). Tokens: cumulative prompt tokens over all turns / full context. "
               "Utilization: window tokens / budget per turn; over budget: share of turns above it; pinned over: share "
-              "of turns where pinned content (instructions, system messages) alone exceeded the budget. Fit 128k: longest session (messages) whose window "
+              "of turns where pinned content (instructions, system messages) alone exceeded the budget; peak feasible: peak "
+              "over the turns where the policy did not report that pinned content and the last message exceed the "
+              "budget. Fit 128k: longest session (messages) whose window "
               "stayed within 128k tokens.", "",
               "| policy | budget | recall | recall page-in | recall end (page-in) | leakage | leakage page-in "
-              "| tokens / full | reduction | util mean | util p95 | util peak | over budget | pinned over | fit 128k "
+              "| tokens / full | reduction | util mean | util p95 | util peak | peak feasible | over budget | pinned over | fit 128k "
               "| build ms p50 | p95 |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["results"]:
         lines.append(
             f"| {r['policy']} | {r['budget']['label']} | {_f(r['recall'])} | {_f(r['recall_pagein'])} | "
             f"{_f(r['recall_end_pagein'])} | {_f(r['leakage'])} | {_f(r['leakage_pagein'])} | "
             f"{_f(r['token_ratio'])} | {_f(r['token_reduction'])} | {_f(r['util_mean'])} | {_f(r['util_p95'])} | "
-            f"{_f(r['util_peak'])} | {_f(r['over_budget_turns'])} | {_f(r.get('pinned_overflow_turns'))} | "
+            f"{_f(r['util_peak'])} | {_f(r.get('util_peak_feasible'))} | {_f(r['over_budget_turns'])} | {_f(r.get('pinned_overflow_turns'))} | "
             f"{r['longest_fit_128k']} ({r['sessions_fit_128k']}/{r['sessions']}) | "
             f"{_f(r['build_ms_p50'], 2)} | {_f(r['build_ms_p95'], 2)} |"
         )
@@ -176,7 +178,7 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: d
         lines += ["| check | value | target | result |", "|---|---|---|---|"]
         for c in tg["checks"]:
             lines.append(f"| {c['name']} ({tg['policy']}) | {_f(c['value'])} | {c['target']} | "
-                         f"{'pass' if c['passed'] else '**FAIL**'} |")
+                         f"{'info' if c.get('info') else ('pass' if c['passed'] else '**FAIL**')} |")
         lines += ["", f"Overall: {'pass' if tg['passed'] else '**not met**'}."]
     ret = summary.get("retention") or {}
     lines += ["", "## Compressors: retention of annotated key spans", ""]

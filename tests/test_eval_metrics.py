@@ -139,3 +139,16 @@ def test_feedback_text_is_cut_like_the_labels():
     cut = _cut(text)
     assert cut == "a" * 900 + " … " + "b" * 900
     assert _cut("short") == "short"
+
+
+def test_feasible_peak_leaves_out_turns_the_policy_cannot_fit():
+    from eval.metrics import aggregate
+    from eval.replay import Trace
+
+    tr = Trace("s", "rules", "t100", 3, tokens=[50, 300, 60], full=[50, 400, 500], budget=[100, 100, 100],
+               infeasible=[False, True, False])
+    m = aggregate([tr])
+    assert m["util_peak"] == 3.0
+    assert m["util_peak_feasible"] == 0.6
+    assert m["infeasible_turns"] == round(1 / 3, 4)
+    assert m["over_budget_turns"] == round(1 / 3, 4)
