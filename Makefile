@@ -9,8 +9,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= out/eval
-# The scorer variants `make run` compares (add `--embedder e5` or `--head hgb` for the full grid).
-SWEEP  ?= --embedder use --embedder minilm --head logreg --head mlp
+# The scorer variants `make run` compares: the default embedder with two heads and two label sets
+# (4 runs). The full grid of the README: SWEEP="--embedder use --embedder minilm --embedder e5 --head logreg --head hgb --head mlp".
+SWEEP  ?= --embedder use --head logreg --head mlp
 export CTXSCORE_CORPORA ?= ../shared/datasets
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1

@@ -3,7 +3,8 @@
 Storage: one SQLite file (stdlib ``sqlite3``) in WAL mode, or an in-memory database. Tables:
 ``sessions`` (per-session state), ``messages`` (the original OpenAI-style message as JSON, its
 rendered text, the scorer's prediction and the current tier) and ``messages_fts``, an FTS5 index with
-the trigram tokenizer over the rendered text (https://www.sqlite.org/fts5.html#the_trigram_tokenizer),
+the trigram tokenizer over the rendered text and a context column (the start of the previous
+message, weighted 0.4 in bm25) (https://www.sqlite.org/fts5.html#the_trigram_tokenizer),
 so Chinese text matches without a word segmenter.
 
 Search is hybrid: FTS5 ``bm25`` ranking for terms of three or more characters, a ``LIKE`` scan for
@@ -31,6 +32,8 @@ import numpy as np
 from .errors import CtxScoreError, InputError
 
 RRF_K = 60
+#: bm25 weight of the ``context`` column relative to the message text (1.0).
+CONTEXT_WEIGHT = 0.4
 
 _EN_STOP = frozenset(
     """a an the of for to in on at by from with and or but is are was were be been being do does did
@@ -112,7 +115,7 @@ class Archive:
             the message says which and leaves the file untouched.
     """
 
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path in (None, ":memory:") else Path(path)
@@ -147,12 +150,12 @@ class Archive:
             CREATE TABLE IF NOT EXISTS messages(
                 rowid INTEGER PRIMARY KEY,
                 session_id TEXT NOT NULL, id TEXT NOT NULL, turn INTEGER NOT NULL,
-                role TEXT NOT NULL, text TEXT NOT NULL, message TEXT NOT NULL,
+                role TEXT NOT NULL, text TEXT NOT NULL, context TEXT NOT NULL DEFAULT '', message TEXT NOT NULL,
                 prediction TEXT, tier TEXT NOT NULL DEFAULT 'verbatim', embedding BLOB,
                 UNIQUE(session_id, id));
             CREATE INDEX IF NOT EXISTS messages_turn ON messages(session_id, turn);
             CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-                text, content='messages', content_rowid='rowid', tokenize='trigram');
+                text, context, content='messages', content_rowid='rowid', tokenize='trigram');
             """
         )
         db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
@@ -172,8 +175,13 @@ class Archive:
         message: dict[str, Any],
         prediction: dict[str, Any] | None = None,
         embedding: np.ndarray | None = None,
+        context: str = "",
     ) -> None:
         """Store one original message (whole) and index its text.
+
+        ``context`` (for example the start of the previous message) is indexed in a second FTS column
+        with a lower bm25 weight, so a reply like "your reference number is Q1XUDH9Y" is found by a
+        question that names what the user asked for ("the booking at Ali Baba").
 
         Raises:
             InputError: a message with this id already exists in the session (ids must be unique).
@@ -183,16 +191,18 @@ class Archive:
             try:
                 self._db.execute("BEGIN")
                 cur = self._db.execute(
-                    "INSERT INTO messages(session_id, id, turn, role, text, message, prediction, embedding) "
-                    "VALUES(?,?,?,?,?,?,?,?)",
+                    "INSERT INTO messages(session_id, id, turn, role, text, context, message, prediction, embedding) "
+                    "VALUES(?,?,?,?,?,?,?,?,?)",
                     (
-                        session_id, message_id, turn, role, text,
+                        session_id, message_id, turn, role, text, context,
                         json.dumps(message, ensure_ascii=False),
                         None if prediction is None else json.dumps(prediction, ensure_ascii=False),
                         blob,
                     ),
                 )
-                self._db.execute("INSERT INTO messages_fts(rowid, text) VALUES(?, ?)", (cur.lastrowid, text))
+                self._db.execute(
+                    "INSERT INTO messages_fts(rowid, text, context) VALUES(?, ?, ?)", (cur.lastrowid, text, context)
+                )
                 self._db.execute("COMMIT")
             except sqlite3.IntegrityError:
                 self._db.execute("ROLLBACK")
@@ -287,8 +297,8 @@ class Archive:
             if fts_terms:
                 rows = self._db.execute(
                     "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_fts f JOIN messages m ON m.rowid = f.rowid "
-                    "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts) LIMIT ?",
-                    (fts_match_expression(fts_terms), session_id, limit),
+                    "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts, 1.0, ?) LIMIT ?",
+                    (fts_match_expression(fts_terms), session_id, CONTEXT_WEIGHT, limit),
                 ).fetchall()
                 lists.append(rows)
             for term in short_terms:

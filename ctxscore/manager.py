@@ -50,6 +50,10 @@ log = logging.getLogger("ctxscore")
 
 _CAT_RANK = {Category.FAILURE: 0, Category.REASONING: 1, Category.KEY_STATE: 2, Category.INSTRUCTION: 3}
 _CONFIRM_SHORT = 80  # a user message of at most this many characters can confirm the previous answer
+# The start (200 characters) of each of the 3 previous messages is indexed as the archive search
+# context of a message (a booking reply is found by a question naming the venue asked for earlier).
+_CONTEXT_CHARS = 200
+_CONTEXT_MESSAGES = 3
 
 
 @dataclass
@@ -354,6 +358,7 @@ class ContextManager:
                 prediction={"category": pred.category, "probs": pred.probs, "value": pred.value,
                             "source": pred.source, "signals": pred.signals},
                 embedding=pred.embedding,
+                context="\n".join(e.text[:_CONTEXT_CHARS] for e in self._entries[-_CONTEXT_MESSAGES:]),
             )
         if msg.role == "user":
             self._turn_no += 1
