@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,8 @@ from .tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from .types import CATEGORIES, Category, ContextWindow, Decision, Message, Tier
 
 log = logging.getLogger("ctxscore")
+
+_default_scorer: Any = None  # the packaged learned scorer (False: unavailable), loaded on first use
 
 _CAT_RANK = {Category.FAILURE: 0, Category.REASONING: 1, Category.KEY_STATE: 2, Category.INSTRUCTION: 3}
 _CONFIRM_SHORT = 80  # a user message of at most this many characters can confirm the previous answer
@@ -157,9 +158,9 @@ class ContextManager:
 
     Args:
         budget: default token budget for :meth:`build` (tokens, > 0).
-        scorer: ``"rules"`` (rule classifier only), ``"auto"`` (the packaged learned scorer when its
-            embedder is installed, else rules with one warning), a :class:`~ctxscore.scorer.Scorer`,
-            or a path to a packaged scorer folder.
+        scorer: ``"auto"`` (default: the packaged learned scorer when its embedder package is
+            installed, else the rule classifier with one warning), ``"rules"`` (rule classifier only),
+            a :class:`~ctxscore.scorer.Scorer`, or a path to a packaged scorer folder.
         rules: a :class:`~ctxscore.rules.RuleConfig`, a rule-file path, or ``None`` for the default.
         encoding: tiktoken encoding, ``"cl100k_base"`` or ``"o200k_base"``.
         policy: a :class:`Policy` (defaults as in the design).
@@ -180,7 +181,7 @@ class ContextManager:
         self,
         budget: int = 8000,
         *,
-        scorer: Scorer | str | Path | None = "rules",
+        scorer: Scorer | str | Path | None = "auto",
         rules: RuleConfig | str | Path | None = None,
         encoding: str = "cl100k_base",
         policy: Policy | None = None,
@@ -227,13 +228,12 @@ class ContextManager:
         if scorer is None or scorer == "rules":
             return self.rules
         if scorer == "auto":
-            try:
+            global _default_scorer
+            if _default_scorer is None:  # loaded once per process, shared by every manager
                 from .learned import load_default_scorer  # noqa: PLC0415
-            except ImportError:
-                warnings.warn("ctxscore: learned scorer unavailable; using the rule classifier", stacklevel=3)
-                return self.rules
-            loaded = load_default_scorer(warn=True)
-            return loaded if loaded is not None else self.rules
+
+                _default_scorer = load_default_scorer(warn=True) or False
+            return _default_scorer or self.rules
         if isinstance(scorer, str | Path):
             from .learned import LearnedScorer  # noqa: PLC0415
 

