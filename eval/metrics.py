@@ -9,8 +9,9 @@ is one check); token figures are sums over every turn of every session.
   where the old value was present while the new one was missing.
 - ``cum_tokens``: sum over turns of the window tokens (the prompt tokens of an LLM call after every
   message); ``token_ratio`` = cum_tokens / cum_full_tokens; ``token_reduction`` = 1 - token_ratio.
-- ``util_peak_feasible``: the peak over turns where the policy did not report that the budget cannot
-  hold its pinned content and the last message (``infeasible_turns``: the share of such turns).
+- ``util_peak_feasible``: the peak over turns where the policy issued no warning, i.e. it did not have
+  to relax recency protection or exceed the budget because pinned content and the recent turns do not
+  fit (``infeasible_turns``: the share of turns with such a warning).
 - ``util_mean`` / ``util_peak`` / ``util_p95``: window tokens / budget per turn, mean, maximum and 95th
   percentile over turns.
 - ``over_budget_turns``: fraction of turns whose window exceeded the budget.

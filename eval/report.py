@@ -151,8 +151,8 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: d
               "(without / with page-in). Tokens: cumulative prompt tokens over all turns / full context. "
               "Utilization: window tokens / budget per turn; over budget: share of turns above it; pinned over: share "
               "of turns where pinned content (instructions, system messages) alone exceeded the budget; peak feasible: peak "
-              "over the turns where the policy did not report that pinned content and the last message exceed the "
-              "budget. Fit 128k: longest session (messages) whose window "
+              "over the turns where the policy gave no warning (it did not have to relax recency protection or "
+              "exceed the budget). Fit 128k: longest session (messages) whose window "
               "stayed within 128k tokens.", "",
               "| policy | budget | recall | recall page-in | recall end (page-in) | leakage | leakage page-in "
               "| tokens / full | reduction | util mean | util p95 | util peak | peak feasible | over budget | pinned over | fit 128k "
