@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ctxscore`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
+    logging.getLogger("ctxscore").setLevel(logging.ERROR)  # window warnings are printed by the commands
     try:
         return args.func(args)
     except CtxScoreError as exc:

@@ -558,6 +558,8 @@ class ContextManager:
             self.archive.set_tiers(self.session_id, [(entries[i].msg.id, entries[i].tier) for i in changed])
         paged = self._page_in(hits, B) if hits else {}
         window = self._assemble(B, paged, warns)
+        if paged and window.tokens > pol.page_in_limit * B:
+            window = self._fit_page_in(B, paged, warns)
         if window.tokens > B and pinned_tokens <= B:
             warns.append(
                 f"window needs {window.tokens} tokens, above the budget of {B}: the last "
@@ -648,7 +650,10 @@ class ContextManager:
             for u in sorted(unit_ids, key=lambda u: (self._unit_value(units[u]), u)):
                 if until is not None and occ() <= until:
                     return
-                for i in units[u]:
+                members = units[u]
+                if sum(entries[i].cur_tokens for i in members) <= sum(self._form(entries[i], Tier.ARCHIVED)[1] for i in members):
+                    continue  # a stub would not be smaller than what is there now
+                for i in members:
                     setn(i, Tier.ARCHIVED)
 
         def live() -> list[int]:
@@ -717,6 +722,19 @@ class ContextManager:
                 paged[i] = "evicted"
                 self._form(entries[i], Tier.ARCHIVED)
         return paged
+
+    def _fit_page_in(self, B: int, paged: dict[int, str], warns: list[str]) -> ContextWindow:
+        """Undo page-ins, the lowest-ranked first, until the assembled window fits the page-in limit
+        (the planning in :meth:`_page_in` uses per-message estimates; stub notes can differ)."""
+        limit = self.policy.page_in_limit * self._budget_now
+        order = list(dict.fromkeys(h for h in paged.values() if h != "evicted"))  # hit ids, best first
+        while order:
+            drop = order.pop()
+            paged = {i: h for i, h in paged.items() if h != drop}
+            window = self._assemble(B, paged, warns)
+            if window.tokens <= limit:
+                return window
+        return self._assemble(B, {}, warns)
 
     def _assemble(self, B: int, paged: dict[int, str], warns: list[str]) -> ContextWindow:
         """Messages in conversation order: originals or compressed forms, archived runs merged into

@@ -76,6 +76,8 @@ class Message:
         if not isinstance(data, dict):
             raise InputError(f"{where}: expected a JSON object with 'role' and 'content', got {type(data).__name__}")
         role = data.get("role")
+        if role is None:
+            raise InputError(f"{where}: missing 'role'; every message needs one of {', '.join(ROLES)}")
         if role not in ROLES:
             raise InputError(
                 f"{where}: unknown role {role!r}; use one of {', '.join(ROLES)} "

@@ -23,7 +23,9 @@ def agent_session(cycles: int = 12) -> list[dict]:
             {"role": "tool", "tool_call_id": call_id, "name": "search_flights",
              "content": json.dumps([{"flight_number": f"HAT{100 + c * 7}", "price": 120 + c, "seats": 3 + c, "note": " ".join(f"row{r} seat{r}A" for r in range(40))}])},
             {"role": "assistant", "content": f"Flight HAT{100 + c * 7} costs ${120 + c} and arrives at 5:{10 + c}pm. Would you like it? " + "Some filler prose about the options that does not matter much. " * 4},
-            {"role": "user", "content": "Hmm, let me think." if c % 3 else "Error: my app crashed, sorry, retry please"},
+            {"role": "user", "content": "Hmm, let me think." if c % 3 else
+             "Error: my app crashed again and the screen went blank, sorry, that attempt failed completely and "
+             "nothing was saved at all."},
         ]
     return msgs
 
@@ -98,8 +100,10 @@ def test_failures_archived_first_and_values_explained():
     cm = ContextManager(scorer="rules", budget=2000)
     cm.extend(agent_session(8))
     win = cm.build()
-    fails = [d for d in win.decisions if d.category == "failure"]
-    assert fails and all(d.tier == "archived" for d in fails if d.turn < len(win.decisions) - 12)
+    fails = [d for d in win.decisions if d.category == "failure" and d.turn < len(win.decisions) - 12]
+    big = [d for d in fails if d.tokens_before > 20]  # a stub (about 15 tokens) would not shrink the others
+    assert big and all(d.tier == "archived" for d in big)
+    assert all(d.tier == "verbatim" for d in fails if d.tokens_before <= 12)
     d = win.decisions[5]
     assert 0.0 <= d.value <= 1.0
     assert {"base", "recency", "references", "entity_density", "confirmation", "token_cost", "relevance"} <= set(d.factors)
@@ -141,6 +145,7 @@ def test_pinned_overflow_is_reported_with_figures():
     ("bad", "match"),
     [
         ({"role": "robot", "content": "hi"}, "unknown role 'robot'"),
+        ({"content": "hi"}, "missing 'role'"),
         ({"role": "user", "content": "   "}, "empty content"),
         ({"role": "user", "content": 42}, "'content' must be a string"),
         ({"role": "user"}, "empty content"),
@@ -222,3 +227,15 @@ def test_user_correction_is_pinned_so_the_new_value_survives():
     assert d.pinned and d.tier == "verbatim"
     assert any("4 people" in m["content"] for m in win.messages)
     assert any(x.tier == "archived" for x in win.decisions)
+
+
+def test_page_in_never_pushes_the_window_over_budget():
+    msgs = agent_session(12)
+    for budget in range(500, 3001, 250):
+        cm = ContextManager(scorer="rules", budget=budget)
+        cm.extend(msgs)
+        plain = cm.build()
+        for query in ("search_flights results HAT100 HAT107 HAT114", "price seats arrives flight", "crashed retry"):
+            win = cm.build(query=query)
+            if plain.tokens <= budget:
+                assert win.tokens <= budget, (budget, query, win.tokens, win.paged_in)
