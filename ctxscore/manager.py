@@ -631,6 +631,7 @@ class ContextManager:
         entries = self._entries
         changed: list[int] = []
         units = self._eligible_units(k)
+        stub_cap = int(pol.stub_fraction * B)
 
         def occ() -> float:
             return self._occupancy_tokens() / B
@@ -651,8 +652,9 @@ class ContextManager:
                 if until is not None and occ() <= until:
                     return
                 members = units[u]
-                if sum(entries[i].cur_tokens for i in members) <= sum(self._form(entries[i], Tier.ARCHIVED)[1] for i in members):
-                    continue  # a stub would not be smaller than what is there now
+                stub = sum(self._form(entries[i], Tier.ARCHIVED)[1] for i in members)
+                if self._stub_tokens + stub <= stub_cap and sum(entries[i].cur_tokens for i in members) <= stub:
+                    continue  # its stub would be shown and would not be smaller than the message itself
                 for i in members:
                     setn(i, Tier.ARCHIVED)
 
