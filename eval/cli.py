@@ -186,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from . import tracking
 
         mlflow = tracking.setup(args.experiment)
-        tags = {"ctxscore.run_type": "eval", "feedback_iteration": fb_iter,
+        tags = {"ctxscore.run_type": "eval", "feedback_iteration": fb_iter, "code_hash": code_hash(),
                 "model_name": model.get("name", ""), "model_version": model.get("version", ""),
                 "model_alias": model.get("alias") or "", "sessions_hash": ""}
         run_ctx = mlflow.start_run(run_name=f"eval-{args.sessions.stem}", tags=tags)
@@ -258,11 +258,21 @@ def _run_fingerprint(args: argparse.Namespace, sessions: list, budgets: list[Bud
     h.update(json.dumps([[b.key for b in budgets], args.policies, args.probe_every, args.pagein, args.min_budget,
                          model.get("run_id"), model.get("version"), model.get("source"), str(args.model)],
                         sort_keys=True, default=str).encode())
+    h.update(code_hash().encode())
+    return h.hexdigest()
+
+
+def code_hash() -> str:
+    """sha256 (first 16 hex) of the ``.py`` and ``.toml`` files of ``eval/`` and ``ctxscore/`` (not
+    the packaged model): figures computed by other code are not reused."""
+    import hashlib
+
+    h = hashlib.sha256()
     for d in _FINGERPRINT_DIRS:
         for f in sorted((REPO_ROOT / d).rglob("*")):
             if f.suffix in (".py", ".toml") and "models" not in f.parts:
                 h.update(f.read_bytes())
-    return h.hexdigest()
+    return h.hexdigest()[:16]
 
 
 def _reuse(out: Path, fp: str) -> bool:
@@ -349,7 +359,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
     def evaluate(version: Any, alias: str) -> dict[str, Any]:
         if not args.no_reuse:
             found = tracking.find_eval_figures(str(version.version), shash, budget.key, args.probe_every,
-                                               args.pagein, args.min_budget, args.experiment)
+                                               args.pagein, args.min_budget, args.experiment, code=code_hash())
             if found is not None:
                 print(f"{alias} (version {version.version}): reusing eval run {found['reused_run_id']}")
                 return {"version": str(version.version), "alias": alias, **found}

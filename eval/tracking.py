@@ -156,9 +156,10 @@ def version_info(version: Any, alias: str | None) -> dict[str, Any]:
 
 
 def find_eval_figures(version: str, sessions_hash: str, budget_key: str, probe_every: int, pagein: str,
-                      min_budget: int, experiment: str = EXPERIMENT) -> dict[str, Any] | None:
+                      min_budget: int, experiment: str = EXPERIMENT, code: str | None = None) -> dict[str, Any] | None:
     """Figures of the learned policy from the latest finished eval run of ``version`` on the same
-    sessions and settings (so promotion need not replay them again), or ``None``.
+    sessions and settings — and, when ``code`` is given, made by the same code (tag ``code_hash``) —
+    so promotion need not replay them again; or ``None``.
 
     Returns:
         ``{"recall", "recall_pagein", "token_ratio", "token_reduction", "util_peak", "reused_run_id"}``.
@@ -171,7 +172,8 @@ def find_eval_figures(version: str, sessions_hash: str, budget_key: str, probe_e
     flt = (f"tags.`ctxscore.run_type` = 'eval' and tags.model_name = '{MODEL_NAME}' and "
            f"tags.model_version = '{version}' and tags.sessions_hash = '{sessions_hash}' and "
            f"params.probe_every = '{probe_every}' and params.pagein = '{pagein}' and "
-           f"params.min_budget = '{min_budget}' and attributes.status = 'FINISHED'")
+           f"params.min_budget = '{min_budget}' and attributes.status = 'FINISHED'"
+           + (f" and tags.code_hash = '{code}'" if code else ""))
     runs = mlflow.search_runs([exp.experiment_id], filter_string=flt, order_by=["attributes.start_time DESC"],
                               output_format="list")
     for run in runs:
