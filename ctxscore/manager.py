@@ -532,18 +532,7 @@ class ContextManager:
                     if self._set_tier(int(i), Tier.VERBATIM):
                         changed.append(int(i))
         elif self._occupancy_tokens() >= pol.t_archive * B and self._stuck != (len(self._entries), B):
-            k = pol.recent_turns  # high-water: one batch down to low-water
-            while True:
-                changed += self._compact(B, k)
-                if self._occupancy_tokens() <= pol.t_archive * B or k <= 0:
-                    break
-                k -= 1
-                warns.append(
-                    f"recency protection relaxed to the last {k} turn(s) to fit the budget of {B} tokens"
-                    if k else f"recency protection relaxed to the last message to fit the budget of {B} tokens"
-                )
-            if not changed and self._occupancy_tokens() > pol.t_archive * B:
-                self._stuck = (len(self._entries), B)  # nothing left to compact until the history changes
+            changed += self._compact_batch(B, warns)
         pinned_tokens = self._pinned_tokens + REPLY_PRIMING_TOKENS
         if pinned_tokens > B:
             msg = (
@@ -553,11 +542,18 @@ class ContextManager:
             if pol.on_overflow == "raise":
                 raise BudgetError(msg)
             warns.append(msg)
+        paged = self._page_in(hits, B) if hits else {}
+        window = self._assemble(B, paged, warns)
+        if (not paged and window.tokens >= pol.t_archive * B and not changed
+                and self._stuck != (len(self._entries), B)):
+            # the occupancy estimate (stub notes) was under the high-water mark but the assembled
+            # window is not: compact on the exact figure
+            changed += self._compact_batch(B, warns)
+            if changed:
+                window = self._assemble(B, paged, warns)
         if changed:
             entries = self._entries
             self.archive.set_tiers(self.session_id, [(entries[i].msg.id, entries[i].tier) for i in changed])
-        paged = self._page_in(hits, B) if hits else {}
-        window = self._assemble(B, paged, warns)
         if paged and window.tokens > pol.page_in_limit * B:
             window = self._fit_page_in(B, paged, warns)
         if window.tokens > B and pinned_tokens <= B:
@@ -568,6 +564,25 @@ class ContextManager:
         for w in warns:
             (log.warning if "pinned content" in w else log.info)(w)
         return window
+
+    def _compact_batch(self, B: int, warns: list[str]) -> list[int]:
+        """One batch of compaction at the high-water mark, relaxing recency protection turn by turn
+        (with a warning each) while occupancy stays above it; returns the changed entry indices."""
+        pol = self.policy
+        changed: list[int] = []
+        k = pol.recent_turns
+        while True:
+            changed += self._compact(B, k)
+            if self._occupancy_tokens() <= pol.t_archive * B or k <= 0:
+                break
+            k -= 1
+            warns.append(
+                f"recency protection relaxed to the last {k} turn(s) to fit the budget of {B} tokens"
+                if k else f"recency protection relaxed to the last message to fit the budget of {B} tokens"
+            )
+        if not changed:
+            self._stuck = (len(self._entries), B)  # nothing left to compact until the history changes
+        return changed
 
     def _prepare_forms(self) -> None:
         """Compute the compressed form of messages that have left the recent turns, a few per build.
