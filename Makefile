@@ -1,4 +1,4 @@
-# ctxscore: two commands for a fresh clone.
+# ctxscore: `make run` (the main job) and `make test` (the tests) on a fresh clone; other targets below.
 #   make run    build data, train + register the scorer, evaluate against baselines, promote, export
 #   make feedback   one turn of the recall-failure feedback loop (then `make run` again)
 #   make test   the test suite (what CI runs)
@@ -12,7 +12,6 @@ OUT    ?= out/eval
 # The scorer variants `make run` compares: the default embedder with two heads and two label sets
 # (4 runs). The full grid of the README: SWEEP="--embedder use --embedder minilm --embedder e5 --head logreg --head hgb --head mlp".
 SWEEP  ?= --embedder use --head logreg --head mlp
-export CTXSCORE_CORPORA ?= ../shared/datasets
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false

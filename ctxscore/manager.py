@@ -7,23 +7,27 @@ Flow per turn (see ``../shared/DESIGN.md``)::
                  -> page-in from the archive for the query -> order + assemble -> ContextWindow
 
 Tier policy (defaults in :class:`Policy`): tiers are sticky between builds, so the window prefix
-stays stable and provider prompt caches stay warm; compaction runs in batches when occupancy crosses
-a threshold and goes down to the low-water mark:
+stays stable and provider prompt caches stay warm. When occupancy (window tokens / budget) reaches
+the high-water mark ``t_archive`` (0.8), one compaction pass runs in stages, on messages outside the
+last ``recent_turns`` turns that are not pinned:
 
-=====================  ==========================================================================
-occupancy of budget    action (on messages outside the last ``recent_turns`` turns, never pinned)
-=====================  ==========================================================================
-below 0.6              everything verbatim (tiers are restored when the full history fits)
-0.6 - 0.7              ``failure`` units -> archived; ``reasoning`` -> compressed
-0.7 - 0.8              ``key_state`` -> structured; ``reasoning`` units -> archived
-at or above 0.8        archive units by ascending value until occupancy <= low-water (0.6)
-=====================  ==========================================================================
+=============================  ==================================================================
+stage                          action
+=============================  ==================================================================
+1 (occupancy >= ``t_compact``)   ``failure`` units -> archived; ``reasoning`` -> compressed
+2 (still >= ``t_structure``)     ``key_state`` -> structured; ``reasoning`` units -> archived
+3 (still > ``low_water``)        units archived by ascending value until occupancy <= ``low_water``
+=============================  ==================================================================
 
-``instruction`` messages and system messages are pinned (never compressed or archived). An assistant
-message with tool calls and its tool results form one unit: archived together, never split. When
-pinned content and the recent turns exceed the budget, recency protection is relaxed turn by turn
-down to the last message alone, then the window is returned over budget with a warning that gives the figures (or
-:class:`~ctxscore.errors.BudgetError` with ``on_overflow="raise"``).
+When the full history fits below ``t_compact`` (0.6) every message is verbatim again.
+
+``instruction`` messages, system messages and short user corrections are pinned (never compressed or
+archived). An assistant message with tool calls and its tool results form one unit: archived
+together, never split. When pinned content and the recent turns stay above the high-water mark,
+recency protection is relaxed turn by turn down to the last message alone (with a warning); a window
+still over budget is returned with a warning that gives the figures (or
+:class:`~ctxscore.errors.BudgetError` with ``on_overflow="raise"`` when pinned content alone exceeds
+the budget).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ def test_feedback_raises_train_targets_and_adds_value_rows(tmp_path):
         {"message_id": "t#0", "role": "assistant", "text": "Your booking code is ZFA04Y.", "message_index": 7},
         {"message_id": "t#0", "role": "assistant", "text": "Your booking code is ZFA04Y."},  # same message again
         {"message_id": "d#0", "role": "tool", "text": "order 12345 shipped"},
+        {"message_id": "x#1", "role": "user", "text": "a held-out message", "session_id": "test/sgd/000"},
         {"message_id": "z#9"},  # not in train, no text: unusable
         {"fact": "no id at all"},
     ]
@@ -41,15 +42,16 @@ def test_feedback_raises_train_targets_and_adds_value_rows(tmp_path):
     loaded = train.load_feedback(path)
     assert len(loaded) == len(records)
     stats = train.apply_feedback(splits, loaded)
-    assert stats == {"records": 7, "raised_train": 2, "added_rows": 2, "from_dev": 1, "from_test": 1, "unusable": 2}
+    # the test message t#0 (twice) and the record from a test/ session never feed training
+    assert stats == {"records": 8, "raised_train": 2, "added_rows": 1, "from_dev": 1, "skipped_test": 3, "unusable": 2}
     np.testing.assert_allclose(splits["train"].value, [train.FEEDBACK_VALUE, 0.95, 0.3])
     fb = splits["feedback"]
-    assert list(fb.ids) == ["t#0", "d#0"]
-    assert fb.messages[0].turn == 7 and fb.messages[1].role == "tool"
+    assert list(fb.ids) == ["d#0"]
+    assert fb.messages[0].role == "tool"
     np.testing.assert_allclose(fb.value, train.FEEDBACK_VALUE)
     # dev/test rows used for metrics are untouched
     assert splits["dev"].value[0] == 0.2 and splits["test"].value[0] == 0.2
-    assert train.feedback_tag(loaded).startswith("7-") and train.feedback_tag([]).startswith("0-")
+    assert train.feedback_tag(loaded).startswith("8-") and train.feedback_tag([]).startswith("0-")
 
 
 def test_feedback_bad_line_names_it(tmp_path):

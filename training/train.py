@@ -209,30 +209,38 @@ def apply_feedback(splits: dict[str, Split], records: Sequence[dict[str, Any]]) 
 
     - A record naming a train message raises that row's value target to at least
       :data:`FEEDBACK_VALUE` (its category label is unchanged).
-    - Any other record that carries ``text`` and ``role`` (a message of the evaluation sessions,
-      which come from the dev / test groups, or one the dataset does not have) becomes an extra
-      value-only training row with target :data:`FEEDBACK_VALUE`: the regressor learns from it, the
-      classifier does not, and the dev / test rows used for metrics are not modified. A message
-      named by several records is added once.
+    - A record from the held-out test split (its message id is a test message, or its
+      ``session_id`` starts with ``test/``) is skipped: the held-out sessions never feed training.
+    - Any other record that carries ``text`` and ``role`` (a message of the dev evaluation
+      sessions, or one the dataset does not have) becomes an extra value-only training row with
+      target :data:`FEEDBACK_VALUE`: the regressor learns from it, the classifier does not, and the
+      dev / test rows used for metrics are not modified. A message named by several records is
+      added once.
 
     Returns counts: ``records``, ``raised_train`` (train rows raised), ``added_rows`` (value-only
-    rows), ``from_dev`` / ``from_test`` (added rows whose id is a dev / test message),
-    ``unusable`` (records without an id, or without text and role when not in train).
+    rows), ``from_dev`` (added rows whose id is a dev message), ``skipped_test`` (records from the
+    test split), ``unusable`` (records without an id, or without text and role when not in train).
     """
     train = splits["train"]
+    dev_ids = set(splits["dev"].ids.tolist()) if "dev" in splits else set()
+    test_ids = set(splits["test"].ids.tolist()) if "test" in splits else set()
     by_id: dict[str, dict[str, Any]] = {}
-    unusable = 0
+    unusable = skipped_test = 0
     for r in records:
         mid = r.get("message_id") or r.get("id")
         if not mid:
             unusable += 1
             continue
+        if str(mid) in test_ids or str(r.get("session_id", "")).startswith("test/"):
+            skipped_test += 1
+            continue
         by_id.setdefault(str(mid), r)
+    if skipped_test:
+        log.warning("feedback: skipped %d record(s) from the held-out test split (they never feed training)",
+                    skipped_test)
     hit = np.isin(train.ids, list(by_id))
     train.value[hit] = np.maximum(train.value[hit], FEEDBACK_VALUE)
     in_train = set(train.ids[hit].tolist())
-    dev_ids = set(splits["dev"].ids.tolist()) if "dev" in splits else set()
-    test_ids = set(splits["test"].ids.tolist()) if "test" in splits else set()
     msgs, ids = [], []
     for mid, r in by_id.items():
         if mid in in_train:
@@ -252,8 +260,7 @@ def apply_feedback(splits: dict[str, Split], records: Sequence[dict[str, Any]]) 
         weak_confidence=np.ones(n), group=np.array([f"feedback/{i}" for i in ids], dtype=object),
     )
     return {"records": len(records), "raised_train": int(hit.sum()), "added_rows": n,
-            "from_dev": sum(i in dev_ids for i in ids), "from_test": sum(i in test_ids for i in ids),
-            "unusable": unusable}
+            "from_dev": sum(i in dev_ids for i in ids), "skipped_test": skipped_test, "unusable": unusable}
 
 
 # ------------------------------------------------------------------------------------------ features
