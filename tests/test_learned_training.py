@@ -105,6 +105,21 @@ def test_train_register_export_and_load(bundled_data, tmp_path, monkeypatch):
     assert client.get_run(newest.run_id).data.tags["feedback_iteration"].startswith("2-")
 
 
+def test_sweep_without_labels_on_a_bundled_only_dataset(bundled_data, tmp_path):
+    """What `make run` does where the corpora are absent: the default label sets (distilled,
+    distilled+weak) have no rows, so the sweep trains on the bundled gold labels instead."""
+    from training import train
+
+    table = tmp_path / "table.md"
+    rc = train.main([
+        "--data", str(bundled_data), "--sweep", "--embedder", "hashing-64", "--head", "logreg",
+        "--lexical-dim", "64", "--C", "0.1", "--cache-dir", str(tmp_path / "cache"), "--latency-n", "5",
+        "--feedback", str(tmp_path / "none.jsonl"), "--no-mlflow", "--table", str(table),
+    ])
+    assert rc == 0
+    assert "| hashing-64 **(chosen)** | logreg | distilled+bundled |" in table.read_text()
+
+
 @pytest.mark.corpora
 @pytest.mark.slow
 def test_distilled_sample_with_default_embedder(tmp_path):

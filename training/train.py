@@ -733,13 +733,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     base = Variant(weak_weight=args.weak_weight, lexical_dim=args.lexical_dim, C=args.C, max_chars=args.max_chars,
                    head_chars=args.head_chars)
-    if args.sweep:
-        variants = sweep_variants(args.embedder or ["use", "minilm", "e5"], args.head or list(HEADS), args.labels, base)
-    else:
-        variants = [replace(base, embedder=resolve_model_id((args.embedder or [base.embedder])[0]),
-                            head=(args.head or [base.head])[0], labels=(args.labels or [base.labels])[0])]
     ctx = load_context(args.data, args.feedback, args.rules, args.limit)
     log.info("data: %s; feedback %s", {k: len(v) for k, v in ctx.splits.items()}, ctx.feedback_stats)
+    label_sets = args.labels
+    if not label_sets and not (ctx.splits["train"].label_source == "distilled").any():
+        # a dataset built without the corpora (bundled set only): its gold labels are the bundled ones
+        label_sets = ["distilled+bundled"]
+        log.info("no distilled labels in the training split (bundled-only dataset): training on --labels %s",
+                 label_sets[0])
+    if args.sweep:
+        variants = sweep_variants(args.embedder or ["use", "minilm", "e5"], args.head or list(HEADS), label_sets, base)
+    else:
+        variants = [replace(base, embedder=resolve_model_id((args.embedder or [base.embedder])[0]),
+                            head=(args.head or [base.head])[0], labels=(label_sets or [base.labels])[0])]
     fp = fingerprint(ctx, variants, args)
     tracker = None
     if not args.no_mlflow:
