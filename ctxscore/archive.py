@@ -11,8 +11,9 @@ Search is hybrid: FTS5 ``bm25`` ranking for terms of three or more characters, a
 shorter terms (the trigram tokenizer cannot match two-character Chinese words), and, when message
 embeddings are stored, cosine similarity to the query embedding. The ranked lists are fused with
 weighted reciprocal rank fusion, score = sum over lists of w / (k + rank), k = 60 (Cormack, Clarke
-and Buettcher, SIGIR 2009; per-list weights :data:`RRF_WEIGHTS` favour the bm25 list). User text never reaches FTS5 as syntax: every term is passed as a quoted
-string with embedded quotes doubled, and ``LIKE`` patterns escape ``%`` and ``_``.
+and Buettcher, SIGIR 2009; the per-list weights :data:`RRF_WEIGHTS` favour the bm25 list). User
+text never reaches FTS5 as syntax: every term is passed as a quoted string with embedded quotes
+doubled, and ``LIKE`` patterns escape ``%`` and ``_``.
 """
 
 from __future__ import annotations
@@ -295,7 +296,8 @@ class Archive:
             limit: candidates taken from each ranked list before fusion.
 
         Returns:
-            Up to ``k`` hits, best first, by reciprocal rank fusion of the keyword and vector lists.
+            Up to ``k`` hits, best first, by weighted reciprocal rank fusion of the keyword, LIKE and
+            vector lists (:data:`RRF_WEIGHTS`).
         """
         fts_terms, short_terms = query_terms(query)
         lists: list[tuple[str, list[tuple[str, int, str]]]] = []
