@@ -30,6 +30,7 @@ embed the same text twice.
 
 from __future__ import annotations
 
+import abc
 import functools
 import hashlib
 import importlib.util
@@ -99,7 +100,7 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-class _BaseEmbedder:
+class _BaseEmbedder(abc.ABC):
     """Shared batching, truncation and progress bar for the concrete embedders.
 
     Subclasses set ``model_id``, ``dim``, ``package`` and implement :meth:`_load` (returns the
@@ -151,11 +152,13 @@ class _BaseEmbedder:
                     self._model = self._load()
         return self._model
 
-    def _load(self) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _load(self) -> Any:
+        """Load the backend model (called once, under the lock)."""
 
-    def _encode(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        """Encode a batch of already truncated texts -> ``(len(texts), dim)`` float32."""
 
     def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Embed ``texts`` -> ``(len(texts), dim)`` float32, rows L2-normalised.

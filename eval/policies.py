@@ -22,6 +22,7 @@ Policies:
 
 from __future__ import annotations
 
+import abc
 import bisect
 import math
 from collections.abc import Callable, Sequence
@@ -79,7 +80,7 @@ class Window:
         return None if self.decisions_fn is None else {d.id: d for d in self.decisions_fn()}
 
 
-class ContextPolicy:
+class ContextPolicy(abc.ABC):
     """Base class: a policy fed message by message and asked for windows at a budget.
 
     Subclasses implement :meth:`add` and :meth:`build`. ``budget_independent`` policies produce the
@@ -91,19 +92,19 @@ class ContextPolicy:
     #: Whether a query changes the window (page-in); the replay skips page-in builds otherwise.
     uses_query: bool = False
 
+    @abc.abstractmethod
     def add(self, message: dict[str, Any]) -> None:
         """Append one OpenAI-style message (already validated)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def build(self, budget: int, query: str | None = None) -> Window:
         """The window for the next LLM call at ``budget`` tokens; ``query`` enables page-in."""
-        raise NotImplementedError
 
     def predictions(self) -> dict[str, tuple[str, float | None]]:
         """Message id -> (predicted category, predicted intrinsic value), for feedback records."""
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most policies hold nothing to release
         """Release resources (archives)."""
 
 
