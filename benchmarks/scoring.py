@@ -31,9 +31,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ctxscore.embedders import EMBEDDERS, embedder_available, get_embedder, resolve_model_id  # noqa: E402
-from ctxscore.learned import DEFAULT_MODEL_DIR, LearnedScorer  # noqa: E402
-from ctxscore.types import Message  # noqa: E402
+from ctxscore.messages import Message  # noqa: E402
+from ctxscore.scoring.embedders import EMBEDDERS, embedder_available, get_embedder, resolve_model_id  # noqa: E402
+from ctxscore.scoring.learned import LearnedScorer  # noqa: E402
+from ctxscore.scoring.package import DEFAULT_MODEL_DIR  # noqa: E402
 
 
 def corpora_root() -> Path:
@@ -84,8 +85,8 @@ def scorer_for(model_id: str, models: list[Path], msgs: list[Message], cats: lis
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from ctxscore.features import FeatureSpec
-    from ctxscore.rules import RuleClassifier
+    from ctxscore.scoring.features import FeatureSpec
+    from ctxscore.scoring.rules import RuleClassifier
 
     emb = get_embedder(model_id)
     spec = FeatureSpec(embedder_id=model_id, embed_dim=emb.dim, signal_names=RuleClassifier.signal_names,

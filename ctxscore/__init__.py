@@ -11,12 +11,14 @@ Quick use::
 Imports only numpy, tiktoken, bpe-openai, scikit-learn and skops (no torch, mlflow or datasets).
 """
 
+from .config import OnOverflow, Policy, ValueFactors
 from .errors import BudgetError, ConfigError, CtxScoreError, InputError, ModelLoadError
-from .manager import ContextManager, Policy
-from .rules import RuleClassifier, RuleConfig, extract_entities
-from .scorer import Prediction, Scorer
+from .messages import CATEGORIES, Category, Message, Tier
+from .scoring.base import Prediction, Scorer
+from .scoring.rules import RuleClassifier, RuleConfig, extract_entities
 from .tokens import TokenCounter
-from .types import CATEGORIES, Category, ContextWindow, Decision, Message, Tier
+from .window.manager import ContextManager
+from .window.result import ContextWindow, Decision
 
 __version__ = "0.1.0"
 
@@ -32,6 +34,7 @@ __all__ = [
     "InputError",
     "Message",
     "ModelLoadError",
+    "OnOverflow",
     "Policy",
     "Prediction",
     "RuleClassifier",
@@ -39,5 +42,6 @@ __all__ = [
     "Scorer",
     "Tier",
     "TokenCounter",
+    "ValueFactors",
     "extract_entities",
 ]

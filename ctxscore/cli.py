@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .config import Policy
 from .errors import CtxScoreError
 from .io import Session, read_sessions
-from .manager import ContextManager, Policy
+from .window.manager import ContextManager
 
 _BIG_BUDGET = 10_000_000
 
@@ -27,7 +28,7 @@ def _scorer_arg(value: str) -> Any:
     """``--model``: 'rules', 'auto' or a packaged scorer folder (loaded once)."""
     if value in ("rules", "auto"):
         return value
-    from .learned import LearnedScorer  # noqa: PLC0415
+    from .scoring.learned import LearnedScorer  # noqa: PLC0415
 
     return LearnedScorer.from_pretrained(value)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .types import Message
+from .messages import Message
 
 #: Largest input file read, in bytes (1 GiB).
 MAX_FILE_BYTES = 1 << 30

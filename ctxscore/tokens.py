@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .types import Message
+from .messages import Message
 
 #: Encodings ``bpe-openai`` bundles.
 ENCODINGS = ("cl100k_base", "o200k_base")

@@ -16,7 +16,7 @@ class ModelUnavailable(Exception):
 def load_packaged(path: Path) -> Any:
     """``LearnedScorer.from_pretrained(path)``; raises :class:`ModelUnavailable` with the reason."""
     from ctxscore.errors import ModelLoadError
-    from ctxscore.learned import LearnedScorer
+    from ctxscore.scoring.learned import LearnedScorer
 
     try:
         return LearnedScorer.from_pretrained(path)
@@ -61,7 +61,7 @@ def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, 
     Raises:
         ModelUnavailable: an explicitly requested model cannot be loaded.
     """
-    from ctxscore.learned import DEFAULT_MODEL_DIR
+    from ctxscore.scoring.package import DEFAULT_MODEL_DIR
 
     if spec == "none":
         return None, {}, "disabled with --model none"

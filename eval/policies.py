@@ -29,9 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxscore.scorer import Prediction
+from ctxscore.messages import Message
+from ctxscore.scoring.base import Prediction
 from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
-from ctxscore.types import Decision, Message
+from ctxscore.window.result import Decision
 
 BASELINES: tuple[str, ...] = ("full", "sliding_turns", "trim_messages")
 MANAGED: tuple[str, ...] = ("rules", "learned")

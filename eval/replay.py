@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxscore.messages import Message
 from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
-from ctxscore.types import Message
 
 from .budgets import Budget
 from .policies import ContextPolicy, clean_message

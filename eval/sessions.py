@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxscore.errors import InputError
-from ctxscore.types import Message
+from ctxscore.messages import Message
 
 FACT_FIELDS: tuple[str, ...] = ("fact_id", "value", "source_index", "probe", "kind")
 MAX_ERRORS_SHOWN = 50

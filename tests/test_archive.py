@@ -7,7 +7,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from ctxscore.archive import Archive, ArchiveError, query_terms
+from ctxscore.store.retrieval import query_terms
+from ctxscore.store.sqlite import Archive, ArchiveError
 
 
 def fill(a: Archive) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxscore.types import Message
+from ctxscore.messages import Message
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "data" / "bundled"

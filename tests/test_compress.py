@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ctxscore.compress import aggressive_compress, archive_stub, compress, structured_summary
-from ctxscore.rules import extract_entities
+from ctxscore.scoring.rules import extract_entities
 
 
 def test_structured_summary_keeps_every_entity_and_drops_prose():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctxscore.embedders import (
+from ctxscore.errors import ConfigError
+from ctxscore.scoring.embedders import (
     CachedEmbedder,
     HashingEmbedder,
     USEEmbedder,
@@ -13,7 +14,6 @@ from ctxscore.embedders import (
     get_embedder,
     truncate_text,
 )
-from ctxscore.errors import ConfigError
 
 
 def test_truncate_keeps_both_ends():

@@ -38,11 +38,11 @@ def _train(value_shift: float = 0.0):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from ctxscore.embedders import get_embedder
-    from ctxscore.features import FeatureSpec
-    from ctxscore.learned import LearnedScorer
-    from ctxscore.rules import RuleClassifier
-    from ctxscore.types import Message
+    from ctxscore.messages import Message
+    from ctxscore.scoring.embedders import get_embedder
+    from ctxscore.scoring.features import FeatureSpec
+    from ctxscore.scoring.learned import LearnedScorer
+    from ctxscore.scoring.rules import RuleClassifier
 
     emb = get_embedder("hashing-64", shared=False)
     rules = RuleClassifier()
@@ -151,7 +151,7 @@ def test_eval_run_linked_to_logged_model(packaged, tmp_path, sqlite_mlflow):
     import mlflow
     from mlflow.models import infer_signature
 
-    from ctxscore.learned import LearnedScorer
+    from ctxscore.scoring.learned import LearnedScorer
     from training.pyfunc_model import predict_frame
     from training.registry import PYFUNC_CODE, configure, input_example, set_alias
 

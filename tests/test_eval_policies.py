@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from langchain_core.messages import convert_to_messages, trim_messages
 
-from ctxscore.scorer import Prediction, one_hot
+from ctxscore.scoring.base import Prediction, one_hot
 from ctxscore.tokens import TokenCounter
 from eval.budgets import Budget
 from eval.metrics import aggregate

@@ -17,7 +17,7 @@ def _loaded_after(code: str) -> set[str]:
 
 
 def test_runtime_import_is_light():
-    loaded = _loaded_after("import ctxscore, ctxscore.cli, ctxscore.manager, ctxscore.archive, ctxscore.learned")
+    loaded = _loaded_after("import ctxscore, ctxscore.cli, ctxscore.window.manager, ctxscore.store.sqlite, ctxscore.scoring.learned")
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
 

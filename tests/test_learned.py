@@ -1,4 +1,4 @@
-"""LearnedScorer: prediction, packaging, safe loading, the uncertainty callback and score_file.
+"""LearnedScorer: prediction, packaging, safe loading, the uncertainty callback and the score command.
 
 Uses the hashing embedder (no model weights) and a few handwritten messages per category.
 """
@@ -12,14 +12,14 @@ import warnings
 import numpy as np
 import pytest
 
-from ctxscore import learned
-from ctxscore.embedders import get_embedder
 from ctxscore.errors import InputError, ModelLoadError
-from ctxscore.features import FeatureSpec, tabular_features
-from ctxscore.learned import LearnedScorer, score_file
-from ctxscore.rules import RuleClassifier
-from ctxscore.scorer import Prediction, Scorer
-from ctxscore.types import CATEGORIES, Message
+from ctxscore.messages import CATEGORIES, Message
+from ctxscore.scoring import learned
+from ctxscore.scoring.base import Prediction, Scorer
+from ctxscore.scoring.embedders import get_embedder
+from ctxscore.scoring.features import FeatureSpec, tabular_features
+from ctxscore.scoring.learned import LearnedScorer
+from ctxscore.scoring.rules import RuleClassifier
 
 TRAIN = [
     ("system", "You are an airline agent. Never change a booking without explicit confirmation.", "instruction", 1.0),
@@ -249,17 +249,25 @@ def test_uncertain_messages_go_to_the_callback(scorer):
     assert len(seen) == 2
 
 
-def test_score_file_single_session(scorer, tmp_path):
+def _cli_rows(capsys, *argv):
+    from ctxscore.cli import main
+
+    assert main(["score", *map(str, argv)]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_score_command_single_session(scorer, tmp_path, capsys):
+    folder = scorer.save_pretrained(tmp_path / "m")
     path = tmp_path / "session.jsonl"
     path.write_text("\n".join(json.dumps({"role": r, "content": c}) for r, c, _, _ in TRAIN[:5]) + "\n")
-    rows = list(score_file(path, scorer=scorer))
-    assert [r["index"] for r in rows] == list(range(5))
+    rows = _cli_rows(capsys, path, "--model", folder)
+    assert len(rows) == 5
     assert all("session_id" not in r and r["category"] in CATEGORIES for r in rows)
     direct = scorer.predict(_messages(TRAIN[:5]))
     assert [r["category"] for r in rows] == [p.category for p in direct]
 
 
-def test_score_file_eval_sessions_loads_model_once(scorer, tmp_path, monkeypatch):
+def test_score_command_eval_sessions_loads_model_once(scorer, tmp_path, monkeypatch, capsys):
     folder = scorer.save_pretrained(tmp_path / "m")
     calls = []
     real = LearnedScorer.from_pretrained.__func__
@@ -273,20 +281,23 @@ def test_score_file_eval_sessions_loads_model_once(scorer, tmp_path, monkeypatch
     sessions = [{"session_id": f"s{k}", "messages": [{"role": r, "content": c} for r, c, _, _ in TRAIN[k:k + 4]],
                  "key_facts": []} for k in range(3)]
     path.write_text("\n".join(json.dumps(s, ensure_ascii=False) for s in sessions) + "\n")
-    rows = list(score_file(path, folder))
+    rows = _cli_rows(capsys, path, "--model", folder)
     assert len(calls) == 1
     assert [(r["session_id"], r["index"]) for r in rows] == [(f"s{k}", i) for k in range(3) for i in range(4)]
     assert all(set(r["probs"]) == set(CATEGORIES) and 0 <= r["value"] <= 1 for r in rows)
 
 
-def test_score_file_bad_lines(scorer, tmp_path):
+def test_score_command_bad_lines(scorer, tmp_path, capsys):
+    from ctxscore.cli import main
+
+    folder = scorer.save_pretrained(tmp_path / "m")
     path = tmp_path / "bad.jsonl"
     path.write_text('{"role": "user", "content": "hi"}\n{oops\n')
-    with pytest.raises(InputError, match="line 2"):
-        list(score_file(path, scorer=scorer))
+    assert main(["score", str(path), "--model", str(folder)]) == 2
+    assert "line 2" in capsys.readouterr().err
     path.write_text('{"role": "user", "content": ""}\n')
-    with pytest.raises(InputError, match="line 1"):
-        list(score_file(path, scorer=scorer))
+    assert main(["score", str(path), "--model", str(folder)]) == 2
+    assert "line 1" in capsys.readouterr().err
 
 
 def test_default_scorer_missing_embedder_warns_once(monkeypatch, scorer, tmp_path):

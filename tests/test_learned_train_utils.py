@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("datasets")
 
-from ctxscore.types import Message  # noqa: E402
+from ctxscore.messages import Message  # noqa: E402
 from training import train  # noqa: E402
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxscore.learned import LearnedScorer
-from ctxscore.types import CATEGORIES, Message
+from ctxscore.messages import CATEGORIES, Message
+from ctxscore.scoring.learned import LearnedScorer
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "data" / "bundled" / "sessions.jsonl"
@@ -123,7 +123,7 @@ def test_sweep_without_labels_on_a_bundled_only_dataset(bundled_data, tmp_path):
 @pytest.mark.corpora
 @pytest.mark.slow
 def test_distilled_sample_with_default_embedder(tmp_path):
-    from ctxscore.embedders import USEEmbedder
+    from ctxscore.scoring.embedders import USEEmbedder
     from training import train
 
     if not USEEmbedder.available():

@@ -207,7 +207,14 @@ def test_bad_policy():
     with pytest.raises(ConfigError, match="thresholds"):
         Policy(t_compact=0.9, t_structure=0.7)
     with pytest.raises(ConfigError, match="recent_turns"):
-        Policy(recent_turns=0)
+        Policy(recent_turns=-1)
+    with pytest.raises(ConfigError, match="page_in_k"):
+        Policy(page_in_k=-1)
+    with pytest.raises(ConfigError, match="on_overflow"):
+        Policy(on_overflow="ignore")
+    with pytest.raises(ConfigError, match="recent_turns"):
+        Policy(recent_turns="3")
+    assert Policy(recent_turns=0).recent_turns == 0
 
 
 def test_user_correction_is_pinned_so_the_new_value_survives():

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from ctxscore.errors import ConfigError
-from ctxscore.rules import DEFAULT_RULES_PATH, SIGNAL_NAMES, RuleClassifier, RuleConfig, extract_entities
-from ctxscore.types import Message
+from ctxscore.messages import Message
+from ctxscore.scoring.rules import (
+    DEFAULT_RULES_PATH,
+    SIGNAL_NAMES,
+    RuleClassifier,
+    RuleConfig,
+    extract_entities,
+)
 
 
 def cls(role: str, content: str, **kw) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ctxscore.errors import ConfigError
+from ctxscore.messages import Message
 from ctxscore.tokens import TokenCounter, ensure_offline_encoding
-from ctxscore.types import Message
 
 URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 

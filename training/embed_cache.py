@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ctxscore.embedders import CachedEmbedder, get_embedder, resolve_model_id
+from ctxscore.scoring.embedders import CachedEmbedder, get_embedder, resolve_model_id
 
 #: Repository root (``training/embed_cache.py`` -> one level up from ``training/``).
 REPO_ROOT = Path(__file__).resolve().parents[1]

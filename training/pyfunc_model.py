@@ -16,7 +16,7 @@ def predict_frame(scorer, frame):
     """Score a DataFrame of messages (``role``, ``content``, optional ``turn``) -> DataFrame."""
     import pandas as pd
 
-    from ctxscore.types import CATEGORIES, Message
+    from ctxscore.messages import CATEGORIES, Message
 
     msgs = []
     for i, row in enumerate(frame.to_dict(orient="records")):
@@ -32,7 +32,7 @@ class ScorerModel(PythonModel):
     """pyfunc wrapper around a packaged ctxscore scorer folder."""
 
     def load_context(self, context):
-        from ctxscore.learned import LearnedScorer
+        from ctxscore.scoring.learned import LearnedScorer
 
         self.scorer = LearnedScorer.from_pretrained(context.artifacts["scorer"])
 

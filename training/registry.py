@@ -159,7 +159,7 @@ class Tracker:
 
 
 def _requirements(embedder_id: str) -> list[str]:
-    from ctxscore.embedders import EMBEDDERS
+    from ctxscore.scoring.embedders import EMBEDDERS
 
     reqs = ["numpy", "scikit-learn", "skops", "tiktoken", "pandas"]
     dist = getattr(EMBEDDERS.get(embedder_id), "distribution", "")
@@ -216,7 +216,7 @@ def export_alias(alias: str, out: str | os.PathLike[str], name: str = MODEL_NAME
     """
     import shutil
 
-    from ctxscore.learned import LearnedScorer
+    from ctxscore.scoring.learned import LearnedScorer
 
     with tempfile.TemporaryDirectory(prefix="ctxscore-export-") as tmp:
         folder = download_scorer(alias, tmp, name)

@@ -37,10 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from ctxscore.embedders import get_embedder, resolve_model_id, truncate_text
-from ctxscore.features import FeatureSpec, lexical_features, tabular_features
-from ctxscore.learned import DEFAULT_MODEL_DIR, LearnedScorer, default_rules_path
-from ctxscore.types import CATEGORIES, Message
+from ctxscore.messages import CATEGORIES, Message
+from ctxscore.scoring.embedders import get_embedder, resolve_model_id, truncate_text
+from ctxscore.scoring.features import FeatureSpec, lexical_features, tabular_features
+from ctxscore.scoring.learned import LearnedScorer
+from ctxscore.scoring.package import DEFAULT_MODEL_DIR
+from ctxscore.scoring.rules import DEFAULT_RULES_PATH
 
 from .embed_cache import cached_embedder
 
@@ -546,7 +548,7 @@ def load_context(data_dir: str | os.PathLike[str] | None = None, feedback_path: 
 
     ``limit`` keeps at most that many rows per split (gold rows first) for quick runs and tests.
     """
-    from ctxscore.rules import RuleClassifier, RuleConfig
+    from ctxscore.scoring.rules import RuleClassifier, RuleConfig
 
     base = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
     ds = load_dataset(base)
@@ -566,7 +568,7 @@ def load_context(data_dir: str | os.PathLike[str] | None = None, feedback_path: 
     manifest_sha = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else "none"
     feedback = load_feedback(feedback_path)
     stats = apply_feedback(splits, feedback)
-    rpath = Path(rules_path) if rules_path is not None else default_rules_path()
+    rpath = Path(rules_path) if rules_path is not None else DEFAULT_RULES_PATH
     if rpath is None:
         raise FileNotFoundError("no rule file: pass --rules PATH")
     rules = RuleClassifier(RuleConfig.load(rpath))
@@ -796,8 +798,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 #: Source files whose content decides what a training run produces (part of the fingerprint).
-FINGERPRINT_FILES = ("training/train.py", "ctxscore/features.py", "ctxscore/learned.py", "ctxscore/embedders.py",
-                     "ctxscore/rules/__init__.py")
+FINGERPRINT_FILES = ("training/train.py", "ctxscore/scoring/features.py", "ctxscore/scoring/learned.py",
+                     "ctxscore/scoring/embedders.py", "ctxscore/scoring/rules.py", "ctxscore/scoring/package.py")
 
 
 def fingerprint(ctx: Context, variants: Sequence[Variant], args: argparse.Namespace) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ctxscore.types import Message
+from ctxscore.messages import Message
 
 #: Texts longer than this were shown to the annotators cut in the middle (labels README).
 CUT_LIMIT = 1800

@@ -1,6 +1,6 @@
 """Rule path: the rule file, entity extraction, rule signals and the rule classifier.
 
-The rule file (TOML; the default ships as ``ctxscore/rules/default.toml``) holds the category base
+The rule file (TOML; the default ships as ``ctxscore/scoring/default_rules.toml``) holds the category base
 weights, keyword lists (English and Chinese), entity patterns, the linear weights that turn signals
 into category scores, and the value factors. :class:`RuleClassifier` computes a fixed vector of
 signals per message (:data:`SIGNAL_NAMES`) and a softmax over the four category scores.
@@ -18,11 +18,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..config import ValueFactors
 from ..errors import ConfigError
-from ..scorer import Prediction
-from ..types import CATEGORIES, Message
+from ..messages import CATEGORIES, Message
+from .base import Prediction
 
-DEFAULT_RULES_PATH = Path(str(resources.files(__package__).joinpath("default.toml")))
+DEFAULT_RULES_PATH = Path(str(resources.files(__package__).joinpath("default_rules.toml")))
 
 #: Signals computed for every message, in this order (the learned scorer uses them as features).
 SIGNAL_NAMES: tuple[str, ...] = (
@@ -91,7 +92,7 @@ class RuleConfig:
         patterns: entity pattern name -> regex source.
         signal_patterns: signal pattern name -> regex source (``error``, ``returncode``, ``code``, ``question``).
         scores: category -> {signal or "bias": weight}.
-        factors: value factor parameters (see the rule file's ``[factors]`` comments).
+        factors: the validated value factors (:class:`ctxscore.config.ValueFactors`).
         path: where the file was read from (``None`` for the packaged default).
     """
 
@@ -100,7 +101,7 @@ class RuleConfig:
     patterns: dict[str, str]
     signal_patterns: dict[str, str]
     scores: dict[str, dict[str, float]]
-    factors: dict[str, float]
+    factors: ValueFactors
     path: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -179,24 +180,17 @@ class RuleConfig:
                     )
                 if not isinstance(w, int | float):
                     raise ConfigError(f"rule file {where}: scores.{cat}.{key} must be a number")
-        factors = section("factors")
-        for key, w in factors.items():
-            if not isinstance(w, int | float) or w < 0:
-                raise ConfigError(f"rule file {where}: factors.{key} must be a non-negative number")
+        factors = ValueFactors.from_table(section("factors"), where=f"rule file {where}")
         return cls(
             base_weights={c: float(base[c]) for c in CATEGORIES},
             keywords={k: list(v) for k, v in keywords.items()},
             patterns=dict(patterns),
             signal_patterns=dict(signal_patterns),
             scores={c: {k: float(v) for k, v in scores[c].items()} for c in CATEGORIES},
-            factors={k: float(v) for k, v in factors.items()},
+            factors=factors,
             path=path,
             raw=data,
         )
-
-    def factor(self, name: str, default: float) -> float:
-        """A value-factor parameter, ``default`` when the file does not set it."""
-        return self.factors.get(name, default)
 
     def source_text(self) -> str:
         """The TOML text of this configuration's file (for packaging with a model)."""

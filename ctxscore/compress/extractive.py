@@ -18,8 +18,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .rules import RuleConfig, default_config, entity_spans
-from .types import Tier
+from ..messages import Tier
+from ..scoring.rules import RuleConfig, default_config, entity_spans
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
 _LEAD_FILLER = re.compile(

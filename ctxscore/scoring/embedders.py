@@ -44,7 +44,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: Default number of characters an embedder sees per text (see :func:`truncate_text`). 600 keeps
 #: single-message scoring under the 20 ms p95 budget on 2 CPU cores; 1000 gave the same dev

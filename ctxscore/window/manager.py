@@ -41,13 +41,16 @@ from typing import Any
 
 import numpy as np
 
-from .archive import Archive, Hit
-from .compress import archive_stub, compress
-from .errors import BudgetError, ConfigError, InputError
-from .rules import RuleClassifier, RuleConfig, _scan_text, extract_entities
-from .scorer import Prediction, Scorer
-from .tokens import REPLY_PRIMING_TOKENS, TokenCounter
-from .types import CATEGORIES, Category, ContextWindow, Decision, Message, Tier
+from ..compress.extractive import archive_stub, compress
+from ..config import OnOverflow, Policy
+from ..errors import BudgetError, ConfigError, InputError
+from ..messages import CATEGORIES, Category, Message, Tier
+from ..scoring.base import Prediction, Scorer
+from ..scoring.rules import RuleClassifier, RuleConfig, _scan_text, extract_entities
+from ..store.retrieval import Hit
+from ..store.sqlite import Archive
+from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
+from .result import ContextWindow, Decision
 
 log = logging.getLogger("ctxscore")
 
@@ -59,58 +62,6 @@ _CONFIRM_SHORT = 80  # a user message of at most this many characters can confir
 # context of a message (a booking reply is found by a question naming the venue asked for earlier).
 _CONTEXT_CHARS = 200
 _CONTEXT_MESSAGES = 3
-
-
-@dataclass
-class Policy:
-    """Tier policy parameters (fractions are of the token budget).
-
-    Attributes:
-        t_compact: occupancy at which failures are archived and reasoning compressed (0.6).
-        t_structure: occupancy at which key_state is summarised and reasoning archived (0.7).
-        t_archive: occupancy at which units are archived by ascending value (0.8, the high-water mark).
-        low_water: occupancy that a value-ordered archive pass brings the window down to (0.6).
-        recent_turns: the last K turns (a turn starts at each user message) stay verbatim (3).
-        blend: weight of the learned value against the rule value, in [0, 1] (0.5).
-        page_in_k: at most this many archived units are paged back in for a query (4).
-        page_in_limit: paged-in originals may fill the window up to this fraction of the budget (1.0);
-            to make room, the lowest-value evictable units are shown as stubs for that build only.
-        stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
-            collapsed into one line (0.1).
-        max_compress_chars: longer messages (tool dumps, file listings) are not compressed, only
-            archived when space is needed: extractive compression of such dumps rarely keeps every
-            entity and its cost grows with the length (8,000 characters).
-        on_overflow: ``"warn"`` (default) or ``"raise"`` when pinned content exceeds the budget.
-    """
-
-    t_compact: float = 0.6
-    t_structure: float = 0.7
-    t_archive: float = 0.8
-    low_water: float = 0.6
-    recent_turns: int = 3
-    blend: float = 0.5
-    page_in_k: int = 4
-    page_in_limit: float = 1.0
-    max_compress_chars: int = 8000
-    stub_fraction: float = 0.1
-    on_overflow: str = "warn"
-
-    def __post_init__(self) -> None:
-        if not 0 < self.t_compact <= self.t_structure <= self.t_archive <= 1:
-            raise ConfigError(
-                f"thresholds must satisfy 0 < t_compact <= t_structure <= t_archive <= 1, got "
-                f"{self.t_compact}, {self.t_structure}, {self.t_archive}"
-            )
-        if not 0 < self.low_water <= self.t_archive:
-            raise ConfigError(f"low_water must be in (0, t_archive], got {self.low_water}")
-        if self.recent_turns < 1:
-            raise ConfigError(f"recent_turns must be at least 1, got {self.recent_turns}")
-        if not self.low_water <= self.page_in_limit <= 1:
-            raise ConfigError(f"page_in_limit must be in [low_water, 1], got {self.page_in_limit}")
-        if not 0 <= self.blend <= 1:
-            raise ConfigError(f"blend must be in [0, 1], got {self.blend}")
-        if self.on_overflow not in ("warn", "raise"):
-            raise ConfigError(f"on_overflow must be 'warn' or 'raise', got {self.on_overflow!r}")
 
 
 _TIERS = (Tier.VERBATIM, Tier.STRUCTURED, Tier.COMPRESSED, Tier.ARCHIVED)
@@ -234,12 +185,12 @@ class ContextManager:
         if scorer == "auto":
             global _default_scorer
             if _default_scorer is None:  # loaded once per process, shared by every manager
-                from .learned import load_default_scorer  # noqa: PLC0415
+                from ..scoring.learned import load_default_scorer  # noqa: PLC0415
 
                 _default_scorer = load_default_scorer(warn=True) or False
             return _default_scorer or self.rules
         if isinstance(scorer, str | Path):
-            from .learned import LearnedScorer  # noqa: PLC0415
+            from ..scoring.learned import LearnedScorer  # noqa: PLC0415
 
             return LearnedScorer.from_pretrained(scorer)
         if not hasattr(scorer, "predict"):
@@ -247,12 +198,12 @@ class ContextManager:
         return scorer
 
     def _factor_params(self) -> dict[str, float]:
-        f = self.config.factor
+        f = self.config.factors
         return {
-            "hl": f("recency_half_life_turns", 30.0), "floor": f("recency_floor", 0.6), "rboost": f("recency_boost", 1.0),
-            "rstep": f("reference_step", 0.15), "rcap": f("reference_cap", 4), "dstep": f("entity_density_step", 0.25),
-            "cboost": f("confirmation_boost", 1.3), "pivot": f("token_cost_pivot", 400), "slope": f("token_cost_slope", 0.15),
-            "qboost": f("relevance_boost", 1.8),
+            "hl": f.recency_half_life_turns, "floor": f.recency_floor, "rboost": f.recency_boost,
+            "rstep": f.reference_step, "rcap": f.reference_cap, "dstep": f.entity_density_step,
+            "cboost": f.confirmation_boost, "pivot": f.token_cost_pivot, "slope": f.token_cost_slope,
+            "qboost": f.relevance_boost,
         }
 
     def _resume(self) -> None:
@@ -543,7 +494,7 @@ class ContextManager:
                 f"pinned content (instructions and system messages) needs {pinned_tokens} tokens, above the "
                 f"budget of {B}; raise the budget to at least {pinned_tokens} or shorten the instructions"
             )
-            if pol.on_overflow == "raise":
+            if pol.on_overflow == OnOverflow.RAISE:
                 raise BudgetError(msg)
             warns.append(msg)
         paged = self._page_in(hits, B) if hits else {}

@@ -19,96 +19,21 @@ doubled, and ``LIKE`` patterns escape ``%`` and ``_``.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .errors import CtxScoreError, InputError
-
-RRF_K = 60
-#: bm25 weight of the ``context`` column relative to the message text (1.0).
-CONTEXT_WEIGHT = 0.4
-#: Weight of each ranked list in the fusion (score = sum of weight / (RRF_K + rank)): the FTS5
-#: keyword list (bm25), each two-character term's LIKE list (ordered by recency, not relevance) and
-#: the vector list. Measured on the dev sessions' probes (rank of the key fact's source message):
-#: equal weights give recall@4 0.219 and recall@12 0.438; these 0.256 and 0.459 (held-out sessions:
-#: 0.200 -> 0.246 and 0.397 -> 0.428).
-RRF_WEIGHTS = {"keyword": 1.0, "short": 0.25, "vector": 0.25}
-
-_EN_STOP = frozenset(
-    """a an the of for to in on at by from with and or but is are was were be been being do does did
-    what which who whom whose when where why how i me my mine you your yours we our us it its this that
-    these those there here please tell remind again can could would should will shall may might must
-    have has had about any some all again just also than then so as if not no yes ok okay""".split()
-)
-# Chinese function words removed from query runs before matching (they split a run into pieces).
-_ZH_STOP = ("什么", "哪个", "哪些", "哪里", "多少", "怎么", "是否", "请问", "的", "是", "吗", "了", "呢", "吧", "我", "你", "您", "请", "问", "在", "和", "与", "把", "被", "几", "哪", "有", "这", "那", "个")
-_ZH_STOP_RX = re.compile("|".join(map(re.escape, _ZH_STOP)))
-_CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@/+:-]*[A-Za-z0-9]|[A-Za-z0-9]")
+from ..errors import CtxScoreError, InputError
+from .retrieval import CONTEXT_WEIGHT, Hit, fts_match_expression, fuse, like_pattern, query_terms
 
 
 class ArchiveError(CtxScoreError):
     """The archive file is unreadable, locked or not a ctxscore archive."""
-
-
-@dataclass(slots=True)
-class Hit:
-    """One search result.
-
-    Attributes:
-        id: message id.
-        turn: 0-based position of the message in its session.
-        score: fused reciprocal-rank score (higher is better).
-        snippet: the first 120 characters of the message text.
-    """
-
-    id: str
-    turn: int
-    score: float
-    snippet: str
-
-
-def query_terms(query: str) -> tuple[list[str], list[str]]:
-    """Split a free-text query into FTS terms (3+ characters) and short terms (2 characters).
-
-    English words are lower-cased and stop words dropped; Chinese runs are split at function words
-    (的, 是, 什么 ...) and pieces of three or more characters are also cut into overlapping trigrams.
-
-    Returns:
-        (fts_terms, short_terms), each de-duplicated in order of appearance.
-    """
-    fts: list[str] = []
-    short: list[str] = []
-    for w in _WORD.findall(query):
-        lw = w.lower()
-        if lw in _EN_STOP:
-            continue
-        (fts if len(lw) >= 3 else short).append(lw)
-    for run in _CJK_RUN.findall(query):
-        for piece in _ZH_STOP_RX.split(run):
-            if len(piece) >= 3:
-                fts.append(piece)
-                fts.extend(piece[i : i + 3] for i in range(len(piece) - 2))
-            elif len(piece) == 2:
-                short.append(piece)
-    return list(dict.fromkeys(fts)), list(dict.fromkeys(short))
-
-
-def fts_match_expression(terms: Sequence[str]) -> str:
-    """An FTS5 MATCH expression that ORs ``terms`` as quoted strings (no FTS syntax leaks through)."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
-def _like_pattern(term: str) -> str:
-    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 class Archive:
@@ -313,7 +238,7 @@ class Archive:
                 rows = self._db.execute(
                     "SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id = ? AND text LIKE ? ESCAPE '\\' "
                     "ORDER BY turn DESC LIMIT ?",
-                    (session_id, _like_pattern(term), limit),
+                    (session_id, like_pattern(term), limit),
                 ).fetchall()
                 lists.append(("short", rows))
             if query_embedding is not None:
@@ -331,19 +256,7 @@ class Archive:
                         )
                     }
                     lists.append(("vector", [(i, *meta[i]) for i in ids if i in meta]))
-        fused: dict[str, Hit] = {}
-        for kind, rows in lists:
-            w = RRF_WEIGHTS[kind]
-            rank = 0
-            for mid, turn, snippet in rows:
-                if only is not None and not only(mid):
-                    continue
-                rank += 1
-                hit = fused.get(mid)
-                if hit is None:
-                    hit = fused[mid] = Hit(id=mid, turn=turn, score=0.0, snippet=snippet)
-                hit.score += w / (RRF_K + rank)
-        return sorted(fused.values(), key=lambda h: (-h.score, -h.turn))[:k]
+        return fuse(lists, k=k, only=only)
 
     def close(self) -> None:
         """Checkpoint the WAL and close the database."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .types import CATEGORIES, Message
+from ..messages import CATEGORIES, Message
 
 
 @dataclass(slots=True)

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
-from .types import ROLES, Message
+from ..errors import ConfigError
+from ..messages import ROLES, Message
 
 #: Version of the feature layout; bump when :func:`tabular_features` changes.
 FEATURE_VERSION = 1

@@ -1,0 +1,152 @@
+"""Typed configuration, validated once: the tier :class:`Policy` and the :class:`ValueFactors`.
+
+Every figure that is a share of the token budget is a fraction in (0, 1]; turn counts are
+conversational turns (a turn starts at each user message). Bad values raise
+:class:`~ctxscore.errors.ConfigError` naming the field, the value and the accepted range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any
+
+from .errors import ConfigError
+
+
+class OnOverflow(StrEnum):
+    """What :meth:`ContextManager.build` does when pinned content alone exceeds the budget."""
+
+    WARN = "warn"  #: return the window with a ``pinned_over_budget`` warning that gives the figures
+    RAISE = "raise"  #: raise :class:`~ctxscore.errors.BudgetError`
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Tier policy parameters (fractions are of the token budget).
+
+    Attributes:
+        t_compact: occupancy at which failures are archived and reasoning compressed (0.6).
+        t_structure: occupancy at which key_state is summarised and reasoning archived (0.7).
+        t_archive: occupancy at which units are archived by ascending value (0.8, the high-water mark).
+        low_water: occupancy that a value-ordered archive pass brings the window down to (0.6).
+        recent_turns: the last K turns stay verbatim (3); 0 protects only the newest message.
+        blend: weight of the learned value against the rule value, in [0, 1] (0.5).
+        page_in_k: at most this many archived units are paged back in for a query (4); 0 turns
+            page-in off.
+        page_in_limit: paged-in originals may fill the window up to this fraction of the budget (1.0);
+            to make room, the lowest-value evictable units are shown as stubs for that build only.
+        stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
+            collapsed into one line (0.1).
+        max_compress_chars: longer messages (tool dumps, file listings) are not compressed, only
+            archived when space is needed: extractive compression of such dumps rarely keeps every
+            entity and its cost grows with the length (8,000 characters).
+        on_overflow: :class:`OnOverflow` (``"warn"`` or ``"raise"``) when pinned content exceeds
+            the budget.
+
+    Raises:
+        ConfigError: a value outside its range (the message names the field and the range).
+    """
+
+    t_compact: float = 0.6
+    t_structure: float = 0.7
+    t_archive: float = 0.8
+    low_water: float = 0.6
+    recent_turns: int = 3
+    blend: float = 0.5
+    page_in_k: int = 4
+    page_in_limit: float = 1.0
+    max_compress_chars: int = 8000
+    stub_fraction: float = 0.1
+    on_overflow: OnOverflow = OnOverflow.WARN
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = {"int": int, "float": (int, float)}.get(str(f.type))
+            if want is not None and (isinstance(v, bool) or not isinstance(v, want)):
+                raise ConfigError(f"Policy.{f.name} must be a number ({f.type}), got {v!r}")
+        if not 0 < self.t_compact <= self.t_structure <= self.t_archive <= 1:
+            raise ConfigError(
+                f"thresholds must satisfy 0 < t_compact <= t_structure <= t_archive <= 1, got "
+                f"{self.t_compact}, {self.t_structure}, {self.t_archive}"
+            )
+        if not 0 < self.low_water <= self.t_archive:
+            raise ConfigError(f"Policy.low_water must be in (0, t_archive={self.t_archive}], got {self.low_water}")
+        if self.recent_turns < 0:
+            raise ConfigError(f"Policy.recent_turns must be 0 or more, got {self.recent_turns}")
+        if self.page_in_k < 0:
+            raise ConfigError(f"Policy.page_in_k must be 0 (page-in off) or more, got {self.page_in_k}")
+        if not self.low_water <= self.page_in_limit <= 1:
+            raise ConfigError(f"Policy.page_in_limit must be in [low_water={self.low_water}, 1], got {self.page_in_limit}")
+        if not 0 <= self.blend <= 1:
+            raise ConfigError(f"Policy.blend must be in [0, 1], got {self.blend}")
+        if not 0 <= self.stub_fraction <= 1:
+            raise ConfigError(f"Policy.stub_fraction must be in [0, 1], got {self.stub_fraction}")
+        if self.max_compress_chars < 1:
+            raise ConfigError(f"Policy.max_compress_chars must be positive, got {self.max_compress_chars}")
+        try:
+            object.__setattr__(self, "on_overflow", OnOverflow(self.on_overflow))
+        except ValueError:
+            raise ConfigError(
+                f"Policy.on_overflow must be one of {', '.join(o.value for o in OnOverflow)}, got {self.on_overflow!r}"
+            ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ValueFactors:
+    """Parameters of the value factors (the rule file's ``[factors]`` table).
+
+    ``value = clip(intrinsic x recency x references x relevance, 0, 1)`` with
+    ``intrinsic = blend x learned_value + (1 - blend) x base x entity_density x confirmation x token_cost``
+    (see :mod:`ctxscore.window.value`).
+
+    Attributes:
+        recency_half_life_turns: turns after which the decaying part of recency halves (30).
+        recency_floor: the share of value an old message keeps (0.6).
+        recency_boost: scale of recency, so the newest message gets x1.0 (1.0).
+        reference_step: ``references = 1 + step x min(later references, cap)`` (0.15) ...
+        reference_cap: ... capped at this many references (4).
+        entity_density_step: ``entity_density = 1 + step x min(entities per 50 tokens, 2)`` (0.25).
+        confirmation_boost: factor of a message the user confirmed right after (1.3).
+        token_cost_pivot: tokens above which ``token_cost = 1 / (1 + slope x log2(tokens / pivot))`` (400) ...
+        token_cost_slope: ... with this slope (0.15).
+        relevance_boost: ``relevance = 1 + (boost - 1) x normalised search score`` for the query (1.8).
+    """
+
+    recency_half_life_turns: float = 30.0
+    recency_floor: float = 0.6
+    recency_boost: float = 1.0
+    reference_step: float = 0.15
+    reference_cap: float = 4
+    entity_density_step: float = 0.25
+    confirmation_boost: float = 1.3
+    token_cost_pivot: float = 400
+    token_cost_slope: float = 0.15
+    relevance_boost: float = 1.8
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise ConfigError(f"factors.{f.name} must be a non-negative number, got {v!r}")
+        if self.recency_half_life_turns <= 0 or self.token_cost_pivot <= 0:
+            raise ConfigError("factors.recency_half_life_turns and factors.token_cost_pivot must be positive")
+        if self.recency_floor > 1:
+            raise ConfigError(f"factors.recency_floor must be in [0, 1], got {self.recency_floor}")
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any], where: str = "rule file") -> ValueFactors:
+        """Validate a ``[factors]`` table; keys not set keep their defaults.
+
+        Raises:
+            ConfigError: an unknown key (a typo would otherwise silently keep the default) or a
+                value out of range.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown key(s) in [factors]: {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+            )
+        return cls(**{k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in table.items()})
