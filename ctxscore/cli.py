@@ -18,7 +18,7 @@ from typing import Any
 
 from .config import Policy
 from .errors import CtxScoreError
-from .io import Session, read_sessions
+from .io import Conversation, read_sessions
 from .window.manager import ContextManager
 
 _BIG_BUDGET = 10_000_000
@@ -40,7 +40,7 @@ def _manager(args: argparse.Namespace, scorer: Any, budget: int, session_id: str
     )
 
 
-def _single(sessions: list[Session], path: str) -> Session:
+def _single(sessions: list[Conversation], path: str) -> Conversation:
     if len(sessions) != 1:
         raise CtxScoreError(f"{path}: holds {len(sessions)} sessions; this command takes one conversation")
     return sessions[0]

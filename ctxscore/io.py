@@ -1,12 +1,16 @@
-"""Reading conversations from files: JSONL (one message per line), a JSON array of messages, or the
-evaluation's session JSONL (one ``{"session_id", "messages", ...}`` object per line).
+"""Reading files: the one JSONL reader (:func:`iter_jsonl`, plain or gzip) and conversations
+(:func:`read_sessions`: JSONL with one message per line, a JSON array of messages, or the
+evaluation's session JSONL with one ``{"session_id", "messages", ...}`` object per line).
 
-Every error names the file and line (or array position) and says how to fix it.
+Every error is an :class:`~ctxscore.errors.InputError` that names the file and line (or array
+position) and says how to fix it.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ MAX_FILE_BYTES = 1 << 30
 
 
 @dataclass
-class Session:
+class Conversation:
     """One conversation read from a file.
 
     Attributes:
@@ -33,11 +37,54 @@ class Session:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _decode(path: Path) -> str:
+def _check_file(path: Path) -> int:
+    """The file's size in bytes; an :class:`InputError` for a missing path, a folder or an unreadable file."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
+        raise InputError(f"{path}: file not found; pass an existing file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, not a file; pass the path of a JSONL or JSON file")
+    return st.st_size
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line number, parsed JSON value)`` for every non-blank line of a JSONL file.
+
+    Files ending in ``.gz`` are read through gzip. Lines are numbered from 1.
+
+    Raises:
+        InputError: a missing file or a folder, bytes that are not UTF-8, or a line that is not valid
+            JSON; the message names the file and the line.
+    """
+    p = Path(path)
+    _check_file(p)
+    try:
+        fh = gzip.open(p, "rt", encoding="utf-8") if p.suffix == ".gz" else open(p, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read it ({exc.strerror})") from None
+    n = 0
+    with fh:
+        try:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield n, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(
+                        f"{p}: line {n}: invalid JSON ({exc.msg} at column {exc.colno}); write one JSON value per line"
+                    ) from None
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{p}: line {n + 1}: not valid UTF-8 ({exc.reason}); re-encode the file as UTF-8") from None
+        except (OSError, EOFError) as exc:  # a damaged gzip stream
+            raise InputError(f"{p}: line {n + 1}: the file is damaged ({exc})") from None
+
+
+def _decode(path: Path) -> str:
+    size = _check_file(path)
     if size > MAX_FILE_BYTES:
         raise InputError(f"{path}: {size:,} bytes is above the {MAX_FILE_BYTES:,}-byte limit; split the file")
     raw = path.read_bytes()
@@ -59,11 +106,11 @@ def _validate_messages(items: list[Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
-def read_sessions(path: str | Path) -> list[Session]:
+def read_sessions(path: str | Path) -> list[Conversation]:
     """Read a conversation file in any of the accepted formats.
 
     Returns:
-        One :class:`Session` for a message-per-line JSONL file or a JSON array of messages; one per
+        One :class:`Conversation` for a message-per-line JSONL file or a JSON array of messages; one per
         line for the session JSONL format.
 
     Raises:
@@ -81,8 +128,8 @@ def read_sessions(path: str | Path) -> list[Session]:
             raise InputError(f"{p}: line {exc.lineno}: invalid JSON array: {exc.msg}") from None
         if not data:
             raise InputError(f"{p}: the JSON array is empty; give at least one message")
-        return [Session(None, _validate_messages(data, f"{p}:"))]
-    sessions: list[Session] = []
+        return [Conversation(None, _validate_messages(data, f"{p}:"))]
+    sessions: list[Conversation] = []
     loose: list[dict[str, Any]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -101,14 +148,14 @@ def read_sessions(path: str | Path) -> list[Session]:
                 raise InputError(f"{p}: line {lineno}: 'messages' must be a non-empty list")
             sid = str(obj.get("session_id", f"line{lineno}"))
             msgs = _validate_messages(obj["messages"], f"{p}: line {lineno} (session {sid})")
-            sessions.append(Session(sid, msgs, {k: v for k, v in obj.items() if k not in ("session_id", "messages")}))
+            sessions.append(Conversation(sid, msgs, {k: v for k, v in obj.items() if k not in ("session_id", "messages")}))
         else:
             Message.from_dict(obj, where=f"{p}: line {lineno}")
             loose.append(obj)
     if sessions and loose:
         raise InputError(f"{p}: mixes session lines and message lines; use one format per file")
     if loose:
-        return [Session(None, loose)]
+        return [Conversation(None, loose)]
     if not sessions:
         raise InputError(f"{p}: no messages found; the file is empty")
     return sessions
