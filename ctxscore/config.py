@@ -150,3 +150,14 @@ class ValueFactors:
                 f"{where}: unknown key(s) in [factors]: {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
             )
         return cls(**{k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in table.items()})
+
+
+def check_budget(budget: Any) -> int:
+    """``budget`` if it is a positive whole number of tokens.
+
+    Raises:
+        ConfigError: anything else (booleans, floats, zero, negatives, strings).
+    """
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise ConfigError(f"budget must be a positive whole number of tokens, got {budget!r}")
+    return budget

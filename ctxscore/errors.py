@@ -19,3 +19,8 @@ class ConfigError(CtxScoreError, ValueError):
 
 class ModelLoadError(CtxScoreError, OSError):
     """A missing, corrupt or tampered packaged-scorer folder."""
+
+
+class StoreError(CtxScoreError):
+    """The store cannot be opened, read or written (a damaged or foreign file, a full disk, a lost
+    server); the message says which and what to do. Nothing already stored is changed by the failure."""

@@ -1,17 +1,35 @@
-"""Messages and the vocabulary around them: roles, categories, tiers, the validated Message value.
+"""Messages and the vocabulary around them: roles, categories, tiers and the validated :class:`Message`.
 
-All token figures are in tokens of the configured tiktoken encoding (``cl100k_base`` by default).
+A :class:`Message` is a pure value: frozen, holding no reference to the caller's dicts, and every
+dict it hands out (:meth:`Message.to_openai`) is a fresh copy. :meth:`Message.from_dict` is the one
+validation of an OpenAI-style chat message at the boundary; every error is an
+:class:`~ctxscore.errors.InputError` that names the message and says how to fix it.
+
+Content may be a string or a list of OpenAI content parts (``text``, ``image_url``, ``input_audio``,
+``file``, ``refusal`` ...). Parts are kept whole and passed through to the window; the scorer and the
+store's search see the text parts joined by newlines.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from .errors import InputError
 
-ROLES = ("system", "user", "assistant", "tool")
+
+class Role(StrEnum):
+    """The chat roles of OpenAI's chat-completions API."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+ROLES: tuple[str, ...] = tuple(r.value for r in Role)
 
 #: Largest accepted message content, in characters (about 4 MB of UTF-8 at worst). Bigger
 #: messages are rejected with an :class:`InputError` instead of silently truncated.
@@ -39,19 +57,124 @@ class Tier(StrEnum):
     ARCHIVED = "archived"
 
 
-@dataclass(slots=True)
-class Message:
-    """One chat message.
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of an assistant message (OpenAI ``tool_calls[i]``).
 
     Attributes:
-        role: one of ``system``, ``user``, ``assistant``, ``tool``.
-        content: the text ("" is allowed only for an assistant message that carries ``tool_calls``).
-        id: stable identifier; the manager assigns ``m{turn}`` style ids when missing.
-        turn: 0-based position in the conversation (assigned by the manager on ``add``).
+        id: the call id that the tool message's ``tool_call_id`` answers.
+        name: the function name.
+        arguments: the arguments as the JSON text the model produced (kept byte-exact).
+        type: ``"function"``.
+    """
+
+    id: str
+    name: str
+    arguments: str
+    type: str = "function"
+
+    def to_openai(self) -> dict[str, Any]:
+        """A fresh OpenAI-style dict ``{"id", "type", "function": {"name", "arguments"}}``."""
+        return {"id": self.id, "type": self.type, "function": {"name": self.name, "arguments": self.arguments}}
+
+    def render(self) -> str:
+        """``name(arguments)``: the rendering the scorer, the labels and the token count use."""
+        return f"{self.name}({self.arguments})"
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPart:
+    """One OpenAI content part, kept whole.
+
+    Attributes:
+        type: the part type (``text``, ``image_url``, ``input_audio``, ``file``, ``refusal`` ...).
+        text: the text of a ``text`` (or ``refusal``) part, else ``None``.
+        data: the whole part as canonical JSON (what :meth:`to_openai` gives back).
+    """
+
+    type: str
+    text: str | None
+    data: str
+
+    def to_openai(self) -> dict[str, Any]:
+        """A fresh copy of the part as given."""
+        return json.loads(self.data)
+
+
+def _check_text(value: str, what: str, where: str) -> None:
+    """Refuse text that cannot be stored or encoded (lone UTF-16 surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(
+            f"{where}: {what} holds a lone surrogate {value[exc.start]!r} at character {exc.start}, which is not "
+            "valid Unicode text; decode the source bytes with errors='replace' or remove the character"
+        ) from None
+
+
+def _tool_call(raw: Any, i: int, where: str) -> ToolCall:
+    w = f"{where}: tool_calls[{i}]"
+    if not isinstance(raw, dict):
+        raise InputError(f"{w} must be an object {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}")
+    fn = raw.get("function")
+    if not isinstance(fn, dict):
+        raise InputError(
+            f"{w}: 'function' must be an object {{'name': str, 'arguments': JSON string}}, got {type(fn).__name__}"
+        )
+    cid, name, args = raw.get("id"), fn.get("name"), fn.get("arguments", "")
+    if not isinstance(cid, str) or not cid:
+        raise InputError(f"{w}: 'id' must be a non-empty string (the tool message's tool_call_id refers to it)")
+    if not isinstance(name, str) or not name:
+        raise InputError(f"{w}: 'function.name' must be a non-empty string")
+    if not isinstance(args, str):
+        raise InputError(f"{w}: 'function.arguments' must be a JSON string, got {type(args).__name__}; json.dumps it")
+    kind = raw.get("type", "function")
+    if kind != "function":
+        raise InputError(f"{w}: 'type' must be 'function', got {kind!r}")
+    for what, v in (("the call id", cid), ("the function name", name), ("the arguments", args)):
+        _check_text(v, what, w)
+    return ToolCall(id=cid, name=name, arguments=args)
+
+
+def _content_parts(raw: list[Any], where: str) -> tuple[ContentPart, ...]:
+    parts = []
+    for i, p in enumerate(raw):
+        w = f"{where}: content[{i}]"
+        if isinstance(p, str):  # a bare string is taken as a text part
+            p = {"type": "text", "text": p}
+        if not isinstance(p, dict) or not isinstance(p.get("type"), str):
+            raise InputError(f"{w}: a content part must be an object with a 'type' (text, image_url, ...)")
+        text = p.get("text") if p["type"] == "text" else p.get("refusal") if p["type"] == "refusal" else None
+        if p["type"] in ("text", "refusal") and not isinstance(text, str):
+            raise InputError(f"{w}: a {p['type']} part needs a string {p['type'] if p['type'] == 'refusal' else 'text'!r}")
+        if p["type"] == "image_url" and not isinstance((p.get("image_url") or {}).get("url"), str):
+            raise InputError(f"{w}: an image_url part needs {{'image_url': {{'url': str, 'detail'?: 'low'|'high'|'auto'}}}}")
+        try:
+            data = json.dumps(p, ensure_ascii=False, sort_keys=True)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InputError(f"{w}: the part is not JSON-serialisable ({exc})") from None
+        _check_text(data, "the part", w)
+        parts.append(ContentPart(type=p["type"], text=text, data=data))
+    return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message, immutable.
+
+    Attributes:
+        role: one of :data:`ROLES`.
+        content: the text: the string content, or the text parts joined by ``"\\n"``.
+        id: stable identifier; the store assigns ``m{turn}`` style ids when missing (skipping used ones).
+        turn: 0-based position in the conversation (assigned when the message is added).
         name: optional tool or participant name (OpenAI ``name``).
         tool_call_id: for ``tool`` messages, the id of the assistant tool call they answer.
-        tool_calls: for assistant messages, OpenAI-style tool calls
-            (``[{"id", "type": "function", "function": {"name", "arguments"}}]``).
+        tool_calls: for assistant messages, the :class:`ToolCall` s (OpenAI-style dicts are accepted
+            by the constructor and converted).
+        parts: the content parts when the content was given as a list (empty for string content).
+
+    Use :meth:`from_dict` to build one from untrusted input (it validates); the constructor trusts
+    its arguments. Change a field with :func:`dataclasses.replace`.
     """
 
     role: str
@@ -60,17 +183,34 @@ class Message:
     turn: int | None = None
     name: str | None = None
     tool_call_id: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    parts: tuple[ContentPart, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        calls = self.tool_calls
+        if calls is None:
+            object.__setattr__(self, "tool_calls", ())
+        elif not isinstance(calls, tuple) or not all(isinstance(c, ToolCall) for c in calls):
+            object.__setattr__(self, "tool_calls", tuple(
+                c if isinstance(c, ToolCall) else ToolCall(
+                    id=str(c.get("id") or ""), name=str((c.get("function") or {}).get("name", "")),
+                    arguments=str((c.get("function") or {}).get("arguments", "")), type=str(c.get("type", "function")))
+                for c in calls
+            ))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, where: str = "message") -> Message:
-        """Build a message from an OpenAI-style dict, validating it.
+    def from_dict(cls, data: Any, *, where: str = "message") -> Message:
+        """Build a message from an OpenAI-style dict, validating it (the dict is not kept or changed).
 
         Raises:
-            InputError: unknown role, content of the wrong type, empty content without tool calls,
-                content above :data:`MAX_CONTENT_CHARS`, or malformed ``tool_calls``. The message
-                names ``where`` (for example ``"line 12"``) and says how to fix the input.
+            InputError: not an object; unknown role; content of the wrong type, empty without tool
+                calls, above :data:`MAX_CONTENT_CHARS` or holding a lone surrogate; malformed
+                ``tool_calls`` (``function`` not an object, arguments not a string ...); a ``tool``
+                message without ``tool_call_id``; a non-string ``name``; an ``id`` that is not a
+                non-empty string or an integer. The message names ``where`` (for example ``"line 12"``).
         """
+        if isinstance(data, Message):
+            data = data.to_openai() | ({"id": data.id} if data.id is not None else {})
         if not isinstance(data, dict):
             raise InputError(f"{where}: expected a JSON object with 'role' and 'content', got {type(data).__name__}")
         role = data.get("role")
@@ -81,51 +221,42 @@ class Message:
                 f"{where}: unknown role {role!r}; use one of {', '.join(ROLES)} "
                 "(map 'developer' to 'system' and 'function' to 'tool')"
             )
-        content = data.get("content")
-        if content is None:
-            content = ""
-        if isinstance(content, list):  # OpenAI content parts: keep the text parts
-            parts = []
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    parts.append(part["text"])
-                elif isinstance(part, str):
-                    parts.append(part)
-            content = "\n".join(parts)
-        if not isinstance(content, str):
-            raise InputError(f"{where}: 'content' must be a string or a list of text parts, got {type(content).__name__}")
-        tool_calls = data.get("tool_calls") or None
-        if tool_calls is not None:
-            if not isinstance(tool_calls, list) or not all(isinstance(c, dict) for c in tool_calls):
+        if "function_call" in data:
+            raise InputError(f"{where}: the legacy 'function_call' field is not supported; send it as 'tool_calls'")
+        content, parts = _content(data.get("content"), where)
+        raw_calls = data.get("tool_calls") or None
+        calls: tuple[ToolCall, ...] = ()
+        if raw_calls is not None:
+            if not isinstance(raw_calls, list):
                 raise InputError(f"{where}: 'tool_calls' must be a list of objects")
             if role != "assistant":
                 raise InputError(f"{where}: only assistant messages may carry 'tool_calls' (role is {role!r})")
-        if not content.strip() and not tool_calls and role != "tool":
+            calls = tuple(_tool_call(c, i, where) for i, c in enumerate(raw_calls))
+        if not content.strip() and not calls and not parts and role != "tool":
             raise InputError(
                 f"{where}: empty content in a {role} message; drop the message or give it text "
                 "(only tool results and assistant messages with tool_calls may be empty)"
             )
-        if len(content) > MAX_CONTENT_CHARS:
-            raise InputError(
-                f"{where}: content has {len(content):,} characters, above the limit of {MAX_CONTENT_CHARS:,}; "
-                "store large tool output elsewhere and pass a reference or an excerpt"
-            )
         tool_call_id = data.get("tool_call_id")
-        if role == "tool" and tool_call_id is not None and not isinstance(tool_call_id, str):
-            raise InputError(f"{where}: 'tool_call_id' must be a string")
-        mid = data.get("id")
-        return cls(
-            role=role,
-            content=content,
-            id=str(mid) if mid is not None else None,
-            turn=data.get("turn") if isinstance(data.get("turn"), int) else None,
-            name=data.get("name") if isinstance(data.get("name"), str) else None,
-            tool_call_id=tool_call_id,
-            tool_calls=tool_calls,
-        )
+        if role == "tool":
+            if not isinstance(tool_call_id, str) or not tool_call_id:
+                raise InputError(
+                    f"{where}: a tool message needs 'tool_call_id', the id of the assistant tool call it answers "
+                    "(chat.completions rejects it otherwise); send the text as a user message if it answers no call"
+                )
+            _check_text(tool_call_id, "tool_call_id", where)
+        else:
+            tool_call_id = None
+        name = data.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                raise InputError(f"{where}: 'name' must be a string, got {type(name).__name__}")
+            _check_text(name, "name", where)
+        return cls(role=role, content=content, id=_message_id(data.get("id"), where), name=name,
+                   tool_call_id=tool_call_id, tool_calls=calls, parts=parts)
 
     def text(self) -> str:
-        """The text the scorer and the archive see: content plus rendered tool calls.
+        """The text the scorer and the store see: content plus rendered tool calls.
 
         Tool calls are rendered as ``TOOL_CALL name(arguments)`` joined with ``"; "`` after the content
         (the rendering used by the distilled labels, see ``../shared/datasets/README.md``); a tool
@@ -134,20 +265,60 @@ class Message:
         if self.role == "tool" and self.name:
             return f"[{self.name}] {self.content}"
         if self.tool_calls:
-            calls = "; ".join(
-                f"{(c.get('function') or {}).get('name', '')}({(c.get('function') or {}).get('arguments', '')})"
-                for c in self.tool_calls
-            )
+            calls = "; ".join(c.render() for c in self.tool_calls)
             return f"{self.content}\nTOOL_CALL {calls}" if self.content else f"TOOL_CALL {calls}"
         return self.content
 
     def to_openai(self, content: str | None = None) -> dict[str, Any]:
-        """OpenAI chat-completions dict, optionally with replaced ``content``."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content if content is None else content}
+        """A fresh OpenAI chat-completions dict; ``content`` replaces the content (a compressed form).
+
+        Content parts are given back whole unless ``content`` replaces them.
+        """
+        if content is None and self.parts:
+            body: Any = [p.to_openai() for p in self.parts]
+        else:
+            body = self.content if content is None else content
+        out: dict[str, Any] = {"role": self.role, "content": body}
         if self.name is not None:
             out["name"] = self.name
         if self.tool_calls:
-            out["tool_calls"] = self.tool_calls
+            out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
         return out
+
+    @property
+    def has_media(self) -> bool:
+        """True when the content has parts other than text (images, audio, files)."""
+        return any(p.text is None for p in self.parts)
+
+
+def _content(raw: Any, where: str) -> tuple[str, tuple[ContentPart, ...]]:
+    if raw is None:
+        raw = ""
+    if isinstance(raw, list):
+        parts = _content_parts(raw, where)
+        text = "\n".join(p.text for p in parts if p.type == "text" and p.text is not None)
+    elif isinstance(raw, str):
+        parts, text = (), raw
+    else:
+        raise InputError(f"{where}: 'content' must be a string or a list of content parts, got {type(raw).__name__}")
+    if len(text) > MAX_CONTENT_CHARS:
+        raise InputError(
+            f"{where}: content has {len(text):,} characters, above the limit of {MAX_CONTENT_CHARS:,}; "
+            "store large tool output elsewhere and pass a reference or an excerpt"
+        )
+    _check_text(text, "content", where)
+    return text, parts
+
+
+def _message_id(mid: Any, where: str) -> str | None:
+    if mid is None:
+        return None
+    if isinstance(mid, bool) or not isinstance(mid, str | int):
+        raise InputError(f"{where}: 'id' must be a string or an integer, got {type(mid).__name__}")
+    mid = str(mid)
+    if not mid.strip():
+        raise InputError(f"{where}: 'id' must not be empty; omit it to get an automatic id")
+    _check_text(mid, "id", where)
+    return mid

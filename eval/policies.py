@@ -26,7 +26,7 @@ import abc
 import bisect
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxscore.messages import Message
@@ -293,8 +293,7 @@ class CachedScorer:
         msgs = []
         for i, m in enumerate(todo):
             msg = Message.from_dict(clean_message(m), where=f"message {m.get('id')}")
-            msg.turn = i
-            msgs.append(msg)
+            msgs.append(replace(msg, turn=i))
         t0 = time.perf_counter()
         preds = self.scorer.predict(msgs)
         self.score_ms += (time.perf_counter() - t0) * 1000

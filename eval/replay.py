@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxscore.messages import Message
+from ctxscore.window.result import WarningKind
 from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
 
 from .budgets import Budget
@@ -165,7 +166,7 @@ def replay(
         trace.infeasible.append(bool(win.warnings))  # the policy said it could not keep to its own limits
         if win.warnings:
             trace.warning_turns += 1
-            trace.pinned_overflow_turns += any("pinned content" in w for w in win.warnings)
+            trace.pinned_overflow_turns += any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in win.warnings)
         if t not in probes:
             continue
         due = [f for f in facts if f.source_index < t]

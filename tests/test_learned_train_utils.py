@@ -76,7 +76,7 @@ def test_message_from_row_renders_the_same_text(row):
     if row["role"] == "tool":
         assert m.name == "get_user_details"
     if "TOOL_CALL" in row["text"]:
-        assert m.tool_calls and m.tool_calls[0]["function"]["name"] in {"get_user_details", "search"}
+        assert m.tool_calls and m.tool_calls[0].name in {"get_user_details", "search"}
 
 
 def test_training_rows_and_weights():

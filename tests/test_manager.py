@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ctxscore import BudgetError, ConfigError, ContextManager, InputError, Policy
+from ctxscore.window.result import WarningKind
 
 
 def agent_session(cycles: int = 12) -> list[dict]:
@@ -133,7 +134,7 @@ def test_pinned_overflow_is_reported_with_figures():
     cm = ContextManager(scorer="rules", budget=300)
     cm.add(big)
     win = cm.build()
-    assert any("pinned content" in w and "300" in w for w in win.warnings)
+    assert any(w.kind == WarningKind.PINNED_OVER_BUDGET and "300" in str(w) for w in win.warnings)
     assert win.messages[0]["content"] == big["content"]  # never dropped
     strict = ContextManager(scorer="rules", budget=300, policy=Policy(on_overflow="raise"))
     strict.add(big)
@@ -160,7 +161,7 @@ def test_bad_messages_are_rejected_and_nothing_is_lost(bad, match):
     with pytest.raises(InputError):
         cm.extend([{"role": "user", "content": "fine"}, bad])
     assert [m.content for m in cm.messages] == ["Please keep this."]
-    assert cm.archive.count(cm.session_id) == 1
+    assert cm.store.count(cm.session_id) == 1
 
 
 def test_duplicate_ids_and_bad_budget():
@@ -177,14 +178,16 @@ def test_duplicate_ids_and_bad_budget():
 def test_one_megabyte_message_is_handled():
     cm = ContextManager(scorer="rules", budget=4000)
     cm.add({"role": "user", "content": "Please summarise the log below."})
+    cm.add({"role": "assistant", "content": "", "tool_calls": [{"id": "t", "type": "function",
+            "function": {"name": "read_log", "arguments": "{}"}}]})
     cm.add({"role": "tool", "content": ("line of log output 12345 ok\n" * 40_000)[:1_000_000], "tool_call_id": "t"})
     for i in range(4):
         cm.add({"role": "user", "content": f"next question {i}?"})
         cm.add({"role": "assistant", "content": f"answer {i}"})
     win = cm.build()
     assert win.tokens <= 4000
-    assert win.decisions[1].tier == "archived"
-    assert cm.archive.get(cm.session_id, "m1")["content"].startswith("line of log output")
+    assert win.decisions[2].tier == "archived"
+    assert cm.store.get(cm.session_id, "m2").message.content.startswith("line of log output")
 
 
 def test_resume_session_from_database(tmp_path):

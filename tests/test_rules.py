@@ -16,7 +16,7 @@ from ctxscore.scoring.rules import (
 
 
 def cls(role: str, content: str, **kw) -> str:
-    return RuleClassifier().predict_one(Message.from_dict({"role": role, "content": content, **kw})).category
+    return RuleClassifier().predict_one(Message(role=role, content=content, **kw)).category
 
 
 # Labels below follow the annotation guide (../shared/datasets/labels/README.md).

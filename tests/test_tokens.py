@@ -12,7 +12,7 @@ import pytest
 
 from ctxscore.errors import ConfigError
 from ctxscore.messages import Message
-from ctxscore.tokens import TokenCounter, ensure_offline_encoding
+from ctxscore.tokens import TOKENS_PER_TOOL_CALL, TokenCounter, ensure_offline_encoding, image_tokens
 
 URL = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 
@@ -70,4 +70,29 @@ def test_tool_calls_are_counted():
         "role": "assistant", "content": "",
         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_user", "arguments": '{"user_id": "mia_li_3668"}'}}],
     })
-    assert tc.count_message(m) == 3 + tc.count("assistant") + tc.count('get_user({"user_id": "mia_li_3668"})')
+    assert tc.count_message(m) == (3 + tc.count("assistant") + TOKENS_PER_TOOL_CALL + tc.count("c1") + tc.count("get_user")
+                                   + tc.count('{"user_id": "mia_li_3668"}'))
+
+
+def test_tool_call_ids_are_counted():
+    """A 36-character call id is about 26 tokens; long agent sessions must not be undercounted."""
+    tc = TokenCounter()
+    cid = "call_9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d"
+    short = Message.from_dict({"role": "tool", "tool_call_id": "c", "content": "ok"})
+    long = Message.from_dict({"role": "tool", "tool_call_id": cid, "content": "ok"})
+    assert tc.count_message(long) - tc.count_message(short) == tc.count(cid) - tc.count("c") > 15
+
+
+def test_image_parts_are_counted_by_the_vision_rule():
+    tc = TokenCounter()
+    low = Message.from_dict({"role": "user", "content": [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}]})
+    high = Message.from_dict({"role": "user", "content": [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]})
+    base = 3 + tc.count("user") + tc.count("What is in this picture?")
+    assert tc.count_message(low) == base + 85
+    assert tc.count_message(high) == base + 765  # unknown size: 1024 x 1024 -> 768 x 768 -> 4 tiles
+    # OpenAI's documented examples: 1024 x 1024 high -> 765; 2048 x 4096 high -> 1105
+    assert image_tokens("", "high", (1024, 1024)) == 765 and image_tokens("", "high", (2048, 4096)) == 1105

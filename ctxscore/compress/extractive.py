@@ -7,25 +7,33 @@
   (the goal), the sentences with a conclusion marker and the last sentence; drops exploration.
 - :func:`archive_stub` (tier ``archived``): ``[archived <id>: <first words> …]``.
 
-:func:`compress` runs a compressor and verifies the result: every entity detected in the original
-must appear in the output, else it falls back to the next gentler tier (compressed -> structured ->
-verbatim). The result says which tier was reached and which entities were missing.
+Values are kept byte-exact: JSON numbers keep their original spelling (``12.50``, ``1e3``),
+literals keep JSON's (``true``, ``false``), and filler is removed only as whole words ("Okay, ..."
+but never "Okayama"). :class:`ExtractiveCompressor` is the default :class:`~ctxscore.compress.base.Compressor`;
+:func:`compress` is its verified form (:func:`~ctxscore.compress.base.compress_verified`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from typing import Any
 
 from ..messages import Tier
 from ..scoring.rules import RuleConfig, default_config, entity_spans
+from .base import CompressionResult, compress_verified
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
+# Filler words at the start of a sentence, removed only as whole words: an ASCII word must not be
+# followed by a letter or digit ("Okayama", "Thanksgiving" stay whole), a Chinese one must be
+# followed by punctuation or a space.
 _LEAD_FILLER = re.compile(
-    r"^(?:(?:sure|great|okay|ok|alright|certainly|of course|absolutely|perfect|thanks|thank you|got it|好的|好|嗯|收到)[,!.，！。\s]*)+",
+    r"^(?:(?:(?:sure|great|okay|ok|alright|certainly|of course|absolutely|perfect|thanks|thank you|got it)"
+    r"(?![\w])|(?:好的|好|嗯|收到)(?=[,!.，！。\s]|$))[,!.，！。\s]*)+",
     re.IGNORECASE,
 )
+#: JSON nested deeper than this is summarised as text, not flattened.
+MAX_JSON_DEPTH = 32
 _WS = re.compile(r"[ \t]+")
 
 
@@ -33,40 +41,63 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENT_SPLIT.split(text) if s and s.strip()]
 
 
-def _flatten_json(obj: object, prefix: str = "") -> list[str]:
-    """``key=value`` lines for the scalar leaves of a JSON value; nulls and empty values dropped."""
+class _Raw(str):
+    """A JSON number kept as the text it was written as (``12.50`` stays ``12.50``)."""
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _scalar(v: Any) -> str:
+    """A JSON scalar as JSON spells it: numbers as written, ``true`` / ``false``, strings as they are."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _flatten_json(obj: object, prefix: str = "", depth: int = 0) -> list[str]:
+    """``key=value`` lines for the scalar leaves of a JSON value; nulls and empty values dropped.
+
+    Raises:
+        _TooDeep: nesting deeper than :data:`MAX_JSON_DEPTH`.
+    """
+    if depth > MAX_JSON_DEPTH:
+        raise _TooDeep
     out: list[str] = []
+    head = prefix.rstrip(".") + ": " if prefix else ""
     if isinstance(obj, dict):
         scalars = []
         for k, v in obj.items():
             if v is None or v == "" or v == [] or v == {}:
                 continue
             if isinstance(v, dict | list):
-                out.extend(_flatten_json(v, f"{prefix}{k}."))
+                out.extend(_flatten_json(v, f"{prefix}{k}.", depth + 1))
             else:
-                scalars.append(f"{k}={v}")
+                scalars.append(f"{k}={_scalar(v)}")
         if scalars:
-            out.insert(0, (prefix.rstrip(".") + ": " if prefix else "") + "; ".join(scalars))
+            out.insert(0, head + "; ".join(scalars))
     elif isinstance(obj, list):
         if all(not isinstance(v, dict | list) for v in obj):
-            vals = [str(v) for v in obj if v is not None and v != ""]
+            vals = [_scalar(v) for v in obj if v is not None and v != ""]
             if vals:
-                out.append((prefix.rstrip(".") + ": " if prefix else "") + ", ".join(vals))
+                out.append(head + ", ".join(vals))
         else:
             for i, v in enumerate(obj):
-                out.extend(_flatten_json(v, f"{prefix}{i}."))
+                out.extend(_flatten_json(v, f"{prefix}{i}.", depth + 1))
     elif obj is not None and obj != "":
-        out.append((prefix.rstrip(".") + ": " if prefix else "") + str(obj))
+        out.append(head + _scalar(obj))
     return out
 
 
 def _parse_json(text: str) -> object | None:
+    """The JSON value of ``text`` with numbers kept as written, or ``None`` (not JSON, or too deep to parse)."""
     t = text.strip()
     if not t or t[0] not in "[{":
         return None
     try:
-        return json.loads(t)
-    except ValueError:
+        return json.loads(t, parse_float=_Raw, parse_int=_Raw, parse_constant=_Raw)
+    except (ValueError, RecursionError):
         return None
 
 
@@ -86,7 +117,10 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
     cfg = config or default_config()
     data = _parse_json(text)
     if data is not None:
-        return "\n".join(_flatten_json(data))
+        try:
+            return "\n".join(_flatten_json(data))
+        except _TooDeep:
+            pass  # summarised as text below
     kw = cfg.keyword_regexes
     keep_rx = [kw[g] for g in ("decision", "confirmation", "constraint") if g in kw]
     starts = [s for s, _ in (entity_spans(text, cfg) if spans is None else spans)]
@@ -142,58 +176,31 @@ def archive_stub(message_id: str, text: str, words: int = 8) -> str:
     return f"[archived {message_id}: {head} …]"
 
 
-@dataclass(slots=True)
-class CompressionResult:
-    """Outcome of :func:`compress`.
-
-    Attributes:
-        tier: the tier actually reached (may be gentler than requested).
-        text: the content to place in the window (the original when ``tier`` is verbatim).
-        missing: entities of the original absent from the rejected stronger form(s), for diagnostics.
-    """
-
-    tier: str
-    text: str
-    missing: list[str] = field(default_factory=list)
-
-
-_QUOTES = "\"'`“”「」《》‘’"
-
-
-def _missing(entities: list[str], out: str) -> list[str]:
-    """Entities (compared without surrounding quotes) that do not occur in ``out``."""
-    return [e for e in entities if (e.strip(_QUOTES) or e) not in out]
-
-
-def compress(text: str, tier: str, config: RuleConfig | None = None, entities: list[str] | None = None) -> CompressionResult:
-    """Compress ``text`` to ``tier`` (``structured`` or ``compressed``), verified.
-
-    The output must contain every entity detected in the original and be shorter than it; otherwise
-    the next gentler tier is tried (compressed -> structured -> verbatim).
+class ExtractiveCompressor:
+    """The default compressor (no LLM): :func:`structured_summary` and :func:`aggressive_compress`.
 
     Args:
-        text: the original content.
-        tier: ``"structured"`` or ``"compressed"``.
-        config: rule file (default: packaged).
-        entities: the original's entities if already known.
+        config: rule file for entity patterns and keywords (default: packaged).
+    """
+
+    def __init__(self, config: RuleConfig | None = None) -> None:
+        self.config = config or default_config()
+
+    def compress(self, text: str, tier: Tier) -> str | None:
+        """The unverified form of ``text`` for ``tier`` (see :class:`~ctxscore.compress.base.Compressor`)."""
+        if tier == Tier.STRUCTURED:
+            return structured_summary(text, self.config)
+        if tier == Tier.COMPRESSED:
+            return aggressive_compress(text, self.config)
+        return None
+
+
+def compress(text: str, tier: str, config: RuleConfig | None = None) -> CompressionResult:
+    """Verified extractive compression of ``text`` to ``tier`` (``structured`` or ``compressed``),
+    falling back to a gentler tier when a form would lose a key span or invent one
+    (:func:`~ctxscore.compress.base.compress_verified` with :class:`ExtractiveCompressor`).
 
     Raises:
         ValueError: ``tier`` is not one of the two compressing tiers.
     """
-    if tier not in (Tier.STRUCTURED, Tier.COMPRESSED):
-        raise ValueError(f"compress() takes tier 'structured' or 'compressed', got {tier!r}")
-    cfg = config or default_config()
-    spans = entity_spans(text, cfg)
-    ents = list(dict.fromkeys(text[a:b].strip() for a, b in spans)) if entities is None else entities
-    missing: list[str] = []
-    if tier == Tier.COMPRESSED:
-        out = aggressive_compress(text, cfg)
-        miss = _missing(ents, out)
-        if out and not miss and len(out) < len(text):
-            return CompressionResult(Tier.COMPRESSED, out)
-        missing = miss
-    out = structured_summary(text, cfg, spans)
-    miss = _missing(ents, out)
-    if out and not miss and len(out) < len(text):
-        return CompressionResult(Tier.STRUCTURED, out, missing)
-    return CompressionResult(Tier.VERBATIM, text, missing or miss)
+    return compress_verified(ExtractiveCompressor(config), text, tier, config=config)

@@ -290,3 +290,34 @@ def load_default_scorer(warn: bool = True, **kwargs: Any) -> LearnedScorer | Non
             _warned_default = True
         return None
     return LearnedScorer.from_pretrained(DEFAULT_MODEL_DIR, **kwargs)
+
+
+_default_scorer: Any = None  # the packaged learned scorer (False: unavailable), loaded on first use
+
+
+def resolve_scorer(scorer: Any, rules: RuleClassifier) -> Any:
+    """The scorer a context manager uses.
+
+    Args:
+        scorer: ``"auto"`` (the packaged learned scorer, loaded once per process, when its embedder
+            package is installed, else ``rules`` with one warning), ``"rules"`` or ``None`` (``rules``),
+            a path to a packaged scorer folder, or any object with ``predict(messages)``.
+        rules: the rule classifier.
+
+    Raises:
+        ConfigError: anything else.
+        ModelLoadError: the folder cannot be loaded.
+    """
+    global _default_scorer
+    if scorer is None or scorer == "rules":
+        return rules
+    if scorer == "auto":
+        if _default_scorer is None:
+            _default_scorer = load_default_scorer(warn=True) or False
+        return _default_scorer or rules
+    if isinstance(scorer, str | os.PathLike):
+        return LearnedScorer.from_pretrained(scorer)
+    if not callable(getattr(scorer, "predict", None)):
+        raise ConfigError(f"scorer must be 'auto', 'rules', a packaged scorer folder or an object with "
+                          f"predict(messages); got {scorer!r}")
+    return scorer

@@ -61,7 +61,7 @@ _TASK = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your t
 _SCAN_CHARS = 1200  # signals and scoring entities read the first and last 1,200 characters
 
 
-def _scan_text(text: str) -> str:
+def scan_text(text: str) -> str:
     """Head and tail of long texts, so per-message cost stays bounded (about 2,400 characters)."""
     if len(text) <= 2 * _SCAN_CHARS:
         return text
@@ -343,7 +343,7 @@ class RuleClassifier:
             ``zh`` the fraction of CJK characters.
         """
         cfg = self.config
-        text = _scan_text(message.text())
+        text = scan_text(message.text())
         kw = cfg.keyword_regexes
         sp = cfg.signal_regexes
 

@@ -1,19 +1,21 @@
-"""The archive ("swap"): every original message, stored whole in SQLite, searchable for page-in.
+"""The embedded store: every original message of one or more sessions in one SQLite file (or memory).
 
-Storage: one SQLite file (stdlib ``sqlite3``) in WAL mode, or an in-memory database. Tables:
-``sessions`` (per-session state), ``messages`` (the original OpenAI-style message as JSON, its
-rendered text, the scorer's prediction and the current tier) and ``messages_fts``, an FTS5 index with
-the trigram tokenizer over the rendered text and a context column (the start of the previous
-messages, weighted 0.4 in bm25) (https://www.sqlite.org/fts5.html#the_trigram_tokenizer),
-so Chinese text matches without a word segmenter.
+Storage: stdlib ``sqlite3`` in WAL mode with a 5 s busy timeout, so several processes may share a
+file. Tables: ``meta`` (schema version), ``messages`` (the original OpenAI-style message as JSON, its
+rendered text, the scorer's prediction, the current tier and the embedding) and ``messages_fts``, an
+FTS5 index with the trigram tokenizer over the rendered text and a context column (the start of the
+previous messages, weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT` in bm25)
+(https://www.sqlite.org/fts5.html#the_trigram_tokenizer), so Chinese text matches without a segmenter.
 
-Search is hybrid: FTS5 ``bm25`` ranking for terms of three or more characters, a ``LIKE`` scan for
-shorter terms (the trigram tokenizer cannot match two-character Chinese words), and, when message
-embeddings are stored, cosine similarity to the query embedding. The ranked lists are fused with
-weighted reciprocal rank fusion, score = sum over lists of w / (k + rank), k = 60 (Cormack, Clarke
-and Buettcher, SIGIR 2009; the per-list weights :data:`RRF_WEIGHTS` favour the bm25 list). User
-text never reaches FTS5 as syntax: every term is passed as a quoted string with embedded quotes
-doubled, and ``LIKE`` patterns escape ``%`` and ``_``.
+Writes are atomic: :meth:`SQLiteStore.add` allocates turns and automatic ids inside one
+``BEGIN IMMEDIATE`` transaction, so two managers or processes appending to one session never
+collide, and a batch is stored whole or not at all.
+
+Search: FTS5 ``bm25`` ranking for terms of three or more characters, a ``LIKE`` scan for shorter
+terms (the trigram tokenizer cannot match two-character Chinese words), and cosine similarity to the
+query embedding over the session's stored embeddings; the lists are fused by
+:func:`ctxscore.store.retrieval.fuse`. Every ``sqlite3`` failure (a damaged or foreign file, a full
+disk, a lock held too long) is raised as :class:`~ctxscore.errors.StoreError`.
 """
 
 from __future__ import annotations
@@ -21,30 +23,44 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import CtxScoreError, InputError
-from .retrieval import CONTEXT_WEIGHT, Hit, fts_match_expression, fuse, like_pattern, query_terms
+from ..errors import InputError, StoreError
+from ..messages import Message, Tier
+from .base import NewRecord, StoredMessage
+from .retrieval import CONTEXT_WEIGHT, Hit, RankedList, fts_match_expression, fuse, like_pattern, query_terms
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions(session_id TEXT PRIMARY KEY, created REAL, state TEXT);
+CREATE TABLE IF NOT EXISTS messages(
+    rowid INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL, id TEXT NOT NULL, turn INTEGER NOT NULL,
+    role TEXT NOT NULL, text TEXT NOT NULL, context TEXT NOT NULL DEFAULT '', message TEXT NOT NULL,
+    prediction TEXT, tier TEXT NOT NULL DEFAULT 'verbatim', embedding BLOB,
+    UNIQUE(session_id, id));
+CREATE INDEX IF NOT EXISTS messages_turn ON messages(session_id, turn);
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    text, context, content='messages', content_rowid='rowid', tokenize='trigram');
+"""
+_COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
 
 
-class ArchiveError(CtxScoreError):
-    """The archive file is unreadable, locked or not a ctxscore archive."""
-
-
-class Archive:
-    """SQLite store of every original message of one or more sessions, with hybrid search.
+class SQLiteStore:
+    """SQLite implementation of :class:`ctxscore.store.base.Store`.
 
     Args:
-        path: database file (created if missing; WAL mode) or ``None`` / ``":memory:"`` for memory.
+        path: database file (created if missing) or ``None`` / ``":memory:"`` for a private
+            in-memory database.
 
     Raises:
-        ArchiveError: the file is not a SQLite database, is locked, or has an incompatible schema;
-            the message says which and leaves the file untouched.
+        StoreError: the path is a folder, the file is not a SQLite database or not a ctxscore store,
+            has another schema version, or cannot be opened; the file is left untouched.
     """
 
     SCHEMA_VERSION = 2
@@ -52,222 +68,220 @@ class Archive:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path in (None, ":memory:") else Path(path)
         self._lock = threading.RLock()
+        self._vectors: dict[str, tuple[int, dict[str, np.ndarray]]] = {}  # session -> (max rowid, id -> vector)
+        where = self.path or ":memory:"
+        if self.path is not None and self.path.is_dir():
+            raise StoreError(f"cannot open store {where}: it is a folder; pass the path of a database file")
         try:
-            self._db = sqlite3.connect(
-                ":memory:" if self.path is None else str(self.path), check_same_thread=False, isolation_level=None
-            )
+            self._db = sqlite3.connect(str(where), check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {where}: {exc}; check the path and its permissions") from None
+        try:
+            self._db.execute("PRAGMA busy_timeout=5000")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
             self._init_schema()
-        except sqlite3.DatabaseError as exc:
-            raise ArchiveError(
-                f"cannot open archive {self.path or ':memory:'}: {exc}. If the file is not a ctxscore archive, "
-                "pass another archive_path; the file was not modified."
+        except (sqlite3.Error, StoreError) as exc:
+            self._db.close()
+            raise StoreError(
+                f"cannot open store {where}: {exc}. If the file is not a ctxscore store, pass another path; "
+                "the file was not modified."
             ) from None
-        self._embeddings: dict[tuple[str, str], np.ndarray] = {}
-        self._load_embeddings()
 
-    # -- schema ---------------------------------------------------------------------------------
     def _init_schema(self) -> None:
         db = self._db
         db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
         row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is not None and int(row[0]) != self.SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"schema version {row[0]} != {self.SCHEMA_VERSION}")
-        db.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS sessions(
-                session_id TEXT PRIMARY KEY, created REAL, state TEXT);
-            CREATE TABLE IF NOT EXISTS messages(
-                rowid INTEGER PRIMARY KEY,
-                session_id TEXT NOT NULL, id TEXT NOT NULL, turn INTEGER NOT NULL,
-                role TEXT NOT NULL, text TEXT NOT NULL, context TEXT NOT NULL DEFAULT '', message TEXT NOT NULL,
-                prediction TEXT, tier TEXT NOT NULL DEFAULT 'verbatim', embedding BLOB,
-                UNIQUE(session_id, id));
-            CREATE INDEX IF NOT EXISTS messages_turn ON messages(session_id, turn);
-            CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-                text, context, content='messages', content_rowid='rowid', tokenize='trigram');
-            """
-        )
+        if row is not None and str(row[0]) != str(self.SCHEMA_VERSION):
+            raise StoreError(f"schema version {row[0]} != {self.SCHEMA_VERSION}")
+        db.executescript(_SCHEMA)
         db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
 
-    def _load_embeddings(self) -> None:
-        for sid, mid, blob in self._db.execute("SELECT session_id, id, embedding FROM messages WHERE embedding IS NOT NULL"):
-            self._embeddings[(sid, mid)] = np.frombuffer(blob, dtype=np.float32)
-
-    # -- writing --------------------------------------------------------------------------------
-    def add(
-        self,
-        session_id: str,
-        message_id: str,
-        turn: int,
-        role: str,
-        text: str,
-        message: dict[str, Any],
-        prediction: dict[str, Any] | None = None,
-        embedding: np.ndarray | None = None,
-        context: str = "",
-    ) -> None:
-        """Store one original message (whole) and index its text.
-
-        ``context`` (for example the start of the previous message) is indexed in a second FTS column
-        with a lower bm25 weight, so a reply like "your reference number is Q1XUDH9Y" is found by a
-        question that names what the user asked for ("the booking at Ali Baba").
-
-        Raises:
-            InputError: a message with this id already exists in the session (ids must be unique).
-        """
-        blob = None if embedding is None else np.asarray(embedding, dtype=np.float32).tobytes()
+    @contextmanager
+    def _guard(self, what: str, transaction: bool = False) -> Iterator[sqlite3.Connection]:
+        """Run one operation under the lock; map ``sqlite3`` errors to :class:`StoreError` and roll back."""
         with self._lock:
             try:
-                self._db.execute("BEGIN")
-                cur = self._db.execute(
-                    "INSERT INTO messages(session_id, id, turn, role, text, context, message, prediction, embedding) "
-                    "VALUES(?,?,?,?,?,?,?,?,?)",
-                    (
-                        session_id, message_id, turn, role, text, context,
-                        json.dumps(message, ensure_ascii=False),
-                        None if prediction is None else json.dumps(prediction, ensure_ascii=False),
-                        blob,
-                    ),
-                )
-                self._db.execute(
-                    "INSERT INTO messages_fts(rowid, text, context) VALUES(?, ?, ?)", (cur.lastrowid, text, context)
-                )
-                self._db.execute("COMMIT")
-            except sqlite3.IntegrityError:
-                self._db.execute("ROLLBACK")
-                raise InputError(
-                    f"message id {message_id!r} already exists in session {session_id!r}; give each message a unique id"
-                ) from None
-            except BaseException:
+                if transaction:
+                    self._db.execute("BEGIN IMMEDIATE")
+                yield self._db
+                if transaction:
+                    self._db.execute("COMMIT")
+            except BaseException as exc:
                 if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if isinstance(exc, sqlite3.Error):
+                    hint = "free disk space and retry" if "full" in str(exc) else "check the database file"
+                    raise StoreError(f"store {self.path or ':memory:'}: cannot {what}: {exc}; {hint}; "
+                                     "nothing was changed") from None
                 raise
-        if embedding is not None:
-            self._embeddings[(session_id, message_id)] = np.asarray(embedding, dtype=np.float32)
 
-    def set_tiers(self, session_id: str, tiers: Iterable[tuple[str, str]]) -> None:
-        """Record the current tier of messages: ``tiers`` is (message id, tier) pairs."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.executemany(
-                "UPDATE messages SET tier=? WHERE session_id=? AND id=?", [(t, session_id, i) for i, t in tiers]
-            )
-            self._db.execute("COMMIT")
+    # -- writing --------------------------------------------------------------------------------
+    def add(self, session_id: str, records: Sequence[NewRecord]) -> list[StoredMessage]:
+        """Append ``records`` to a session in one transaction (see :class:`~ctxscore.store.base.Store`).
 
-    def save_state(self, session_id: str, state: dict[str, Any]) -> None:
-        """Store small per-session state (JSON) that a resumed session needs."""
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO sessions(session_id, created, state) VALUES(?,?,?) "
-                "ON CONFLICT(session_id) DO UPDATE SET state=excluded.state",
-                (session_id, time.time(), json.dumps(state)),
-            )
+        Raises:
+            InputError: an explicit id is already used in the session (nothing is stored).
+            StoreError: the database cannot be written (nothing is stored).
+        """
+        out: list[StoredMessage] = []
+        with self._guard("add messages", transaction=True) as db:
+            (last,) = db.execute("SELECT COALESCE(MAX(turn), -1) FROM messages WHERE session_id=?", (session_id,)).fetchone()
+            for k, rec in enumerate(records):
+                turn = last + 1 + k
+                mid = rec.message.id or self._free_id(db, session_id, f"m{turn}")
+                msg = replace(rec.message, id=mid, turn=turn)
+                blob = None if rec.embedding is None else np.asarray(rec.embedding, dtype=np.float32).tobytes()
+                try:
+                    cur = db.execute(
+                        "INSERT INTO messages(session_id, id, turn, role, text, context, message, prediction, embedding) "
+                        "VALUES(?,?,?,?,?,?,?,?,?)",
+                        (session_id, mid, turn, msg.role, rec.text, rec.context,
+                         json.dumps(msg.to_openai(), ensure_ascii=False),
+                         None if rec.prediction is None else json.dumps(rec.prediction, ensure_ascii=False), blob),
+                    )
+                except sqlite3.IntegrityError:
+                    raise InputError(
+                        f"message id {mid!r} already exists in session {session_id!r}; give each message a unique id "
+                        "(or none: automatic ids skip the used ones)"
+                    ) from None
+                db.execute("INSERT INTO messages_fts(rowid, text, context) VALUES(?, ?, ?)",
+                           (cur.lastrowid, rec.text, rec.context))
+                out.append(StoredMessage(msg, rec.text, rec.prediction, Tier.VERBATIM, rec.embedding))
+        return out
+
+    @staticmethod
+    def _free_id(db: sqlite3.Connection, session_id: str, base: str) -> str:
+        mid, k = base, 0
+        while db.execute("SELECT 1 FROM messages WHERE session_id=? AND id=?", (session_id, mid)).fetchone():
+            k += 1
+            mid = f"{base}-{k}"
+        return mid
+
+    def set_tiers(self, session_id: str, tiers: Iterable[tuple[str, Tier]]) -> None:
+        """Record the current tier of messages: ``tiers`` is (message id, tier) pairs.
+
+        Raises:
+            StoreError: the database cannot be written (no tier is changed).
+        """
+        rows = [(str(t), session_id, i) for i, t in tiers]
+        with self._guard("record tiers", transaction=True) as db:
+            db.executemany("UPDATE messages SET tier=? WHERE session_id=? AND id=?", rows)
+
+    def detach(self, session_id: str, from_turn: int) -> str:
+        """Move the messages of ``session_id`` from ``from_turn`` on to a new session and return its id
+        (``<session_id>~detached~<n>``); they stay stored and searchable there."""
+        with self._guard("detach messages", transaction=True) as db:
+            n = db.execute("SELECT COUNT(DISTINCT session_id) FROM messages WHERE session_id LIKE ? ESCAPE '\\'",
+                           (like_pattern(f"{session_id}~detached~")[1:],)).fetchone()[0]
+            target = f"{session_id}~detached~{n + 1}"
+            db.execute("UPDATE messages SET session_id=? WHERE session_id=? AND turn>=?", (target, session_id, from_turn))
+        self._vectors.pop(session_id, None)
+        return target
 
     # -- reading --------------------------------------------------------------------------------
-    def load_state(self, session_id: str) -> dict[str, Any] | None:
-        """The state saved by :meth:`save_state`, or ``None``."""
-        row = self._db.execute("SELECT state FROM sessions WHERE session_id=?", (session_id,)).fetchone()
-        return None if row is None or row[0] is None else json.loads(row[0])
+    def _row(self, session_id: str, r: tuple[Any, ...]) -> StoredMessage:
+        mid, turn, role, text, message, prediction, tier, blob = r
+        try:
+            msg = Message.from_dict(json.loads(message), where=f"stored message {mid!r}")
+            pred = None if prediction is None else json.loads(prediction)
+            tier = Tier(tier)
+        except (ValueError, InputError) as exc:
+            raise StoreError(
+                f"store {self.path or ':memory:'}: session {session_id!r} message {mid!r} (turn {turn}) is damaged "
+                f"({exc}); restore the file from a backup or remove that row"
+            ) from None
+        emb = None if blob is None else np.frombuffer(blob, dtype=np.float32)
+        return StoredMessage(replace(msg, id=mid, turn=turn), text, pred, tier, emb)
 
-    def messages(self, session_id: str) -> list[dict[str, Any]]:
-        """All stored messages of a session in turn order: dicts with id, turn, role, text, message,
-        prediction (dict or None), tier and embedding (array or None)."""
-        rows = self._db.execute(
-            "SELECT id, turn, role, text, message, prediction, tier, embedding FROM messages "
-            "WHERE session_id=? ORDER BY turn",
-            (session_id,),
-        ).fetchall()
-        return [
-            {
-                "id": r[0], "turn": r[1], "role": r[2], "text": r[3], "message": json.loads(r[4]),
-                "prediction": None if r[5] is None else json.loads(r[5]), "tier": r[6],
-                "embedding": None if r[7] is None else np.frombuffer(r[7], dtype=np.float32),
-            }
-            for r in rows
-        ]
+    def load(self, session_id: str, after_turn: int = -1) -> list[StoredMessage]:
+        """The session's messages with a turn above ``after_turn``, in turn order.
 
-    def get(self, session_id: str, message_id: str) -> dict[str, Any] | None:
-        """The original OpenAI-style message, or ``None``."""
-        row = self._db.execute(
-            "SELECT message FROM messages WHERE session_id=? AND id=?", (session_id, message_id)
-        ).fetchone()
-        return None if row is None else json.loads(row[0])
+        Raises:
+            StoreError: the database cannot be read, or a row is damaged (it names the row).
+        """
+        with self._guard("read the session") as db:
+            rows = db.execute(f"SELECT {_COLUMNS} FROM messages WHERE session_id=? AND turn>? ORDER BY turn",
+                              (session_id, after_turn)).fetchall()
+        return [self._row(session_id, r) for r in rows]
+
+    def get(self, session_id: str, message_id: str) -> StoredMessage | None:
+        """One stored message, or ``None``."""
+        with self._guard("read a message") as db:
+            r = db.execute(f"SELECT {_COLUMNS} FROM messages WHERE session_id=? AND id=?",
+                           (session_id, message_id)).fetchone()
+        return None if r is None else self._row(session_id, r)
 
     def count(self, session_id: str) -> int:
         """Number of stored messages in a session."""
-        return self._db.execute("SELECT COUNT(*) FROM messages WHERE session_id=?", (session_id,)).fetchone()[0]
+        with self._guard("count messages") as db:
+            return db.execute("SELECT COUNT(*) FROM messages WHERE session_id=?", (session_id,)).fetchone()[0]
 
-    def search(
-        self,
-        session_id: str,
-        query: str,
-        k: int = 10,
-        *,
-        only: Callable[[str], bool] | None = None,
-        query_embedding: np.ndarray | None = None,
-        limit: int = 100,
-    ) -> list[Hit]:
-        """Hybrid search of a session's messages.
+    def _session_vectors(self, db: sqlite3.Connection, session_id: str) -> dict[str, np.ndarray]:
+        """The session's embeddings, read once and then only the rows added since (by any writer)."""
+        seen, vecs = self._vectors.get(session_id, (0, {}))
+        rows = db.execute("SELECT rowid, id, embedding FROM messages WHERE session_id=? AND rowid>? "
+                          "AND embedding IS NOT NULL", (session_id, seen)).fetchall()
+        for rowid, mid, blob in rows:
+            vecs[mid] = np.frombuffer(blob, dtype=np.float32)
+            seen = max(seen, rowid)
+        self._vectors[session_id] = (seen, vecs)
+        return vecs
+
+    def search(self, session_id: str, query: str, k: int = 10, *, query_embedding: np.ndarray | None = None,
+               only: Callable[[str], bool] | None = None, limit: int = 100) -> list[Hit]:
+        """Hybrid search of a session's messages (see the module docstring).
 
         Args:
             session_id: the session.
             query: free text (any characters; nothing is interpreted as FTS5 syntax).
             k: number of hits to return.
-            only: keep only message ids for which this returns True (for example archived ones).
             query_embedding: the query's embedding (same embedder as the stored ones) for vector search.
+            only: keep only message ids for which this returns True.
             limit: candidates taken from each ranked list before fusion.
 
         Returns:
-            Up to ``k`` hits, best first, by weighted reciprocal rank fusion of the keyword, LIKE and
-            vector lists (:data:`RRF_WEIGHTS`).
+            Up to ``k`` hits, best first.
         """
         fts_terms, short_terms = query_terms(query)
-        lists: list[tuple[str, list[tuple[str, int, str]]]] = []
-        with self._lock:
+        lists: list[RankedList] = []
+        with self._guard("search") as db:
             if fts_terms:
-                rows = self._db.execute(
+                lists.append(("keyword", db.execute(
                     "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_fts f JOIN messages m ON m.rowid = f.rowid "
                     "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts, 1.0, ?) LIMIT ?",
-                    (fts_match_expression(fts_terms), session_id, CONTEXT_WEIGHT, limit),
-                ).fetchall()
-                lists.append(("keyword", rows))
+                    (fts_match_expression(fts_terms), session_id, CONTEXT_WEIGHT, limit)).fetchall()))
             for term in short_terms:
-                rows = self._db.execute(
+                lists.append(("short", db.execute(
                     "SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id = ? AND text LIKE ? ESCAPE '\\' "
-                    "ORDER BY turn DESC LIMIT ?",
-                    (session_id, like_pattern(term), limit),
-                ).fetchall()
-                lists.append(("short", rows))
+                    "ORDER BY turn DESC LIMIT ?", (session_id, like_pattern(term), limit)).fetchall()))
             if query_embedding is not None:
-                items = [(mid, vec) for (sid, mid), vec in self._embeddings.items() if sid == session_id]
-                if items:
-                    mat = np.stack([v for _, v in items])
-                    sims = mat @ np.asarray(query_embedding, dtype=np.float32)
-                    order = np.argsort(-sims)[:limit]
-                    ids = [items[i][0] for i in order]
-                    meta = {
-                        r[0]: (r[1], r[2])
-                        for r in self._db.execute(
-                            f"SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id=? AND id IN ({','.join('?' * len(ids))})",
-                            (session_id, *ids),
-                        )
-                    }
-                    lists.append(("vector", [(i, *meta[i]) for i in ids if i in meta]))
+                vecs = self._session_vectors(db, session_id)
+                if vecs:
+                    ids = list(vecs)
+                    sims = np.stack([vecs[i] for i in ids]) @ np.asarray(query_embedding, dtype=np.float32)
+                    top = [ids[i] for i in np.argsort(-sims)[:limit]]
+                    meta = {r[0]: (r[1], r[2]) for r in db.execute(
+                        f"SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id=? "
+                        f"AND id IN ({','.join('?' * len(top))})", (session_id, *top))}
+                    lists.append(("vector", [(i, *meta[i]) for i in top if i in meta]))
         return fuse(lists, k=k, only=only)
 
     def close(self) -> None:
-        """Checkpoint the WAL and close the database."""
+        """Checkpoint the WAL and close the database (a second call does nothing)."""
         with self._lock:
             try:
                 if self.path is not None:
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass  # another connection holds the file: its last close checkpoints
             finally:
                 self._db.close()
 
-    def __enter__(self) -> Archive:
+    def __enter__(self) -> SQLiteStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,7 +8,49 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
+
+
+class WarningKind(StrEnum):
+    """What a :class:`WindowWarning` is about."""
+
+    PINNED_OVER_BUDGET = "pinned_over_budget"  #: pinned content alone exceeds the budget
+    RECENCY_RELAXED = "recency_relaxed"  #: recent turns had to be compacted to fit
+    OVER_BUDGET = "over_budget"  #: the window is above the budget although pinned content fits
+    PAGE_IN_SKIPPED = "page_in_skipped"  #: a relevant hit could not be paged in for lack of room
+    STORE_UNAVAILABLE = "store_unavailable"  #: the store could not record tiers; the window is built from memory
+
+
+@dataclass(frozen=True, slots=True)
+class WindowWarning:
+    """A warning of one build: its kind, the human-readable message (``str(w)``) and its figures.
+
+    Attributes:
+        kind: the :class:`WarningKind`.
+        message: what happened and what to do, with the figures.
+        figures: the figures by name (tokens, budgets, turns), for programs.
+    """
+
+    kind: WarningKind
+    message: str
+    figures: dict[str, int | float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON representation."""
+        return {"kind": str(self.kind), "message": self.message, "figures": dict(self.figures)}
+
+
+@dataclass(frozen=True, slots=True)
+class SectionInfo:
+    """One section of a window: its name, how many messages it holds and their tokens (with chat overhead)."""
+
+    name: str
+    messages: int
+    tokens: int
 
 
 @dataclass(slots=True)
@@ -71,10 +113,12 @@ class ContextWindow:
         decisions: one :class:`Decision` per original message, in conversation order (built on first
             access from a snapshot taken at build time, so reading it later still describes this build).
         paged_in: ids of archived messages brought back for the query.
-        warnings: human-readable warnings (for example pinned content above the budget).
+        warnings: :class:`WindowWarning` s of this build (``str(w)`` is the message).
+        sections: one :class:`SectionInfo` per section, in window order.
+        findings: what post-build hooks (the context verifier) found, in the order they ran.
     """
 
-    __slots__ = ("messages", "tokens", "budget", "paged_in", "warnings", "_decisions", "_decide")
+    __slots__ = ("messages", "tokens", "budget", "paged_in", "warnings", "sections", "findings", "_decisions", "_decide")
 
     def __init__(
         self,
@@ -83,14 +127,17 @@ class ContextWindow:
         budget: int,
         decisions: list[Decision] | None = None,
         paged_in: list[str] | None = None,
-        warnings: list[str] | None = None,
+        warnings: list[WindowWarning] | None = None,
         decide: Callable[[], list[Decision]] | None = None,
+        sections: list[SectionInfo] | None = None,
     ) -> None:
         self.messages = messages
         self.tokens = tokens
         self.budget = budget
         self.paged_in = paged_in or []
         self.warnings = warnings or []
+        self.sections = sections or []
+        self.findings: list[Any] = []
         self._decisions = decisions
         self._decide = decide
 
@@ -115,7 +162,9 @@ class ContextWindow:
             "budget": self.budget,
             "utilization": round(self.utilization, 4),
             "paged_in": self.paged_in,
-            "warnings": self.warnings,
+            "warnings": [w.to_dict() for w in self.warnings],
+            "sections": [{"name": x.name, "messages": x.messages, "tokens": x.tokens} for x in self.sections],
+            "findings": [f.to_dict() if hasattr(f, "to_dict") else f for f in self.findings],
             "decisions": [d.to_dict() for d in self.decisions],
         }
 

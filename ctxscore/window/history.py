@@ -1,0 +1,195 @@
+"""The history of one session: entries, units, turn numbers and tier state with running token totals.
+
+An :class:`Entry` is one message with what the manager computed once when it arrived (tokens,
+prediction, entities, unit, pinned) and its mutable tier state (tier, tokens in that tier, the
+cached compressed forms). A *unit* is what must never be split: an assistant message with tool
+calls and the tool results that answer them. A *turn* starts at each user message.
+
+:class:`History` keeps per-entry numpy arrays (intrinsic value, turn number, later references, tier
+code, stub tokens) so value and tier computations are vectorised, and running totals so occupancy
+is O(1) per build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..messages import Category, Message, Role, Tier
+from ..scoring.base import Prediction
+
+#: Tier codes in the per-entry array, gentlest first.
+TIERS: tuple[Tier, ...] = (Tier.VERBATIM, Tier.STRUCTURED, Tier.COMPRESSED, Tier.ARCHIVED)
+CODE: dict[Tier, int] = {t: i for i, t in enumerate(TIERS)}
+ARCHIVED = CODE[Tier.ARCHIVED]
+
+#: Category strength, for the category of a unit (its strongest member).
+CATEGORY_RANK = {Category.FAILURE: 0, Category.REASONING: 1, Category.KEY_STATE: 2, Category.INSTRUCTION: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    """A message in one tier: the content shown, its tokens (with chat overhead) and the tier reached
+    (a compressor may fall back to a gentler one)."""
+
+    text: str
+    tokens: int
+    tier: Tier
+
+
+@dataclass(slots=True)
+class Entry:
+    """One message of the history (see the module docstring).
+
+    Attributes:
+        msg: the message (immutable; ``id`` and ``turn`` set).
+        text: its rendered text (:meth:`Message.text`).
+        tokens: tokens of the verbatim message with chat overhead.
+        pred: the scorer's prediction.
+        entities: entities of its scan text (head and tail of long texts).
+        unit: index of the first entry of its unit.
+        turn_no: number of the conversational turn it belongs to (0 before the first user message).
+        pinned: never compressed or archived.
+        static: value factors that do not change with time (base, density ...), for explanations.
+        confirmed: the user confirmed it right after.
+        tier: its current tier.
+        cur_tokens: tokens in the current tier (stub tokens when archived).
+        forms: cached forms per tier.
+        no_compress: compression fell back to verbatim; do not retry.
+    """
+
+    msg: Message
+    text: str
+    tokens: int
+    pred: Prediction
+    entities: tuple[str, ...]
+    unit: int
+    turn_no: int
+    pinned: bool
+    static: dict[str, float] = field(default_factory=dict)
+    confirmed: bool = False
+    tier: Tier = Tier.VERBATIM
+    cur_tokens: int = 0
+    forms: dict[Tier, Form] = field(default_factory=dict)
+    no_compress: bool = False
+
+    @property
+    def category(self) -> str:
+        """The predicted category."""
+        return self.pred.category
+
+
+class _Grow:
+    """A numpy array that grows by doubling (amortised O(1) append)."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.a = np.zeros(64, dtype=dtype)
+
+    def set(self, i: int, v: Any) -> None:
+        if i >= len(self.a):
+            self.a = np.concatenate([self.a, np.zeros_like(self.a)])
+        self.a[i] = v
+
+
+class History:
+    """Entries of one session in order, their units and tier state.
+
+    Token totals (tokens): ``total_tokens`` (every message verbatim), ``pinned_tokens``,
+    ``msg_tokens`` (current tokens of the entries not archived) and ``stub_tokens`` (stub tokens of
+    the archived ones); ``n_compacted`` counts entries not verbatim.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.ids: dict[str, int] = {}
+        self.units: dict[int, list[int]] = {}
+        self.call_owner: dict[str, int] = {}  # tool_call_id -> index of the assistant message
+        self.turn_no = 0
+        self.total_tokens = 0
+        self.pinned_tokens = 0
+        self.msg_tokens = 0
+        self.stub_tokens = 0
+        self.n_compacted = 0
+        self.intr = _Grow(np.float64)  # intrinsic value (set by the value model)
+        self.turn = _Grow(np.int64)
+        self.refs = _Grow(np.int64)
+        self.code = _Grow(np.int8)
+        self.stub = _Grow(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def unit_of(self, msg: Message) -> int | None:
+        """The unit a new message joins (a tool result joins its call), or ``None`` for a new unit."""
+        if msg.role == Role.TOOL and msg.tool_call_id in self.call_owner:
+            return self.entries[self.call_owner[msg.tool_call_id]].unit
+        return None
+
+    def append(self, msg: Message, text: str, tokens: int, pred: Prediction, entities: tuple[str, ...],
+               pinned: bool) -> Entry:
+        """Add the entry of a new message (its ``turn`` is its index) and return it."""
+        idx = len(self.entries)
+        unit = self.unit_of(msg)
+        if msg.role == Role.USER:
+            self.turn_no += 1
+        e = Entry(msg=msg, text=text, tokens=tokens, pred=pred, entities=entities,
+                  unit=idx if unit is None else unit, turn_no=self.turn_no, pinned=pinned, cur_tokens=tokens)
+        self.entries.append(e)
+        self.ids[msg.id] = idx  # type: ignore[index]
+        self.units.setdefault(e.unit, []).append(idx)
+        for call in msg.tool_calls:
+            self.call_owner[call.id] = idx
+        self.total_tokens += tokens
+        self.msg_tokens += tokens
+        if pinned:
+            self.pinned_tokens += tokens
+        self.turn.set(idx, e.turn_no)
+        self.refs.set(idx, 0)
+        self.code.set(idx, 0)
+        self.stub.set(idx, 0)
+        self.intr.set(idx, 0.0)
+        return e
+
+    def set_tier(self, i: int, tier: Tier, form: Form) -> bool:
+        """Move entry ``i`` to ``tier`` shown as ``form``; True if the tier changed."""
+        e = self.entries[i]
+        if tier == e.tier:
+            return False
+        if e.tier == Tier.ARCHIVED:
+            self.stub_tokens -= e.cur_tokens
+        else:
+            self.msg_tokens -= e.cur_tokens
+        self.n_compacted += (tier != Tier.VERBATIM) - (e.tier != Tier.VERBATIM)
+        e.tier = tier
+        e.cur_tokens = form.tokens
+        if tier == Tier.ARCHIVED:
+            self.stub_tokens += e.cur_tokens
+            self.stub.a[i] = e.cur_tokens
+        else:
+            self.msg_tokens += e.cur_tokens
+        self.code.a[i] = CODE[tier]
+        return True
+
+    def eligible_units(self, k: int) -> dict[int, list[int]]:
+        """Units (first index -> member indices) outside the last ``k`` turns with no pinned member.
+
+        ``k = 0`` protects only the unit of the last message (the relaxation of last resort).
+        """
+        cutoff = self.turn_no - k  # turns with a number above the cutoff are recent
+        entries = self.entries
+        last_unit = entries[-1].unit if entries else -1
+        return {
+            u: members
+            for u, members in self.units.items()
+            if u != last_unit and all(not entries[i].pinned and entries[i].turn_no <= cutoff for i in members)
+        }
+
+    def unit_category(self, members: list[int]) -> str:
+        """The strongest category among a unit's members."""
+        return max((self.entries[i].category for i in members), key=lambda c: CATEGORY_RANK[Category(c)])
+
+    def codes(self) -> np.ndarray:
+        """A copy of the tier codes of every entry, shape (n,)."""
+        return self.code.a[: len(self.entries)].copy()

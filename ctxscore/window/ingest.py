@@ -1,0 +1,117 @@
+"""Ingestion: validate new messages against the history, score them once, and turn stored rows into
+history entries (new messages, resumed sessions and other writers' appends take the same path)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import ConfigError, InputError
+from ..messages import CATEGORIES, Category, Message, Role
+from ..scoring.base import Prediction, Scorer
+from ..scoring.rules import RuleClassifier, extract_entities, scan_text
+from ..store.base import NewRecord, StoredMessage
+from ..tokens import TokenCounter
+from .history import History
+from .tiers import is_pinned
+from .value import ValueModel
+
+#: The start (characters) of each of the previous messages indexed as the search context of a
+#: message (a booking reply is found by a question naming the venue asked for earlier) ...
+CONTEXT_CHARS = 200
+#: ... and how many previous messages.
+CONTEXT_MESSAGES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A validated new message with its prediction and entities (not yet stored)."""
+
+    msg: Message
+    pred: Prediction
+    entities: tuple[str, ...]
+
+
+def validate(messages: Iterable[Any], history: History, start: int) -> list[Message]:
+    """Validate new messages against the history: each is a valid message (:meth:`Message.from_dict`),
+    explicit ids are unused, and every tool message answers a call made before it.
+
+    Args:
+        messages: the new messages (dicts or :class:`Message`).
+        history: the session so far.
+        start: the position of the first new message (for error messages).
+
+    Raises:
+        InputError: the first invalid message, named by its position; nothing is stored.
+    """
+    out: list[Message] = []
+    seen: set[str] = set()
+    calls: set[str] = set()
+    for k, m in enumerate(messages):
+        where = f"message {start + k}"
+        msg = Message.from_dict(m, where=where)
+        if msg.id is not None:
+            if msg.id in history.ids or msg.id in seen:
+                raise InputError(f"{where}: message id {msg.id!r} was already added; ids must be unique within a session")
+            seen.add(msg.id)
+        if msg.role == Role.TOOL and msg.tool_call_id not in history.call_owner and msg.tool_call_id not in calls:
+            raise InputError(
+                f"{where}: tool message answers tool_call_id {msg.tool_call_id!r}, but no earlier assistant message "
+                "made that call; add the assistant message with its tool_calls first (chat.completions rejects "
+                "a tool message without its call)"
+            )
+        calls.update(c.id for c in msg.tool_calls)
+        out.append(msg)
+    return out
+
+
+def score(scorer: Scorer, rules: RuleClassifier, msgs: Sequence[Message], start: int) -> list[Scored]:
+    """Predict (one batch) and find the entities of new messages; ``start`` is the turn of the first.
+
+    Raises:
+        ConfigError: the scorer returned another number of predictions or an unknown category.
+    """
+    msgs = [replace(m, turn=start + i) for i, m in enumerate(msgs)]  # position features read the turn
+    ents = [tuple(extract_entities(scan_text(m.text()), rules.config)) for m in msgs]
+    if scorer is rules:  # the rule signals reuse the entity scan
+        preds = [rules.predict_one(m, e) for m, e in zip(msgs, ents, strict=True)]
+    else:
+        preds = list(scorer.predict(msgs))
+    if len(preds) != len(msgs):
+        raise ConfigError(f"the scorer returned {len(preds)} predictions for {len(msgs)} messages; "
+                          "Scorer.predict must return one Prediction per message, in order")
+    for p in preds:
+        if getattr(p, "category", None) not in CATEGORIES:
+            raise ConfigError(f"the scorer returned category {getattr(p, 'category', p)!r}; expected one of {CATEGORIES}")
+    return [Scored(m, p, e) for m, p, e in zip(msgs, preds, ents, strict=True)]
+
+
+def record(s: Scored, history: History) -> NewRecord:
+    """The store record of a scored message (its context: the start of the previous messages)."""
+    p = s.pred
+    context = "\n".join(e.text[:CONTEXT_CHARS] for e in history.entries[-CONTEXT_MESSAGES:])
+    return NewRecord(message=replace(s.msg, turn=None), text=s.msg.text(),
+                     prediction={"category": p.category, "probs": p.probs, "value": p.value, "source": p.source,
+                                 "signals": p.signals},
+                     embedding=p.embedding, context=context)
+
+
+def stored_prediction(row: StoredMessage) -> Prediction:
+    """The prediction stored with a row (a row without one counts as ``reasoning``)."""
+    p = row.prediction or {}
+    return Prediction(category=p.get("category", Category.REASONING), probs=p.get("probs", {}), value=p.get("value"),
+                      source=p.get("source", "rules"), signals=p.get("signals", {}), embedding=row.embedding)
+
+
+def append(history: History, values: ValueModel, rules: RuleClassifier, counter: TokenCounter,
+           msg: Message, pred: Prediction, entities: tuple[str, ...] | None = None) -> None:
+    """Append a stored message (``id`` and ``turn`` set) to the history and update the values."""
+    if msg.turn != len(history):
+        raise InputError(f"message {msg.id!r} has turn {msg.turn}, but the history has {len(history)} messages")
+    if entities is None:
+        entities = tuple(extract_entities(scan_text(msg.text()), rules.config))
+    pinned = is_pinned(msg, pred, entities, rules.config)
+    history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pinned)
+    confirms = msg.role == Role.USER and rules.config.keyword_regexes["confirmation"].search(msg.content) is not None
+    values.added(history, len(history) - 1, confirms)

@@ -1,0 +1,141 @@
+"""Page-in: which archived or compressed messages come back verbatim for the current query.
+
+The planner takes the query's search hits (best first) and shows up to ``page_in_k`` units verbatim
+for this build only. When a hit does not fit within ``page_in_limit`` of the budget, the
+lowest-value evictable units (not pinned, not recent) are shown as stubs for this build to make
+room: the best hit may displace anything evictable, later hits only units worth less than
+themselves. Tiers do not change: the next build without a query is the same as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config import Policy
+from ..messages import Tier
+from ..store.base import Store
+from ..store.retrieval import Hit
+from .history import History
+from .tiers import Forms
+
+log = logging.getLogger("ctxscore")
+
+#: Search hits considered per unit that may be paged in.
+CANDIDATES_PER_SLOT = 3
+
+
+@dataclass(frozen=True)
+class PageInPlan:
+    """What one build pages in.
+
+    Attributes:
+        shown: entry index -> id of the hit it is shown verbatim for (a unit's members share it),
+            in the order the hits ranked.
+        evicted: entries shown as stubs for this build to make room.
+        unplaced: hits that had no room even after eviction (ids, best first).
+    """
+
+    shown: dict[int, str] = field(default_factory=dict)
+    evicted: frozenset[int] = frozenset()
+    unplaced: tuple[str, ...] = ()
+
+    def without_last(self) -> PageInPlan:
+        """The plan with its lowest-ranked page-in undone (evictions stay)."""
+        order = list(dict.fromkeys(self.shown.values()))
+        if not order:
+            return self
+        drop = order[-1]
+        return PageInPlan({i: h for i, h in self.shown.items() if h != drop}, self.evicted, (*self.unplaced, drop))
+
+
+def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
+                 budget: int, occupancy: int) -> PageInPlan:
+    """Plan the page-in of one build (see the module docstring).
+
+    Args:
+        hits: the query's search hits, best first.
+        history: the session history (read only).
+        values: the value of every entry, shape (n,).
+        forms: the form cache (stub sizes of evicted units).
+        policy: ``page_in_k``, ``page_in_limit`` and ``recent_turns``.
+        budget: the token budget of this build.
+        occupancy: the window's estimated tokens before page-in.
+    """
+    entries, ids = history.entries, history.ids
+    limit = policy.page_in_limit * budget
+    cands = [h for h in hits if h.id in ids and entries[ids[h.id]].tier != Tier.VERBATIM]
+    cands = cands[: policy.page_in_k * CANDIDATES_PER_SLOT]
+    shown: dict[int, str] = {}
+    unplaced: list[str] = []
+    occ = occupancy
+    evicted: set[int] = set()
+    units_done: set[int] = set()
+    evictable: dict[int, list[int]] | None = None  # computed once, when room is first needed
+
+    def unit_value(members: list[int]) -> float:
+        return float(max(values[i] for i in members))
+
+    for h in cands:
+        if len(units_done) >= policy.page_in_k:
+            break
+        hit = ids[h.id]
+        u = entries[hit].unit
+        if u in units_done:
+            continue
+        members = history.units[u]
+        delta = sum(entries[i].tokens - entries[i].cur_tokens for i in members)
+        if occ + delta > limit:
+            if evictable is None:
+                evictable = history.eligible_units(policy.recent_turns)
+            room = sorted(
+                (m for uu, m in evictable.items()
+                 if uu != u and uu not in units_done and not evicted.intersection(m)
+                 and any(entries[i].tier != Tier.ARCHIVED for i in m)),
+                key=unit_value,
+            )
+            for m in room:
+                if occ + delta <= limit:
+                    break
+                if units_done and unit_value(m) >= values[hit]:
+                    break  # later hits displace only units worth less than themselves
+                occ -= sum(entries[i].cur_tokens - forms.get(entries[i], Tier.ARCHIVED).tokens
+                           for i in m if entries[i].tier != Tier.ARCHIVED)
+                evicted.update(m)
+            if occ + delta > limit:
+                unplaced.append(h.id)
+                continue
+        for i in members:
+            shown[i] = h.id
+        occ += delta
+        units_done.add(u)
+    return PageInPlan(shown=shown, evicted=frozenset(evicted - set(shown)), unplaced=tuple(unplaced))
+
+
+def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> list[Hit]:
+    """The store's hybrid search for ``query``, with the query embedded by the scorer when it can
+    (``embed_texts``); an embedding failure falls back to keyword search with one log line."""
+    embedding = None
+    embed = getattr(scorer, "embed_texts", None)
+    if embed is not None:
+        try:
+            embedding = embed([query])[0]
+        except Exception as exc:  # noqa: BLE001 - vector search is optional; keyword search still runs
+            log.warning("query embedding failed (%s); using keyword search only", exc)
+    return store.search(session_id, query, k=k, query_embedding=embedding)
+
+
+def fit_page_in(plan: PageInPlan, limit: float, assemble: Callable[[PageInPlan], Any]) -> Any:
+    """Undo page-ins, the lowest-ranked first, until ``assemble(plan).tokens`` is within ``limit``
+    (planning uses per-message estimates; the assembled size can differ); with no page-in left, the
+    evictions are undone too. Returns the last assembled window."""
+    while plan.shown:
+        plan = plan.without_last()
+        window = assemble(plan)
+        if window.tokens <= limit:
+            return window
+    return assemble(PageInPlan())

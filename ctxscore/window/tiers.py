@@ -1,0 +1,278 @@
+"""Tier policy: what is pinned, the compressed forms, occupancy, and staged compaction.
+
+When occupancy (window tokens / budget) reaches the high-water mark ``t_archive`` (0.8), one
+compaction pass runs in stages on the units outside the last ``recent_turns`` turns that have no
+pinned member (:func:`plan_compaction`):
+
+==============================  ================================================================
+stage                           action
+==============================  ================================================================
+1 (occupancy >= ``t_compact``)    ``failure`` units -> archived; ``reasoning`` -> compressed
+2 (still >= ``t_structure``)      ``key_state`` -> structured; ``reasoning`` units -> archived
+3 (still > ``low_water``)         units archived by ascending value until occupancy <= ``low_water``
+==============================  ================================================================
+
+Compaction goes down to the low-water mark in one batch, so the window prefix then stays stable
+for several turns (provider prompt caches stay warm). While occupancy stays above the high-water
+mark, recency protection is relaxed turn by turn down to the last message alone.
+:func:`plan_compaction` reads the history and returns the tier changes; it changes no tier itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..compress.base import Compressor, compress_verified
+from ..compress.extractive import archive_stub
+from ..config import Policy
+from ..messages import Category, Message, Role, Tier
+from ..scoring.base import Prediction
+from ..scoring.rules import RuleConfig
+from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
+from .history import Entry, Form, History
+from .result import WarningKind, WindowWarning
+
+#: Allowance for the line that collapses the oldest stubs, in tokens (occupancy estimate).
+COLLAPSED_LINE_TOKENS = 40
+#: A user correction longer than this many characters is an ordinary message, not pinned.
+CORRECTION_MAX_CHARS = 400
+
+
+def is_pinned(msg: Message, pred: Prediction, entities: tuple[str, ...], config: RuleConfig) -> bool:
+    """Pinned messages are never compressed or archived: system messages, instructions, and user
+    corrections (a short user message with a value and a ``correction`` keyword of the rule file:
+    it restates a requirement, so the new value is never archived while the old request stays)."""
+    if msg.role == Role.SYSTEM or pred.category == Category.INSTRUCTION:
+        return True
+    if msg.role != Role.USER or not entities or len(msg.content) > CORRECTION_MAX_CHARS or "correction" not in config.keywords:
+        return False
+    return config.keyword_counts(msg.content).get("correction", 0) > 0
+
+
+class Forms:
+    """Computes (once per entry and tier) the form an entry takes in a tier.
+
+    Args:
+        counter: token counter.
+        compressor: proposes compressed forms (verified by the shared verifier).
+        config: rule file (entity patterns for the verifier).
+        max_compress_chars: longer messages are never compressed, only archived.
+    """
+
+    def __init__(self, counter: TokenCounter, compressor: Compressor, config: RuleConfig, max_compress_chars: int) -> None:
+        self.counter = counter
+        self.compressor = compressor
+        self.config = config
+        self.max_compress_chars = max_compress_chars
+
+    def get(self, e: Entry, tier: Tier) -> Form:
+        """The form of ``e`` in ``tier`` (compression may fall back to a gentler tier; see
+        :func:`ctxscore.compress.base.compress_verified`). Messages with media parts, empty ones and
+        ones above ``max_compress_chars`` are never compressed."""
+        if tier == Tier.VERBATIM:
+            return Form(e.msg.content, e.tokens, Tier.VERBATIM)
+        got = e.forms.get(tier)
+        if got is None:
+            if tier == Tier.ARCHIVED:
+                stub = archive_stub(e.msg.id or "", e.text)
+                got = Form(stub, self.counter.count(stub) + 1, Tier.ARCHIVED)
+            elif not e.msg.content.strip() or len(e.msg.content) > self.max_compress_chars or e.msg.has_media:
+                got = Form(e.msg.content, e.tokens, Tier.VERBATIM)
+            else:
+                res = compress_verified(self.compressor, e.msg.content, tier, config=self.config)
+                got = Form(res.text, self.counter.count_message(e.msg, content=res.text), res.tier)
+            e.forms[tier] = got
+        return got
+
+    def reached(self, e: Entry, tier: Tier) -> Tier:
+        """The tier ``e`` actually reaches when asked for ``tier``; marks it ``no_compress`` when
+        compression fell back to verbatim."""
+        if tier in (Tier.STRUCTURED, Tier.COMPRESSED):
+            tier = self.get(e, tier).tier
+            if tier == Tier.VERBATIM:
+                e.no_compress = True
+        return tier
+
+
+    def set_tier(self, history: History, i: int, tier: Tier) -> bool:
+        """Move entry ``i`` to ``tier`` (or the gentler tier its compression reaches); True if it changed."""
+        e = history.entries[i]
+        tier = self.reached(e, tier)
+        return history.set_tier(i, tier, self.get(e, tier))
+
+
+def stub_cap(policy: Policy, budget: int) -> int:
+    """Tokens the stub lines may use before older stubs collapse into one line."""
+    return int(policy.stub_fraction * budget)
+
+
+def occupancy(msg_tokens: int, stub_tokens: int, policy: Policy, budget: int) -> int:
+    """Estimated window tokens: messages not archived, the stubs shown (capped) and reply priming."""
+    stubs = min(stub_tokens, stub_cap(policy, budget) + COLLAPSED_LINE_TOKENS) if stub_tokens else 0
+    return msg_tokens + stubs + REPLY_PRIMING_TOKENS
+
+
+class _Overlay:
+    """Tentative tiers over a history: planning reads the history and changes only this overlay."""
+
+    def __init__(self, history: History, forms: Forms, policy: Policy, budget: int) -> None:
+        self.h, self.forms, self.policy, self.budget = history, forms, policy, budget
+        self.msg_tokens, self.stub_tokens = history.msg_tokens, history.stub_tokens
+        self.changes: dict[int, Tier] = {}
+        self.cur: dict[int, int] = {}
+
+    def tier(self, i: int) -> Tier:
+        return self.changes.get(i, self.h.entries[i].tier)
+
+    def tokens(self, i: int) -> int:
+        return self.cur.get(i, self.h.entries[i].cur_tokens)
+
+    def occupancy(self) -> int:
+        return occupancy(self.msg_tokens, self.stub_tokens, self.policy, self.budget)
+
+    def set(self, i: int, tier: Tier) -> bool:
+        e = self.h.entries[i]
+        tier = self.forms.reached(e, tier)
+        old = self.tier(i)
+        if tier == old:
+            return False
+        if old == Tier.ARCHIVED:
+            self.stub_tokens -= self.tokens(i)
+        else:
+            self.msg_tokens -= self.tokens(i)
+        self.cur[i] = self.forms.get(e, tier).tokens
+        if tier == Tier.ARCHIVED:
+            self.stub_tokens += self.cur[i]
+        else:
+            self.msg_tokens += self.cur[i]
+        self.changes[i] = tier
+        return True
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """What :func:`plan_compaction` decided.
+
+    Attributes:
+        changes: entry index -> new tier, in the order decided.
+        relaxed: the recency protections relaxed to (turns; 0 = the last message alone), in order.
+        stuck: nothing could be compacted (until the history or the budget changes).
+    """
+
+    changes: dict[int, Tier] = field(default_factory=dict)
+    relaxed: tuple[int, ...] = ()
+    stuck: bool = False
+
+
+def _stage(ov: _Overlay, values: np.ndarray, k: int) -> None:
+    """One staged compaction pass over the units outside the last ``k`` turns (module docstring)."""
+    pol, h, B = ov.policy, ov.h, ov.budget
+    units = h.eligible_units(k)
+    cap = stub_cap(pol, B)
+
+    def occ() -> float:
+        return ov.occupancy() / B
+
+    def unit_value(members: list[int]) -> float:
+        return float(max(values[i] for i in members))
+
+    def compress_all(category: str, tier: Tier) -> None:
+        for members in units.values():
+            for i in members:
+                e = h.entries[i]
+                if e.category == category and ov.tier(i) == Tier.VERBATIM and not e.no_compress:
+                    ov.set(i, tier)
+
+    def archive_units(unit_ids: list[int], until: float | None) -> None:
+        for u in sorted(unit_ids, key=lambda u: (unit_value(units[u]), u)):
+            if until is not None and occ() <= until:
+                return
+            members = units[u]
+            stub = sum(ov.forms.get(h.entries[i], Tier.ARCHIVED).tokens for i in members)
+            if ov.stub_tokens + stub <= cap and sum(ov.tokens(i) for i in members) <= stub:
+                continue  # its stub would be shown and would not be smaller than the message itself
+            for i in members:
+                ov.set(i, Tier.ARCHIVED)
+
+    def live() -> list[int]:
+        return [u for u, m in units.items() if any(ov.tier(i) != Tier.ARCHIVED for i in m)]
+
+    if occ() >= pol.t_compact:
+        archive_units([u for u in live() if h.unit_category(units[u]) == Category.FAILURE], None)
+        compress_all(Category.REASONING, Tier.COMPRESSED)
+    if occ() >= pol.t_structure:
+        compress_all(Category.KEY_STATE, Tier.STRUCTURED)
+        archive_units([u for u in live() if h.unit_category(units[u]) == Category.REASONING], None)
+    if occ() > pol.low_water:
+        archive_units(live(), pol.low_water)
+
+
+def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int) -> CompactionPlan:
+    """One batch of compaction at the high-water mark (module docstring), relaxing recency
+    protection turn by turn while occupancy stays above it.
+
+    Args:
+        history: the session history (read only).
+        values: the value of every entry, shape (n,).
+        forms: the form cache.
+        policy: the tier policy.
+        budget: the token budget of this build.
+    """
+    ov = _Overlay(history, forms, policy, budget)
+    relaxed: list[int] = []
+    k = policy.recent_turns
+    while True:
+        _stage(ov, values, k)
+        if ov.occupancy() <= policy.t_archive * budget or k <= 0:
+            break
+        k -= 1
+        relaxed.append(k)
+    return CompactionPlan(changes=ov.changes, relaxed=tuple(relaxed), stuck=not ov.changes)
+
+
+def prepare_forms(history: History, forms: Forms, start: int, recent_turns: int) -> int:
+    """Compute the compressed forms of the entries that have left the recent turns, from index
+    ``start`` on, and return the index to start from next time.
+
+    Spreads the cost of compression over the turns between compactions (amortised about one
+    message per turn), so a compaction pass mostly switches tiers.
+    """
+    cutoff = history.turn_no - recent_turns
+    entries = history.entries
+    i = start
+    while i < len(entries) and entries[i].turn_no <= cutoff:
+        e = entries[i]
+        if not e.pinned:
+            if e.category == Category.REASONING:
+                forms.get(e, Tier.COMPRESSED)
+            elif e.category == Category.KEY_STATE:
+                forms.get(e, Tier.STRUCTURED)
+        i += 1
+    return i
+
+
+def pinned_overflow(pinned_tokens: int, budget: int) -> WindowWarning:
+    """The warning (or :class:`~ctxscore.errors.BudgetError` message) when pinned content exceeds the budget."""
+    return WindowWarning(
+        WarningKind.PINNED_OVER_BUDGET,
+        f"pinned content (instructions and system messages) needs {pinned_tokens} tokens, above the budget of "
+        f"{budget}; raise the budget to at least {pinned_tokens} or shorten the instructions",
+        {"pinned_tokens": pinned_tokens, "budget": budget})
+
+
+def recency_relaxed(k: int, budget: int) -> WindowWarning:
+    """The warning that recency protection was relaxed to the last ``k`` turns (0: the last message)."""
+    what = f"the last {k} turn(s)" if k else "the last message"
+    return WindowWarning(WarningKind.RECENCY_RELAXED,
+                         f"recency protection relaxed to {what} to fit the budget of {budget} tokens",
+                         {"recent_turns": k, "budget": budget})
+
+
+def over_budget(tokens: int, budget: int, recent_turns: int) -> WindowWarning:
+    """The warning that the window stays above the budget although pinned content fits."""
+    return WindowWarning(
+        WarningKind.OVER_BUDGET,
+        f"window needs {tokens} tokens, above the budget of {budget}: the last {recent_turns} turn(s) and "
+        "pinned messages cannot be compacted further", {"tokens": tokens, "budget": budget})

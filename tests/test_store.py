@@ -1,0 +1,168 @@
+"""SQLiteStore: WAL + FTS5 trigram, Chinese matching, safe queries, hybrid ranking, resume, atomic
+allocation of turns and ids, and every backend failure as StoreError."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from ctxscore.errors import InputError, StoreError
+from ctxscore.messages import Message, Tier
+from ctxscore.store import NewRecord, open_store
+from ctxscore.store.retrieval import query_terms
+from ctxscore.store.sqlite import SQLiteStore
+
+TEXTS = [
+    ("m0", "user", "Please book a hotel in Cambridge for 3 nights, budget under $200."),
+    ("m1", "assistant", "The Acorn Guest House has rooms; reference number is 7GAWK763."),
+    ("m2", "user", "我想在北京找一家评分4.5分以上的餐馆，人均消费50-100元。"),
+    ("m3", "assistant", "推荐芥末墩儿，地址是东城区鼓楼东大街。"),
+    ("m4", "user", 'Error: "payment" OR NEAR(amount) does not add up'),
+]
+
+
+def rec(mid, role, text, embedding=None):
+    return NewRecord(Message(role=role, content=text, id=mid), text, embedding=embedding)
+
+
+def fill(s: SQLiteStore, sid: str = "s1") -> None:
+    s.add(sid, [rec(*t) for t in TEXTS])
+
+
+def test_wal_mode_and_whole_originals(tmp_path):
+    s = SQLiteStore(tmp_path / "a.db")
+    fill(s)
+    assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    got = s.get("s1", "m1")
+    assert got.message.to_openai() == {"role": "assistant", "content": TEXTS[1][2]} and got.turn == 1
+    s.close()
+
+
+def test_keyword_search_english_and_chinese():
+    s = SQLiteStore()
+    fill(s)
+    assert s.search("s1", "what was the reference number?")[0].id == "m1"
+    assert s.search("s1", "芥末墩儿")[0].id == "m3"  # 4 characters: trigram FTS
+    assert s.search("s1", "地址")[0].id == "m3"  # 2 characters: LIKE path
+    assert s.search("s1", "餐馆的评分是多少")[0].id == "m2"  # split at function words
+
+
+def test_fts_syntax_in_user_text_is_inert():
+    s = SQLiteStore()
+    fill(s)
+    for q in ['"payment" OR NEAR(amount)', 'a" OR "1"="1', "*", ")", "NOT", "amount AND", "%", "_", "'; DROP TABLE messages; --"]:
+        s.search("s1", q)  # must not raise
+    assert s.count("s1") == 5
+    hits = s.search("s1", '"payment" OR NEAR(amount)')
+    assert hits and hits[0].id == "m4"
+    assert [h.id for h in s.search("s1", "NEAR")] == ["m4"]  # an operator word matches as a plain word
+
+
+def test_query_terms():
+    fts, short = query_terms("What is the booking reference for the hotel? 酒店的地址")
+    assert "booking" in fts and "reference" in fts and "the" not in fts
+    assert "酒店" in short and "地址" in short
+
+
+def test_vector_results_are_fused():
+    s = SQLiteStore()
+    vecs = {"m0": [1, 0, 0], "m1": [0, 1, 0], "m2": [0, 0, 1]}
+    s.add("s", [rec(mid, "user", f"text number {i}", np.array(v, dtype=np.float32)) for i, (mid, v) in enumerate(vecs.items())])
+    hits = s.search("s", "zzz unrelated", query_embedding=np.array([0, 0.9, 0.1], dtype=np.float32))
+    assert hits[0].id == "m1"
+
+
+def test_resume_from_file(tmp_path):
+    path = tmp_path / "s.db"
+    s = SQLiteStore(path)
+    fill(s)
+    s.set_tiers("s1", [("m4", Tier.ARCHIVED)])
+    s.close()
+    b = SQLiteStore(path)
+    rows = b.load("s1")
+    assert [r.id for r in rows] == ["m0", "m1", "m2", "m3", "m4"] and [r.turn for r in rows] == list(range(5))
+    assert rows[4].tier == Tier.ARCHIVED
+    assert [r.id for r in b.load("s1", after_turn=2)] == ["m3", "m4"]
+    assert b.search("s1", "7GAWK763")[0].id == "m1"
+    b.close()
+
+
+def test_turns_and_automatic_ids_are_allocated_by_the_store():
+    s = SQLiteStore()
+    got = s.add("s", [rec(None, "user", "first"), rec("m1", "user", "explicit m1")])
+    assert [(r.id, r.turn) for r in got] == [("m0", 0), ("m1", 1)]
+    got = s.add("s", [rec(None, "user", "third")])
+    assert [(r.id, r.turn) for r in got] == [("m2", 2)]
+    s.add("s", [rec("m4", "user", "explicit m4, ahead of its turn")])
+    got = s.add("s", [rec(None, "user", "takes turn 4, whose automatic id m4 is used")])
+    assert got[0].turn == 4 and got[0].id == "m4-1"
+
+
+def test_duplicate_id_stores_nothing_of_the_batch():
+    s = SQLiteStore()
+    fill(s)
+    with pytest.raises(InputError, match="already exists"):
+        s.add("s1", [rec("new", "user", "fine"), rec("m1", "user", "clashes")])
+    assert s.count("s1") == 5 and s.get("s1", "new") is None
+    assert s.get("s1", "m1").message.content.startswith("The Acorn")
+
+
+def test_two_connections_append_to_one_session(tmp_path):
+    a, b = SQLiteStore(tmp_path / "x.db"), SQLiteStore(tmp_path / "x.db")
+    for k in range(20):
+        (a if k % 2 else b).add("s", [rec(None, "user", f"message {k}")])
+    rows = a.load("s")
+    assert [r.turn for r in rows] == list(range(20)) and len({r.id for r in rows}) == 20
+    a.close()
+    b.close()
+
+
+def test_detach_keeps_the_replaced_messages():
+    s = SQLiteStore()
+    fill(s)
+    target = s.detach("s1", 3)
+    assert [r.id for r in s.load("s1")] == ["m0", "m1", "m2"]
+    assert [r.id for r in s.load(target)] == ["m3", "m4"] and target == "s1~detached~1"
+    assert s.detach("s1", 2) == "s1~detached~2"
+
+
+def test_not_a_database(tmp_path):
+    p = tmp_path / "x.db"
+    p.write_bytes(b"this is not sqlite" * 100)
+    before = p.read_bytes()
+    with pytest.raises(StoreError, match="not modified"):
+        SQLiteStore(p)
+    assert p.read_bytes() == before
+
+
+def test_folder_as_path(tmp_path):
+    with pytest.raises(StoreError, match="folder"):
+        SQLiteStore(tmp_path)
+
+
+def test_damaged_row_names_the_row(tmp_path):
+    s = SQLiteStore(tmp_path / "d.db")
+    fill(s)
+    s._db.execute("UPDATE messages SET message='{not json' WHERE id='m2'")
+    with pytest.raises(StoreError, match="'m2'.*damaged"):
+        s.load("s1")
+
+
+def test_full_disk_is_a_store_error_and_stores_nothing(tmp_path):
+    s = SQLiteStore(tmp_path / "f.db")
+    fill(s)
+    (pages,) = s._db.execute("PRAGMA page_count").fetchone()
+    s._db.execute(f"PRAGMA max_page_count={pages}")
+    with pytest.raises(StoreError, match="full"):
+        s.add("s1", [rec(None, "user", "x" * 200_000)])
+    assert s.count("s1") == 5
+    assert isinstance(s._db, sqlite3.Connection)
+
+
+def test_open_store_arguments(tmp_path):
+    assert open_store(None).path is None
+    assert open_store(f"sqlite:///{tmp_path / 'u.db'}").path == tmp_path / "u.db"
+    with pytest.raises(Exception, match="unsupported store URL"):
+        open_store("mysql://localhost/x")
