@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..config import Policy
-from ..messages import Message, Tier
+from ..messages import Message, Role, Tier
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from .history import ARCHIVED, TIERS, History
 from .pagein import PageInPlan
@@ -62,6 +62,8 @@ class BuildView:
             the stub cap; the older ones are collapsed into one line).
         collapsed: indices of archived entries collapsed into one line.
         paged: entry index -> hit id of the entries paged in for the query.
+        lead: entries before this index are the leading system messages.
+        recent: entries from this index on belong to the last ``recent_turns`` turns.
     """
 
     history: History
@@ -75,6 +77,8 @@ class BuildView:
     shown_stubs: np.ndarray
     collapsed: np.ndarray
     paged: dict[int, str] = field(default_factory=dict)
+    lead: int = 0
+    recent: int = 0
 
     def note(self, lines: Sequence[str]) -> tuple[dict[str, Any], int]:
         """A system note holding ``lines`` and its tokens."""
@@ -115,44 +119,66 @@ class Section(Protocol):
     def render(self, view: BuildView) -> tuple[list[dict[str, Any]], int]: ...
 
 
-class ConversationSection:
-    """Every entry in conversation order: originals or compressed forms, runs of archived messages
-    merged into one system note of stubs (the newest within ``stub_fraction`` of the budget, older
-    ones collapsed into a single line). Python work is proportional to the window."""
+def _render(view: BuildView, indices: Sequence[int]) -> tuple[list[dict[str, Any]], int]:
+    out: list[dict[str, Any]] = []
+    tokens = 0
+    for i in indices:
+        msg, n = view.render_entry(i)
+        out.append(msg)
+        tokens += n
+    return out, tokens
+
+
+class SystemSection:
+    """The system messages at the start of the conversation (pinned, verbatim)."""
+
+    name = "system"
+    position = SECTION_POSITIONS["system"]
+
+    def render(self, view: BuildView) -> tuple[list[dict[str, Any]], int]:
+        return _render(view, range(view.lead))
+
+
+class StubSection:
+    """One system note with a stub line per archived message: the newest within ``stub_fraction`` of
+    the budget, the older ones collapsed into a single line. Empty when nothing is archived."""
+
+    name = "archive_stubs"
+    position = SECTION_POSITIONS["archive_stubs"]
+
+    def render(self, view: BuildView) -> tuple[list[dict[str, Any]], int]:
+        lines = [view.collapsed_line()] if len(view.collapsed) else []
+        lines += [view.forms.get(view.history.entries[i], Tier.ARCHIVED).text for i in view.shown_stubs.tolist()]
+        if not lines:
+            return [], 0
+        note, n = view.note(lines)
+        return [note], n
+
+
+class HistorySection:
+    """The conversation after the leading system messages and before the recent turns, in order:
+    originals, compressed forms and messages paged in for the query (archived ones are stubs)."""
 
     name = "history"
     position = SECTION_POSITIONS["history"]
 
     def render(self, view: BuildView) -> tuple[list[dict[str, Any]], int]:
-        entries = view.history.entries
-        codes = view.codes
-        order = np.union1d(np.flatnonzero(codes != ARCHIVED), view.shown_stubs)
-        if len(view.collapsed):
-            order = np.union1d(order, view.collapsed[:1])
-        first_collapsed = int(view.collapsed[0]) if len(view.collapsed) else -1
-        out: list[dict[str, Any]] = []
-        tokens = 0
-        run: list[str] = []
-        for i in order.tolist():
-            if codes[i] == ARCHIVED:
-                run.append(view.collapsed_line() if i == first_collapsed else view.forms.get(entries[i], Tier.ARCHIVED).text)
-                continue
-            if run:
-                note, n = view.note(run)
-                out.append(note)
-                tokens += n
-                run = []
-            msg, n = view.render_entry(i)
-            out.append(msg)
-            tokens += n
-        if run:
-            note, n = view.note(run)
-            out.append(note)
-            tokens += n
-        return out, tokens
+        live = np.flatnonzero(view.codes[view.lead:view.recent] != ARCHIVED) + view.lead
+        return _render(view, live.tolist())
 
 
-DEFAULT_SECTIONS: tuple[Section, ...] = (ConversationSection(),)
+class RecentSection:
+    """The last ``recent_turns`` turns, in order (verbatim unless recency protection was relaxed)."""
+
+    name = "recent"
+    position = SECTION_POSITIONS["recent"]
+
+    def render(self, view: BuildView) -> tuple[list[dict[str, Any]], int]:
+        live = np.flatnonzero(view.codes[view.recent:] != ARCHIVED) + view.recent
+        return _render(view, live.tolist())
+
+
+DEFAULT_SECTIONS: tuple[Section, ...] = (SystemSection(), StubSection(), HistorySection(), RecentSection())
 
 
 def sort_sections(sections: Sequence[Section]) -> list[Section]:
@@ -174,9 +200,13 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
         codes[i] = 0
     arch = np.flatnonzero(codes == ARCHIVED)
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), stub_cap(policy, budget), side="right")) if len(arch) else 0
+    lead = 0
+    while lead < n and history.entries[lead].msg.role == Role.SYSTEM:
+        lead += 1
+    recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))
     return BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
-                     paged=dict(plan.shown))
+                     paged=dict(plan.shown), lead=lead, recent=recent)
 
 
 def assemble(view: BuildView, sections: Sequence[Section], values: ValueModel, vals: np.ndarray, rel: np.ndarray,

@@ -28,37 +28,24 @@ import numpy as np
 from ..compress.base import Compressor
 from ..compress.extractive import ExtractiveCompressor
 from ..config import OnOverflow, Policy, check_budget
-from ..errors import BudgetError, ConfigError
+from ..errors import BudgetError, ConfigError, StoreError
 from ..messages import Message, Tier
 from ..scoring.base import Prediction, Scorer
 from ..scoring.learned import resolve_scorer
 from ..scoring.rules import RuleClassifier, RuleConfig
 from ..store import open_store
 from ..store.base import Store
+from ..store.retrieval import Hit
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
-from . import ingest
+from . import ingest, tiers
 from .assemble import DEFAULT_SECTIONS, PostBuildHook, Section, assemble, make_view, sort_sections
 from .history import History
-from .pagein import PageInPlan, fit_page_in, plan_page_in, search
+from .pagein import RELEVANCE_HITS, SEARCH_HITS, PageInPlan, fit_page_in, plan_page_in, search
 from .result import ContextWindow, WarningKind, WindowWarning
 from .sync import SyncResult, plan_sync, prefix_history
-from .tiers import (
-    Forms,
-    occupancy,
-    over_budget,
-    pinned_overflow,
-    plan_compaction,
-    prepare_forms,
-    recency_relaxed,
-)
 from .value import ValueModel
 
 log = logging.getLogger("ctxscore")
-
-#: Search hits fetched per query build; the best :data:`RELEVANCE_HITS` of them raise values.
-SEARCH_HITS = 40
-RELEVANCE_HITS = 20
-
 
 class ContextManager:
     """Keeps a long conversation inside a token budget, message by message.
@@ -108,7 +95,7 @@ class ContextManager:
         self.compressor = compressor or ExtractiveCompressor(self.config)
         self.sections = sort_sections([*DEFAULT_SECTIONS, *sections])
         self.hooks = list(hooks)
-        self.forms = Forms(self.counter, self.compressor, self.config, self.policy.max_compress_chars)
+        self.forms = tiers.Forms(self.counter, self.compressor, self.config, self.policy.max_compress_chars)
         self._lock = threading.RLock()
         self._reset()
         self._catch_up()
@@ -118,6 +105,7 @@ class ContextManager:
         self.values = ValueModel(self.config.factors, self.config.base_weights, self.policy.blend)
         self._prepared = 0  # entries before this index have their compressed forms computed
         self._stuck: tuple[int, int] | None = None  # (messages, budget) at which compaction could do no more
+        self._unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
 
     def _catch_up(self) -> None:
         """Append what the store holds beyond the history (a resumed session, other writers)."""
@@ -196,56 +184,62 @@ class ContextManager:
         if query is not None and not isinstance(query, str):
             raise ConfigError(f"query must be a string or None, got {type(query).__name__}")
         with self._lock:
-            self._catch_up()
-            return self._build(query, B)
+            warns: list[WindowWarning] = []
+            try:
+                self._catch_up()
+                hits = search(self.store, self.session_id, self.scorer, query, SEARCH_HITS) if query else []
+            except StoreError as exc:  # build from memory
+                warns.append(tiers.store_unavailable("be read", exc))
+                hits = []
+            return self._build(query, B, hits, warns)
 
-    def _build(self, query: str | None, B: int) -> ContextWindow:
+    def _build(self, query: str | None, B: int, hits: list[Hit], warns: list[WindowWarning]) -> ContextWindow:
         pol, h = self.policy, self.history
-        warns: list[WindowWarning] = []
-        hits = search(self.store, self.session_id, self.scorer, query, SEARCH_HITS) if query else []
         relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
         vals, rel = self.values.values(h, relevance)
-        occ = occupancy(h.msg_tokens, h.stub_tokens, pol, B)
+        occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B)
         changed: list[int] = []
         if occ >= pol.t_compact * B:
-            self._prepared = prepare_forms(h, self.forms, self._prepared, pol.recent_turns)
+            self._prepared = tiers.prepare_forms(h, self.forms, self._prepared, pol.recent_turns)
         if h.total_tokens + REPLY_PRIMING_TOKENS <= pol.t_compact * B:
             if h.n_compacted:  # the full history fits below the first threshold: all verbatim
-                changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(self.history, int(i), Tier.VERBATIM)]
+                changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
         elif occ >= pol.t_archive * B and self._stuck != (len(h), B):
-            changed += self._compact(vals, B, warns)
-        pinned_tokens = h.pinned_tokens + REPLY_PRIMING_TOKENS
-        if pinned_tokens > B:
-            w = pinned_overflow(pinned_tokens, B)
-            if pol.on_overflow == OnOverflow.RAISE:
-                raise BudgetError(w.message)
-            warns.append(w)
-        plan = plan_page_in(hits, h, vals, self.forms, pol, B, occupancy(h.msg_tokens, h.stub_tokens, pol, B)) if hits else PageInPlan()
+            changed += self._compact(vals, B)
+        if pol.on_overflow == OnOverflow.RAISE and h.pinned_tokens + REPLY_PRIMING_TOKENS > B:
+            raise BudgetError(tiers.pinned_overflow(h.pinned_tokens + REPLY_PRIMING_TOKENS, B).message)
+        plan = plan_page_in(hits, h, vals, self.forms, pol, B, tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B)) if hits else PageInPlan()
         window = self._assemble(query, B, plan, vals, rel, warns)
         if (not plan.shown and not plan.evicted and window.tokens >= pol.t_archive * B and not changed
                 and self._stuck != (len(h), B)):
             # the occupancy estimate (stub notes) was under the high-water mark but the assembled window is not
-            changed += self._compact(vals, B, warns)
+            changed += self._compact(vals, B)
             if changed:
                 window = self._assemble(query, B, plan, vals, rel, warns)
-        if changed:
-            self.store.set_tiers(self.session_id, [(h.entries[i].msg.id, h.entries[i].tier) for i in changed])  # type: ignore[misc]
+        self._save_tiers(changed, warns)
         if (plan.shown or plan.evicted) and window.tokens > pol.page_in_limit * B:
-            window = fit_page_in(plan, pol.page_in_limit * B, lambda pl: self._assemble(query, B, pl, vals, rel, warns))
-        if window.tokens > B and pinned_tokens <= B:
-            warns.append(over_budget(window.tokens, B, pol.recent_turns))
+            window, plan = fit_page_in(plan, pol.page_in_limit * B, lambda pl: self._assemble(query, B, pl, vals, rel, warns))
+        warns += tiers.build_warnings(h, pol, B, window.tokens, plan)
         window.warnings[:] = warns
         for w in warns:
             (log.warning if w.kind == WarningKind.PINNED_OVER_BUDGET else log.info)(str(w))
         return window
 
-    def _compact(self, vals: np.ndarray, B: int, warns: list[WindowWarning]) -> list[int]:
-        h = self.history
-        plan = plan_compaction(h, vals, self.forms, self.policy, B)
-        warns += [recency_relaxed(k, B) for k in plan.relaxed]
+    def _compact(self, vals: np.ndarray, B: int) -> list[int]:
+        plan = tiers.plan_compaction(self.history, vals, self.forms, self.policy, B)
         if plan.stuck:
-            self._stuck = (len(h), B)  # nothing left to compact until the history changes
+            self._stuck = (len(self.history), B)  # nothing left to compact until the history changes
         return [i for i, t in plan.changes.items() if self.forms.set_tier(self.history, i, t)]
+
+    def _save_tiers(self, changed: list[int], warns: list[WindowWarning]) -> None:
+        """Record changed tiers in the store; on failure keep them and retry at the next build."""
+        self._unsaved.update((self.history.entries[i].msg.id, self.history.entries[i].tier) for i in changed)
+        if self._unsaved:
+            try:
+                self.store.set_tiers(self.session_id, list(self._unsaved.items()))
+                self._unsaved.clear()
+            except StoreError as exc:
+                warns.append(tiers.store_unavailable("record tiers", exc))
 
     def _assemble(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
                   warns: list[WindowWarning]) -> ContextWindow:
@@ -278,10 +272,8 @@ class ContextManager:
         Raises:
             ConfigError: ``query`` is not a string or ``k`` not a positive integer.
         """
-        if not isinstance(query, str):
-            raise ConfigError(f"query must be a string, got {type(query).__name__}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(f"k must be a positive integer, got {k!r}")
+        if not isinstance(query, str) or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"search takes a string query and a positive integer k, got {query!r}, {k!r}")
         with self._lock:
             self._catch_up()
             ids = self.history.ids

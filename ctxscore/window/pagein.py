@@ -25,6 +25,9 @@ from .tiers import Forms
 
 log = logging.getLogger("ctxscore")
 
+#: Search hits fetched per query build; the best :data:`RELEVANCE_HITS` of them raise values.
+SEARCH_HITS = 40
+RELEVANCE_HITS = 20
 #: Search hits considered per unit that may be paged in.
 CANDIDATES_PER_SLOT = 3
 
@@ -129,13 +132,14 @@ def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> li
     return store.search(session_id, query, k=k, query_embedding=embedding)
 
 
-def fit_page_in(plan: PageInPlan, limit: float, assemble: Callable[[PageInPlan], Any]) -> Any:
+def fit_page_in(plan: PageInPlan, limit: float, assemble: Callable[[PageInPlan], Any]) -> tuple[Any, PageInPlan]:
     """Undo page-ins, the lowest-ranked first, until ``assemble(plan).tokens`` is within ``limit``
     (planning uses per-message estimates; the assembled size can differ); with no page-in left, the
-    evictions are undone too. Returns the last assembled window."""
+    evictions are undone too. Returns the last assembled window and its plan."""
     while plan.shown:
         plan = plan.without_last()
         window = assemble(plan)
         if window.tokens <= limit:
-            return window
-    return assemble(PageInPlan())
+            return window, plan
+    plan = PageInPlan(unplaced=plan.unplaced)
+    return assemble(plan), plan

@@ -21,6 +21,7 @@ mark, recency protection is relaxed turn by turn down to the last message alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -157,17 +158,21 @@ class CompactionPlan:
 
     Attributes:
         changes: entry index -> new tier, in the order decided.
-        relaxed: the recency protections relaxed to (turns; 0 = the last message alone), in order.
         stuck: nothing could be compacted (until the history or the budget changes).
     """
 
     changes: dict[int, Tier] = field(default_factory=dict)
-    relaxed: tuple[int, ...] = ()
     stuck: bool = False
 
 
-def _stage(ov: _Overlay, values: np.ndarray, k: int) -> None:
-    """One staged compaction pass over the units outside the last ``k`` turns (module docstring)."""
+def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> None:
+    """One compaction pass over the units outside the last ``k`` turns (module docstring).
+
+    ``relaxed``: a pass after recency protection was relaxed: the newly eligible units are only
+    summarised (key_state, reasoning), then units are archived by ascending value until occupancy is
+    back under the high-water mark -- not down to the low-water mark -- so relaxing disturbs the
+    recent turns as little as it can.
+    """
     pol, h, B = ov.policy, ov.h, ov.budget
     units = h.eligible_units(k)
     cap = stub_cap(pol, B)
@@ -185,13 +190,19 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int) -> None:
                 if e.category == category and ov.tier(i) == Tier.VERBATIM and not e.no_compress:
                     ov.set(i, tier)
 
+    def stub(u: int) -> int:
+        return sum(ov.forms.get(h.entries[i], Tier.ARCHIVED).tokens for i in units[u] if ov.tier(i) != Tier.ARCHIVED)
+
     def archive_units(unit_ids: list[int], until: float | None) -> None:
-        for u in sorted(unit_ids, key=lambda u: (unit_value(units[u]), u)):
+        order = sorted(unit_ids, key=lambda u: (unit_value(units[u]), u))
+        # once the stubs overflow the cap, older stubs collapse into one line: archiving then frees a
+        # message's tokens even when its own stub is not smaller than it (many short messages)
+        collapsing = ov.stub_tokens + sum(stub(u) for u in order) > cap + COLLAPSED_LINE_TOKENS
+        for u in order:
             if until is not None and occ() <= until:
                 return
             members = units[u]
-            stub = sum(ov.forms.get(h.entries[i], Tier.ARCHIVED).tokens for i in members)
-            if ov.stub_tokens + stub <= cap and sum(ov.tokens(i) for i in members) <= stub:
+            if not collapsing and ov.stub_tokens + stub(u) <= cap and sum(ov.tokens(i) for i in members) <= stub(u):
                 continue  # its stub would be shown and would not be smaller than the message itself
             for i in members:
                 ov.set(i, Tier.ARCHIVED)
@@ -199,6 +210,12 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int) -> None:
     def live() -> list[int]:
         return [u for u, m in units.items() if any(ov.tier(i) != Tier.ARCHIVED for i in m)]
 
+    if relaxed:
+        compress_all(Category.REASONING, Tier.COMPRESSED)
+        compress_all(Category.KEY_STATE, Tier.STRUCTURED)
+        if occ() > pol.t_archive:
+            archive_units(live(), pol.t_archive)
+        return
     if occ() >= pol.t_compact:
         archive_units([u for u in live() if h.unit_category(units[u]) == Category.FAILURE], None)
         compress_all(Category.REASONING, Tier.COMPRESSED)
@@ -210,8 +227,8 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int) -> None:
 
 
 def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int) -> CompactionPlan:
-    """One batch of compaction at the high-water mark (module docstring), relaxing recency
-    protection turn by turn while occupancy stays above it.
+    """One batch of compaction at the high-water mark (module docstring); while occupancy stays above
+    it, recency protection is relaxed turn by turn (down to the last message alone) with gentle passes.
 
     Args:
         history: the session history (read only).
@@ -221,15 +238,12 @@ def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: 
         budget: the token budget of this build.
     """
     ov = _Overlay(history, forms, policy, budget)
-    relaxed: list[int] = []
     k = policy.recent_turns
-    while True:
-        _stage(ov, values, k)
-        if ov.occupancy() <= policy.t_archive * budget or k <= 0:
-            break
+    _stage(ov, values, k)
+    while ov.occupancy() > policy.t_archive * budget and k > 0:
         k -= 1
-        relaxed.append(k)
-    return CompactionPlan(changes=ov.changes, relaxed=tuple(relaxed), stuck=not ov.changes)
+        _stage(ov, values, k, relaxed=True)
+    return CompactionPlan(changes=ov.changes, stuck=not ov.changes)
 
 
 def prepare_forms(history: History, forms: Forms, start: int, recent_turns: int) -> int:
@@ -262,12 +276,48 @@ def pinned_overflow(pinned_tokens: int, budget: int) -> WindowWarning:
         {"pinned_tokens": pinned_tokens, "budget": budget})
 
 
-def recency_relaxed(k: int, budget: int) -> WindowWarning:
-    """The warning that recency protection was relaxed to the last ``k`` turns (0: the last message)."""
-    what = f"the last {k} turn(s)" if k else "the last message"
-    return WindowWarning(WarningKind.RECENCY_RELAXED,
-                         f"recency protection relaxed to {what} to fit the budget of {budget} tokens",
-                         {"recent_turns": k, "budget": budget})
+def recency_relaxed(compacted: int, recent_turns: int, budget: int) -> WindowWarning:
+    """The warning that ``compacted`` messages of the last ``recent_turns`` turns are not verbatim."""
+    return WindowWarning(
+        WarningKind.RECENCY_RELAXED,
+        f"recency protection relaxed: {compacted} message(s) of the last {recent_turns} turn(s) are compacted to "
+        f"fit the budget of {budget} tokens; raise the budget to keep recent turns verbatim",
+        {"messages": compacted, "recent_turns": recent_turns, "budget": budget})
+
+
+def page_in_skipped(skipped: int, tokens: int, budget: int) -> WindowWarning:
+    """The warning that relevant stored messages could not be paged in for lack of room."""
+    return WindowWarning(
+        WarningKind.PAGE_IN_SKIPPED,
+        f"{skipped} message(s) relevant to the query could not be paged in: the window holds {tokens} of "
+        f"{budget} tokens and what remains is pinned or recent; raise the budget or the policy's page_in_limit",
+        {"skipped": skipped, "tokens": tokens, "budget": budget})
+
+
+def store_unavailable(what: str, error: Exception) -> WindowWarning:
+    """The warning that the store failed during a build (the window was built from memory)."""
+    return WindowWarning(WarningKind.STORE_UNAVAILABLE,
+                         f"the store could not {what} ({error}); the window was built from memory and the "
+                         "change is retried at the next build", {})
+
+
+def build_warnings(history: History, policy: Policy, budget: int, tokens: int, plan: Any) -> list[WindowWarning]:
+    """The warnings that follow from the state after a build (recomputed at every build, so a second
+    build of the same state warns the same): pinned content over the budget, compacted recent turns,
+    a window over budget although pinned content fits, and hits that could not be paged in (``plan``:
+    the final page-in plan)."""
+    pinned_tokens = history.pinned_tokens + REPLY_PRIMING_TOKENS
+    out = [pinned_overflow(pinned_tokens, budget)] if pinned_tokens > budget else []
+    n = len(history)
+    start = int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right"))
+    compacted = int(np.count_nonzero(history.code.a[start:n]))
+    if compacted:
+        out.append(recency_relaxed(compacted, policy.recent_turns, budget))
+    if tokens > budget and pinned_tokens <= budget:
+        out.append(over_budget(tokens, budget, policy.recent_turns))
+    if plan.unplaced:
+        out.append(page_in_skipped(len(plan.unplaced), tokens, budget))
+    return out
 
 
 def over_budget(tokens: int, budget: int, recent_turns: int) -> WindowWarning:
