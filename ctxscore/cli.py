@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Policy
-from .errors import CtxScoreError
+from .errors import CtxScoreError, InputError
 from .io import Conversation, read_sessions
 from .window.manager import ContextManager
 
@@ -34,7 +34,7 @@ def _scorer_arg(value: str) -> Any:
 
 
 def _manager(args: argparse.Namespace, scorer: Any, budget: int, session_id: str = "cli") -> ContextManager:
-    policy = Policy(recent_turns=args.recent_turns) if getattr(args, "recent_turns", None) else None
+    policy = Policy(recent_turns=args.recent_turns) if getattr(args, "recent_turns", None) is not None else None
     return ContextManager(
         budget=budget, scorer=scorer, rules=args.rules, encoding=args.encoding, policy=policy, session_id=session_id
     )
@@ -46,7 +46,20 @@ def _single(sessions: list[Conversation], path: str) -> Conversation:
     return sessions[0]
 
 
+def _check_out(out: str | None) -> Path | None:
+    """The ``--out`` path, checked before any work: its folder exists and it is not itself a folder."""
+    if out is None:
+        return None
+    p = Path(out)
+    if p.is_dir():
+        raise InputError(f"--out {out}: is a folder; give a file path such as {p / 'window.json'}")
+    if not p.parent.is_dir():
+        raise InputError(f"--out {out}: the folder {p.parent} does not exist; create it first (mkdir -p {p.parent})")
+    return p
+
+
 def cmd_compress(args: argparse.Namespace) -> int:
+    out = _check_out(args.out)
     sess = _single(read_sessions(args.file), args.file)
     cm = _manager(args, _scorer_arg(args.model), args.budget)
     cm.extend(sess.messages)
@@ -54,8 +67,8 @@ def cmd_compress(args: argparse.Namespace) -> int:
     for w in win.warnings:
         print(f"warning: {w}", file=sys.stderr)
     text = win.to_json(indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    if out is not None:
+        out.write_text(text + "\n", encoding="utf-8")
         print(
             f"wrote {args.out}: {len(win.messages)} messages, {win.tokens} tokens of {win.budget} "
             f"({win.utilization:.0%}); full context {cm.total_tokens} tokens",
@@ -127,6 +140,16 @@ def _positive_int(s: str) -> int:
     return v
 
 
+def _count(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {v}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ctxscore`` argument parser."""
     p = argparse.ArgumentParser(prog="ctxscore", description="Scored, tiered context windows for long LLM-agent conversations.")
@@ -138,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
         sp.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
         sp.add_argument("--query", default=None, help="current request: relevant archived messages are paged back in")
-        sp.add_argument("--recent-turns", type=int, default=None, help="last K turns kept verbatim (default 3)")
+        sp.add_argument("--recent-turns", type=_count, default=None, help="last K turns kept verbatim (default 3; 0: only the newest message)")
 
     c = sub.add_parser("compress", help="write the assembled window as JSON")
     common(c)
@@ -168,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0
+    except OSError as exc:  # writing the output (a full disk, a vanished folder)
+        print(f"ctxscore: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

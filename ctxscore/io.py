@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,13 +63,18 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     p = Path(path)
     _check_file(p)
     try:
-        fh = gzip.open(p, "rt", encoding="utf-8") if p.suffix == ".gz" else open(p, encoding="utf-8")
+        fh = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
     except OSError as exc:
         raise InputError(f"{p}: cannot read it ({exc.strerror})") from None
     n = 0
     with fh:
         try:
-            for n, line in enumerate(fh, 1):
+            for n, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InputError(
+                        f"{p}: line {n}: not valid UTF-8 ({exc.reason}); re-encode the file as UTF-8") from None
                 if not line.strip():
                     continue
                 try:
@@ -77,53 +83,45 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
                     raise InputError(
                         f"{p}: line {n}: invalid JSON ({exc.msg} at column {exc.colno}); write one JSON value per line"
                     ) from None
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{p}: line {n + 1}: not valid UTF-8 ({exc.reason}); re-encode the file as UTF-8") from None
-        except (OSError, EOFError) as exc:  # a damaged gzip stream
+        except (OSError, EOFError, zlib.error) as exc:  # a damaged gzip stream
             raise InputError(f"{p}: line {n + 1}: the file is damaged ({exc})") from None
 
 
-def _decode(path: Path) -> str:
-    size = _check_file(path)
-    if size > MAX_FILE_BYTES:
-        raise InputError(f"{path}: {size:,} bytes is above the {MAX_FILE_BYTES:,}-byte limit; split the file")
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(
-            f"{path}: line {line}: bytes at offset {exc.start} are not valid UTF-8 ({exc.reason}); "
-            "re-encode the file as UTF-8 (for example: iconv -f latin1 -t utf-8)"
-        ) from None
+def _first_char(path: Path) -> str:
+    """The first non-blank character of a text file ("" when empty)."""
+    with open(path, "rb") as fh:
+        head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head[:1].decode("ascii", "replace")
 
 
 def _validate_messages(items: list[Any], where: str) -> list[dict[str, Any]]:
-    out = []
     for i, item in enumerate(items):
         Message.from_dict(item, where=f"{where} message {i}")
-        out.append(item)
-    return out
+    return items
 
 
 def read_sessions(path: str | Path) -> list[Conversation]:
     """Read a conversation file in any of the accepted formats.
 
     Returns:
-        One :class:`Conversation` for a message-per-line JSONL file or a JSON array of messages; one per
-        line for the session JSONL format.
+        One :class:`Conversation` for a message-per-line JSONL file or a JSON array of messages; one
+        per line for the session JSONL format.
 
     Raises:
-        InputError: missing file, non-UTF-8 bytes, malformed JSON (with the line number), a line that
-            is neither a message nor a session, an invalid message (unknown role, empty content ...),
-            or no messages at all.
+        InputError: missing file or a folder, a file above :data:`MAX_FILE_BYTES`, non-UTF-8 bytes,
+            malformed JSON (with the line number), a line that is neither a message nor a session,
+            an invalid message (unknown role, empty content, a lone surrogate ...), or no messages.
     """
     p = Path(path)
-    text = _decode(p)
-    stripped = text.lstrip()
-    if stripped.startswith("["):
+    size = _check_file(p)
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"{p}: {size:,} bytes is above the {MAX_FILE_BYTES:,}-byte limit; split the file")
+    if _first_char(p) == "[":
         try:
-            data = json.loads(text)
+            data = json.loads(p.read_bytes().decode("utf-8-sig"))
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{p}: bytes at offset {exc.start} are not valid UTF-8 ({exc.reason}); "
+                             "re-encode the file as UTF-8 (for example: iconv -f latin1 -t utf-8)") from None
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}: line {exc.lineno}: invalid JSON array: {exc.msg}") from None
         if not data:
@@ -131,16 +129,7 @@ def read_sessions(path: str | Path) -> list[Conversation]:
         return [Conversation(None, _validate_messages(data, f"{p}:"))]
     sessions: list[Conversation] = []
     loose: list[dict[str, Any]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                f"{p}: line {lineno}: invalid JSON ({exc.msg} at column {exc.colno}); "
-                "each line must be one JSON object (a message, or a session with 'messages')"
-            ) from None
+    for lineno, obj in iter_jsonl(p):
         if not isinstance(obj, dict):
             raise InputError(f"{p}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
         if "messages" in obj:

@@ -12,7 +12,8 @@ Output: evaluation sessions (``docs/contracts.md``), one per conversation:
 - messages in session order; ``speaker_a`` -> ``user``, ``speaker_b`` -> ``assistant``; content
   ``"{speaker}: {text}"`` (plus ``" [image: {blip_caption}]"`` when present); the first turn of
   each session is prefixed with ``"[{session date_time}] "`` so temporal questions stay answerable.
-  Each message carries ``id`` ``locomo/{sample_id}#{i}`` and ``dia_id``.
+  Each message carries ``id`` ``locomo/{sample_id}#{i}`` and ``dia_id``; a conversation without
+  ``sample_id`` takes the file's name (``stem``, or ``stem-N`` for the N-th of a list).
 - one key fact per question (category 5 skipped): ``probe`` is the question; ``source_index`` is
   an evidence turn; ``value`` is chosen by this rule, first that applies:
   1. the answer text (numbers as written, e.g. ``2022``) occurs in an evidence turn's content
@@ -77,7 +78,9 @@ def _best_span(text: str, answer: str) -> tuple[float, str] | None:
     return (best[0], best[2]) if best else None
 
 
-def _conversations(data: Any, where: str) -> list[dict[str, Any]]:
+def _conversations(data: Any, where: str, stem: str) -> list[dict[str, Any]]:
+    """The conversations of a file; one without ``sample_id`` is named after the file (``stem``, or
+    ``stem-N`` in a list), so a folder of the public distribution's files gives distinct sessions."""
     items = data if isinstance(data, list) else [data]
     out = []
     for n, item in enumerate(items):
@@ -89,7 +92,8 @@ def _conversations(data: Any, where: str) -> list[dict[str, Any]]:
                 f"{where}: item {n} lacks speaker_a / speaker_b / session_N lists (at the top level or "
                 "under 'conversation'); is this a LoCoMo file?"
             )
-        out.append({"sample_id": str(item.get("sample_id", f"conv-{n}")), "conv": conv, "qa": item.get("qa") or []})
+        sample = item.get("sample_id") or (stem if len(items) == 1 else f"{stem}-{n}")
+        out.append({"sample_id": str(sample), "conv": conv, "qa": item.get("qa") or []})
     return out
 
 
@@ -110,7 +114,7 @@ def load_locomo(path: str | Path) -> list[dict[str, Any]]:
     except json.JSONDecodeError as exc:
         raise LocomoFormatError(f"{path}: not valid JSON ({exc.msg})") from exc
     sessions = []
-    for item in _conversations(data, str(path)):
+    for item in _conversations(data, str(path), path.stem):
         conv, sample = item["conv"], item["sample_id"]
         sid = f"locomo/{sample}"
         role = {conv["speaker_a"]: "user", conv["speaker_b"]: "assistant"}

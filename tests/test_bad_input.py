@@ -1,0 +1,512 @@
+"""The bad-input catalogue (docs/bad-input.md): every kind tried, as a test.
+
+Each test is registered under the catalogue id of the row it keeps true (``@case``); the last test
+checks that the catalogue and the registered tests name the same ids with the same outcome
+(``error``: a clear error and nothing stored is lost; ``handled``: the right result).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ctxscore import ConfigError, ContextManager, InputError, Message, Policy
+from ctxscore.cli import main
+from ctxscore.compress import structured_summary
+from ctxscore.errors import StoreError
+from ctxscore.scoring.base import Prediction
+from ctxscore.scoring.rules import RuleConfig
+from ctxscore.window.result import WarningKind
+
+REPO = Path(__file__).resolve().parents[1]
+CATALOGUE = REPO / "docs" / "bad-input.md"
+REGISTERED: dict[str, str] = {}
+
+
+def case(cid: str, outcome: str):
+    """Register a test as the check of catalogue row ``cid`` with ``outcome`` (error | handled)."""
+    assert outcome in ("error", "handled")
+
+    def deco(fn):
+        assert cid not in REGISTERED, cid
+        REGISTERED[cid] = outcome
+        return fn
+    return deco
+
+
+def rules_cm(budget: int = 4000, **kw) -> ContextManager:
+    return ContextManager(budget=budget, scorer="rules", **kw)
+
+
+def call(cid: str, name: str = "lookup", args: str = "{}") -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [{"id": cid, "type": "function",
+                                                                 "function": {"name": name, "arguments": args}}]}
+
+
+# -- data lost ----------------------------------------------------------------------------------
+@case("D1", "handled")
+def test_explicit_id_then_automatic_ids():
+    cm = rules_cm()
+    cm.add({"role": "user", "content": "first", "id": "m1"})
+    got = [cm.add({"role": "user", "content": f"next {i}"}).id for i in range(3)]
+    assert got == ["m1-1", "m2", "m3"] and len(cm) == 4
+
+
+@case("D2", "handled")
+def test_four_threads_on_one_manager():
+    cm = rules_cm(budget=2000)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(300):
+                cm.add({"role": "user" if i % 2 else "assistant", "content": f"thread {t} message {i}"})
+                if i % 50 == 0:
+                    cm.build()
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    ids = [m.id for m in cm.messages]
+    assert len(ids) == 1200 == len(set(ids)) and [m.turn for m in cm.messages] == list(range(1200))
+    assert cm.store.count(cm.session_id) == 1200
+
+
+@case("D3", "handled")
+def test_two_managers_on_one_session(tmp_path):
+    path = tmp_path / "shared.db"
+    a = rules_cm(archive_path=path, session_id="s")
+    b = rules_cm(archive_path=path, session_id="s")
+    for i in range(40):
+        (a if i % 2 else b).add({"role": "user", "content": f"message {i}"})
+    assert len(a.build().decisions) == 40 and len(b.build().decisions) == 40
+    assert [m.content for m in a.messages] == [m.content for m in b.messages] == [f"message {i}" for i in range(40)]
+    a.close()
+    b.close()
+
+
+@case("D4", "handled")
+def test_two_processes_append_to_one_session(tmp_path):
+    path = tmp_path / "procs.db"
+    code = (
+        "import sys\nfrom ctxscore import ContextManager\n"
+        "cm = ContextManager(budget=4000, scorer='rules', archive_path=sys.argv[1], session_id='s')\n"
+        "for i in range(150):\n    cm.add({'role': 'user', 'content': f'{sys.argv[2]} {i}'})\ncm.close()\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), name]) for name in ("left", "right")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    cm = rules_cm(archive_path=path, session_id="s")
+    texts = [m.content for m in cm.messages]
+    assert len(texts) == 300 and len({m.id for m in cm.messages}) == 300
+    assert sorted(texts) == sorted([f"left {i}" for i in range(150)] + [f"right {i}" for i in range(150)])
+
+
+# -- crashes and misleading errors ---------------------------------------------------------------
+@case("C1", "error")
+def test_tool_call_function_as_string():
+    cm = rules_cm()
+    bad = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": "lookup"}]}
+    with pytest.raises(InputError, match="'function' must be an object"):
+        cm.add(bad)
+    assert len(cm) == 0
+
+
+@case("C2", "handled")
+def test_deep_json_tool_result_does_not_break_builds():
+    cm = rules_cm(budget=300)
+    cm.add({"role": "user", "content": "Fetch the nested config please."})
+    cm.add(call("c1"))
+    deep = '{"a": ' * 3000 + '"ORD-99812"' + "}" * 3000
+    cm.add({"role": "tool", "tool_call_id": "c1", "content": deep})
+    for i in range(6):
+        cm.add({"role": "user", "content": f"And what about item {i}?"})
+        cm.add({"role": "assistant", "content": f"Item {i} is fine, nothing to change there at all."})
+        assert cm.build().tokens > 0
+    assert structured_summary(deep)  # summarised as text, not flattened
+
+
+@case("C3", "error")
+def test_lone_surrogate_is_refused_and_extend_stores_nothing(tmp_path, capsys):
+    cm = rules_cm()
+    with pytest.raises(InputError, match="lone surrogate"):
+        cm.add({"role": "user", "content": "emoji half \ud83d here"})
+    with pytest.raises(InputError, match="message 1: content holds a lone surrogate"):
+        cm.extend([{"role": "user", "content": "fine"}, {"role": "user", "content": "bad \ud83d"}])
+    assert len(cm) == 0 and cm.store.count(cm.session_id) == 0
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"role": "user", "content": "bad \\ud83d"}\n', encoding="utf-8")
+    assert main(["compress", str(src), "--budget", "100", "--model", "rules"]) == 2
+    assert "lone surrogate" in capsys.readouterr().err
+
+
+@case("C4", "error")
+def test_query_of_the_wrong_type():
+    cm = rules_cm()
+    cm.add({"role": "user", "content": "hello there"})
+    with pytest.raises(ConfigError, match="query must be a string"):
+        cm.build(query=123)
+    with pytest.raises(ConfigError, match="string query"):
+        cm.search(123)
+
+
+@case("C5", "error")
+def test_scorer_returning_too_few_predictions():
+    class Short:
+        def predict(self, messages):
+            return [Prediction("reasoning", {"reasoning": 1.0})][: len(messages) - 1]
+
+    cm = ContextManager(budget=1000, scorer=Short())
+    with pytest.raises(ConfigError, match="returned 1 predictions for 2 messages"):
+        cm.extend([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    assert len(cm) == 0
+
+
+@case("C6", "error")
+def test_cli_folder_as_input(tmp_path, capsys):
+    assert main(["compress", str(tmp_path), "--budget", "100", "--model", "rules"]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+@case("C7", "error")
+def test_cli_out_in_a_missing_folder_or_a_folder(tmp_path, capsys):
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"role": "user", "content": "Please book a table."}\n', encoding="utf-8")
+    assert main(["compress", str(src), "--budget", "100", "--model", "rules", "--out", str(tmp_path / "no" / "w.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["compress", str(src), "--budget", "100", "--model", "rules", "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+@case("C8", "error")
+def test_damaged_store_file(tmp_path):
+    good = tmp_path / "good.db"
+    cm = rules_cm(archive_path=good, session_id="s")
+    cm.extend([{"role": "user", "content": f"message {i} " * 50} for i in range(30)])
+    cm.close()
+    raw = bytearray(good.read_bytes())
+    raw[4096:8192] = os.urandom(4096)  # a damaged page
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(StoreError):
+        rules_cm(archive_path=bad, session_id="s")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all" * 50)
+    with pytest.raises(StoreError, match="not modified"):
+        rules_cm(archive_path=garbage)
+
+
+@case("C9", "error")
+def test_store_row_with_invalid_json(tmp_path):
+    path = tmp_path / "row.db"
+    cm = rules_cm(archive_path=path, session_id="s")
+    cm.extend([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
+    cm.store._db.execute("UPDATE messages SET message='{oops' WHERE id='m1'")
+    cm.close()
+    with pytest.raises(StoreError, match="'m1' .*damaged"):
+        rules_cm(archive_path=path, session_id="s")
+
+
+@case("C10", "error")
+def test_full_disk(tmp_path):
+    cm = rules_cm(budget=400, archive_path=tmp_path / "full.db", session_id="s")
+    for i in range(30):
+        cm.add({"role": "user" if i % 2 else "assistant", "content": f"turn {i}: " + "details " * 20})
+    (pages,) = cm.store._db.execute("PRAGMA page_count").fetchone()
+    cm.store._db.execute(f"PRAGMA max_page_count={pages}")
+    with pytest.raises(StoreError, match="full"):
+        cm.add({"role": "user", "content": "x " * 100_000})
+    assert len(cm) == 30  # nothing half-added
+    cm.store._db.execute("UPDATE messages SET tier='verbatim'")  # fill the last free pages ...
+    cm.store._db.execute("PRAGMA max_page_count=1")  # ... and refuse any write, as a full disk does
+    win = cm.build(budget=200)
+    assert win.tokens > 0 and len(win.decisions) == 30
+
+
+@case("C11", "error")
+def test_session_id_none():
+    with pytest.raises(ConfigError, match="session_id must be a non-empty string"):
+        ContextManager(budget=100, scorer="rules", session_id=None)
+
+
+@case("C12", "handled")
+def test_tiktoken_cache_files_are_readable_by_everyone(tmp_path, monkeypatch):
+    from ctxscore.tokens import _cache_key, ensure_offline_encoding
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "shared"))
+    d = ensure_offline_encoding("cl100k_base")
+    mode = stat.S_IMODE((d / _cache_key("cl100k_base")).stat().st_mode)
+    assert mode & 0o444 == 0o444, oct(mode)
+
+
+# -- silent wrong results -------------------------------------------------------------------------
+IMAGE = {"role": "user", "content": [
+    {"type": "text", "text": "What does this receipt say?"},
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}}]}
+
+
+@case("S1", "handled")
+def test_image_parts_are_kept_in_window_and_store(tmp_path):
+    cm = rules_cm(archive_path=tmp_path / "img.db", session_id="s")
+    cm.add(IMAGE)
+    assert cm.build().messages[0] == IMAGE
+    assert cm.store.get("s", "m0").message.to_openai() == IMAGE
+    assert cm.counter.count_message(cm.messages[0]) == 3 + cm.counter.count("user") + cm.counter.count(
+        "What does this receipt say?") + 85
+
+
+@case("S2", "error")
+def test_non_string_name_and_other_parts():
+    cm = rules_cm()
+    with pytest.raises(InputError, match="'name' must be a string"):
+        cm.add({"role": "user", "content": "hi", "name": 42})
+    audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}
+    cm.add(audio)
+    assert cm.build().messages[0] == audio
+
+
+@case("S3", "error")
+def test_tool_message_without_or_with_an_unknown_call():
+    cm = rules_cm()
+    with pytest.raises(InputError, match="needs 'tool_call_id'"):
+        cm.add({"role": "tool", "content": "result"})
+    with pytest.raises(InputError, match="no earlier assistant message made that call"):
+        cm.add({"role": "tool", "tool_call_id": "nope", "content": "result"})
+    cm.add(call("c1"))
+    cm.add({"role": "tool", "tool_call_id": "c1", "content": "result"})
+    assert len(cm) == 1 + 1
+
+
+@case("S4", "handled")
+def test_call_ids_are_counted():
+    cm = rules_cm()
+    long_id = "call_9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d"
+    a, b = Message.from_dict(call("c")), Message.from_dict(call(long_id))
+    assert cm.counter.count_message(b) - cm.counter.count_message(a) == cm.counter.count(long_id) - cm.counter.count("c")
+
+
+@case("S5", "handled")
+def test_many_short_messages_collapse_into_stubs():
+    cm = rules_cm(budget=300)
+    for i in range(60):
+        cm.add({"role": "assistant", "content": f"Noted item {i}."})
+    win = cm.build()
+    assert win.tokens <= 300
+    assert sum(d.tier == "archived" for d in win.decisions) > 30
+    assert not any(w.kind == WarningKind.OVER_BUDGET for w in win.warnings)
+
+
+@case("S6", "handled")
+def test_second_build_keeps_its_warnings():
+    cm = rules_cm(budget=300)
+    cm.add({"role": "system", "content": "Never do anything unsafe. " * 80})
+    for i in range(10):
+        cm.add({"role": "assistant", "content": f"Noted item {i}."})
+    first, second = cm.build(), cm.build()
+    assert [w.kind for w in first.warnings] == [w.kind for w in second.warnings]
+    assert WarningKind.PINNED_OVER_BUDGET in [w.kind for w in second.warnings]
+
+
+@case("S7", "handled")
+def test_relaxing_recency_compacts_no_more_than_needed():
+    cm = rules_cm(budget=400)
+    cm.add({"role": "system", "content": "You book restaurants."})
+    for i in range(4):
+        cm.add({"role": "user", "content": f"Question {i}: what about the place number {i}?"})
+        cm.add({"role": "assistant", "content": f"Place {i} has a terrace, seats {20 + i} people and opens at {i + 5}pm. "
+                                                + "It is a nice place with good food and friendly staff. " * 9})
+    cm.add({"role": "user", "content": "Book place 3 for tonight."})
+    last = cm.add({"role": "assistant", "content": "Done: place 3 is booked for tonight, reference PL-3303."})
+    win = cm.build()
+    relaxed = [w for w in win.warnings if w.kind == WarningKind.RECENCY_RELAXED]
+    assert len(relaxed) == 1
+    assert win.tokens >= 0.6 * 400  # relaxation stops at the high-water mark, not below the low-water mark
+    assert win.decisions[last.turn].tier == "verbatim" and "PL-3303" in json.dumps(win.messages)
+
+
+@case("S8", "handled")
+def test_structured_forms_keep_values_byte_exact_and_words_whole():
+    out = structured_summary('{"total": 12.50, "refundable": false, "limit": 1e3, "count": 7.0}')
+    assert "total=12.50" in out and "refundable=false" in out and "limit=1e3" in out
+    text = ("Okayama station at 9:15am is the meeting point. Thanksgiving is on 2024-11-28. Perfectly fine, the booking ZX-4411 holds. "
+            "Okay, the total is $45.")
+    out = structured_summary(text)
+    assert "Okayama" in out and "Thanksgiving" in out and "Perfectly" in out and "the total is $45" in out
+
+
+@case("S9", "handled")
+def test_locomo_files_without_sample_id_are_named_after_the_file(tmp_path):
+    from training.data.locomo import load_locomo
+
+    conv = {"speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1 May 2023",
+            "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a dog named Rex."},
+                          {"speaker": "Bob", "dia_id": "D1:2", "text": "Lovely!"}]}
+    names = []
+    for stem in ("conv-26", "conv-30"):
+        (tmp_path / f"{stem}.json").write_text(json.dumps({"conversation": conv, "qa": []}), encoding="utf-8")
+        names += [s["session_id"] for s in load_locomo(tmp_path / f"{stem}.json")]
+    assert names == ["locomo/conv-26", "locomo/conv-30"]
+
+
+@case("S10", "handled")
+def test_page_in_skipped_for_lack_of_room_is_warned():
+    cm = rules_cm(budget=600)
+    cm.add({"role": "system", "content": "Follow the rules. " * 100})
+    cm.add({"role": "user", "content": "My booking reference is QX7-2231, remember it."})
+    for i in range(12):
+        cm.add({"role": "assistant", "content": f"Update {i}: the itinerary for day {i} is long. " + "Details. " * 20})
+        cm.add({"role": "user", "content": f"ok {i}"})
+    win = cm.build(query="what is my booking reference QX7-2231?")
+    kinds = [w.kind for w in win.warnings]
+    assert "QX7-2231" in json.dumps(win.messages) or WarningKind.PAGE_IN_SKIPPED in kinds
+
+
+@case("S11", "error")
+def test_recent_turns_zero_and_negative_page_in(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="page_in_k"):
+        Policy(page_in_k=-1)
+    src = tmp_path / "s.jsonl"
+    turns = [{"role": "user", "content": f"And number {i}?"} if i % 2 == 0 else
+             {"role": "assistant", "content": f"Here is the long answer number {i} with its details. " * 9} for i in range(12)]
+    src.write_text("".join(json.dumps(m) + "\n" for m in turns), encoding="utf-8")
+    verbatim = []
+    for k in ("3", "0"):
+        assert main(["inspect", str(src), "--budget", "600", "--model", "rules", "--recent-turns", k]) == 0
+        verbatim.append(capsys.readouterr().out.count(" verbatim "))
+    assert verbatim[1] < verbatim[0]  # with 0 recent turns only the newest message is protected
+
+
+# -- more of the same classes ---------------------------------------------------------------------
+@case("M1", "handled")
+def test_window_and_caller_dicts_are_copies():
+    cm = rules_cm()
+    msg = call("c1", args='{"q": 1}')
+    cm.add(msg)
+    msg["tool_calls"][0]["function"]["arguments"] = "changed by the caller"
+    w1 = cm.build()
+    w1.messages[0]["tool_calls"][0]["id"] = "changed in the window"
+    w2 = cm.build()
+    assert w2.messages[0]["tool_calls"][0] == {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
+
+
+@case("M2", "error")
+def test_message_is_immutable():
+    m = Message.from_dict({"role": "user", "content": "hi"})
+    with pytest.raises(AttributeError):
+        m.content = "changed"  # type: ignore[misc]
+
+
+@case("M3", "error")
+def test_unknown_factor_in_the_rule_file(tmp_path):
+    src = (REPO / "ctxscore" / "scoring" / "default_rules.toml").read_text(encoding="utf-8")
+    bad = tmp_path / "rules.toml"
+    bad.write_text(src.replace("recency_floor = 0.6", "recency_flor = 0.6"), encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown key.*recency_flor"):
+        RuleConfig.load(bad)
+
+
+@case("M4", "error")
+def test_budget_of_the_wrong_type():
+    for bad in (1.5, True, "100", 0):
+        with pytest.raises(ConfigError, match="positive whole number"):
+            ContextManager(budget=bad, scorer="rules")
+
+
+@case("M5", "error")
+def test_tool_call_arguments_as_an_object():
+    bad = call("c1")
+    bad["tool_calls"][0]["function"]["arguments"] = {"q": 1}
+    with pytest.raises(InputError, match="must be a JSON string"):
+        rules_cm().add(bad)
+
+
+@case("M6", "error")
+def test_ids_of_the_wrong_type():
+    cm = rules_cm()
+    for bad in ([1], "  ", True):
+        with pytest.raises(InputError, match="'id'"):
+            cm.add({"role": "user", "content": "hi", "id": bad})
+
+
+@case("M7", "handled")
+def test_jsonl_with_a_byte_order_mark(tmp_path, capsys):
+    src = tmp_path / "bom.jsonl"
+    src.write_bytes(b"\xef\xbb\xbf" + json.dumps({"role": "user", "content": "Please book a table."}).encode() + b"\n")
+    assert main(["score", str(src), "--model", "rules"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["role"] == "user"
+
+
+@case("M8", "error")
+def test_damaged_gzip_jsonl(tmp_path):
+    from ctxscore.io import iter_jsonl
+
+    p = tmp_path / "x.jsonl.gz"
+    p.write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(64))
+    with pytest.raises(InputError, match="damaged"):
+        list(iter_jsonl(p))
+
+
+@case("M9", "error")
+def test_store_path_is_a_folder(tmp_path):
+    with pytest.raises(StoreError, match="folder"):
+        rules_cm(archive_path=tmp_path)
+
+
+@case("M10", "handled")
+def test_sync_with_an_edited_history_keeps_the_originals():
+    cm = rules_cm()
+    hist = [{"role": "user", "content": "Book for 4 people."}, {"role": "assistant", "content": "Booked for 4."}]
+    cm.sync(hist)
+    res = cm.sync([hist[0] | {"content": "Book for 6 people."}])
+    assert res.mode == "rebased" and res.kept == 0
+    assert [m.content for m in cm.messages] == ["Book for 6 people."]
+    assert [r.message.content for r in cm.store.load(res.detached)] == ["Book for 4 people.", "Booked for 4."]
+
+
+@case("M11", "error")
+def test_legacy_function_call_field():
+    with pytest.raises(InputError, match="function_call"):
+        rules_cm().add({"role": "assistant", "content": "", "function_call": {"name": "f", "arguments": "{}"}})
+
+
+@case("M12", "error")
+def test_duplicate_id_within_a_batch():
+    cm = rules_cm()
+    with pytest.raises(InputError, match="already added"):
+        cm.extend([{"role": "user", "content": "a", "id": "x"}, {"role": "user", "content": "b", "id": "x"}])
+    assert len(cm) == 0
+
+
+@case("M13", "error")
+def test_policy_of_the_wrong_type():
+    with pytest.raises(ConfigError, match="Policy"):
+        ContextManager(budget=100, scorer="rules", policy={"recent_turns": 2})
+    with pytest.raises(ConfigError, match="recent_turns"):
+        Policy(recent_turns=2.5)
+
+
+@case("M14", "error")
+def test_tool_calls_on_a_user_message():
+    with pytest.raises(InputError, match="only assistant messages"):
+        rules_cm().add(call("c1") | {"role": "user"})
+
+
+def test_catalogue_matches_the_tests():
+    rows = {}
+    for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 5 and cells[0][:1] in "DCSM" and cells[0][1:].isdigit():
+            rows[cells[0]] = re.match(r"\*\*(\w+)\*\*", cells[-1]).group(1)
+    assert rows == REGISTERED
