@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxscore.messages import Message
-from ctxscore.window.result import WarningKind
 from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
+from ctxscore.window.result import WarningKind
 
 from .budgets import Budget
 from .policies import ContextPolicy, clean_message
