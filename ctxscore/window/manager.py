@@ -23,29 +23,28 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..compress.base import Compressor
 from ..compress.extractive import ExtractiveCompressor
-from ..config import OnOverflow, Policy, check_budget
-from ..errors import BudgetError, ConfigError, StoreError
-from ..messages import Message, Tier
+from ..config import Policy, check_budget
+from ..errors import ConfigError, StoreError
+from ..messages import Message
 from ..scoring.base import Prediction, Scorer
 from ..scoring.learned import resolve_scorer
 from ..scoring.rules import RuleClassifier, RuleConfig
 from ..store import open_store
 from ..store.base import Store
-from ..store.retrieval import Hit
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
-from .assemble import DEFAULT_SECTIONS, PostBuildHook, Section, assemble, make_view, sort_sections
+from .assemble import DEFAULT_SECTIONS, PostBuildHook, Section
 from .history import History
-from .pagein import RELEVANCE_HITS, SEARCH_HITS, PageInPlan, fit_page_in, plan_page_in, search
-from .result import ContextWindow, WarningKind, WindowWarning
+from .layers import Layer
+from .pagein import SEARCH_HITS, search
+from .result import ContextWindow, WindowWarning
+from .session import SessionState
 from .sync import SyncResult, plan_sync, prefix_history
-from .value import ValueModel
 
 log = logging.getLogger("ctxscore")
+
 
 class ContextManager:
     """Keeps a long conversation inside a token budget, message by message.
@@ -64,8 +63,9 @@ class ContextManager:
         session_id: the session within the store; an existing session is resumed.
         compressor: proposes compressed forms (default: extractive); verified by the shared verifier.
         counter: token counter (default: ``TokenCounter(encoding)``).
-        sections: extra window sections (layers), placed by their ``position``.
+        sections: extra window sections, placed by their ``position``.
         hooks: post-build hooks, called in order with each window and its build view.
+        layers: :class:`~ctxscore.window.layers.Layer` s (fact ledger, profile, verifier ...).
 
     Raises:
         ConfigError: bad budget, session id, policy, rule file, scorer or store argument.
@@ -77,7 +77,8 @@ class ContextManager:
                  policy: Policy | None = None, store: Store | str | Path | None = None,
                  archive_path: str | Path | None = None, session_id: str = "default",
                  compressor: Compressor | None = None, counter: TokenCounter | None = None,
-                 sections: Sequence[Section] = (), hooks: Sequence[PostBuildHook] = ()) -> None:
+                 sections: Sequence[Section] = (), hooks: Sequence[PostBuildHook] = (),
+                 layers: Sequence[Layer] = ()) -> None:
         self.budget = check_budget(budget)
         if not isinstance(session_id, str) or not session_id.strip():
             raise ConfigError(f"session_id must be a non-empty string, got {session_id!r}")
@@ -93,26 +94,16 @@ class ContextManager:
         self.session_id = session_id
         self.store = open_store(store if store is not None else archive_path)
         self.compressor = compressor or ExtractiveCompressor(self.config)
-        self.sections = sort_sections([*DEFAULT_SECTIONS, *sections])
-        self.hooks = list(hooks)
-        self.forms = tiers.Forms(self.counter, self.compressor, self.config, self.policy.max_compress_chars)
+        forms = tiers.Forms(self.counter, self.compressor, self.config, self.policy.max_compress_chars)
+        self.state = SessionState(self.store, session_id, self.scorer, self.rules, self.counter, self.policy, forms,
+                                  [*DEFAULT_SECTIONS, *sections], hooks, layers)
         self._lock = threading.RLock()
-        self._reset()
-        self._catch_up()
+        self.state.catch_up()
 
-    def _reset(self) -> None:
-        self.history = History()
-        self.values = ValueModel(self.config.factors, self.config.base_weights, self.policy.blend)
-        self._prepared = 0  # entries before this index have their compressed forms computed
-        self._stuck: tuple[int, int] | None = None  # (messages, budget) at which compaction could do no more
-        self._unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
-
-    def _catch_up(self) -> None:
-        """Append what the store holds beyond the history (a resumed session, other writers)."""
-        for row in self.store.load(self.session_id, after_turn=len(self.history) - 1):
-            ingest.append(self.history, self.values, self.rules, self.counter, row.message, ingest.stored_prediction(row))
-            if row.tier != Tier.VERBATIM:
-                self.forms.set_tier(self.history, len(self.history) - 1, row.tier)
+    @property
+    def history(self) -> History:
+        """The session history (read it; the manager changes it)."""
+        return self.state.history
 
     def add(self, message: Message | dict[str, Any]) -> Message:
         """Add one message (a :class:`Message` or an OpenAI-style dict) and score it.
@@ -132,18 +123,9 @@ class ContextManager:
             StoreError: the store cannot be written; nothing is stored.
         """
         with self._lock:
-            self._catch_up()
+            self.state.catch_up()
             msgs = ingest.validate(messages, self.history, len(self.history))
-            if not msgs:
-                return []
-            scored = ingest.score(self.scorer, self.rules, msgs, len(self.history))
-            rows = self.store.add(self.session_id, [ingest.record(s, self.history) for s in scored])
-            if rows[0].turn != len(self.history):  # another writer appended in between: read its messages first
-                self._catch_up()
-                return [self.history.entries[r.turn].msg for r in rows]
-            for s, row in zip(scored, rows, strict=True):
-                ingest.append(self.history, self.values, self.rules, self.counter, row.message, s.pred, s.entities)
-            return [r.message for r in rows]
+            return self.state.add(msgs) if msgs else []
 
     def sync(self, messages: Sequence[Message | dict[str, Any]]) -> SyncResult:
         """Bring the history in line with a client's full message list (OpenAI-style clients resend the
@@ -154,15 +136,15 @@ class ContextManager:
             InputError: an invalid message in the list; nothing is changed.
         """
         with self._lock:
-            self._catch_up()
+            self.state.catch_up()
             incoming = [Message.from_dict(m, where=f"message {i}") for i, m in enumerate(messages)]
             plan = plan_sync([e.msg for e in self.history.entries], incoming)
             if plan.mode != "rebased":
                 return SyncResult(self.extend(incoming[plan.start:]), plan.mode, plan.kept)
             ingest.validate(incoming[plan.start:], prefix_history(self.history, plan.start), plan.start)
             detached = self.store.detach(self.session_id, plan.start)  # nothing is deleted
-            self._reset()
-            self._catch_up()
+            self.state.reset()
+            self.state.catch_up()
             return SyncResult(self.extend(incoming[plan.start:]), "rebased", plan.kept, detached)
 
     def build(self, query: str | None = None, budget: int | None = None) -> ContextWindow:
@@ -186,68 +168,12 @@ class ContextManager:
         with self._lock:
             warns: list[WindowWarning] = []
             try:
-                self._catch_up()
+                self.state.catch_up()
                 hits = search(self.store, self.session_id, self.scorer, query, SEARCH_HITS) if query else []
             except StoreError as exc:  # build from memory
                 warns.append(tiers.store_unavailable("be read", exc))
                 hits = []
-            return self._build(query, B, hits, warns)
-
-    def _build(self, query: str | None, B: int, hits: list[Hit], warns: list[WindowWarning]) -> ContextWindow:
-        pol, h = self.policy, self.history
-        relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
-        vals, rel = self.values.values(h, relevance)
-        occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B)
-        changed: list[int] = []
-        if occ >= pol.t_compact * B:
-            self._prepared = tiers.prepare_forms(h, self.forms, self._prepared, pol.recent_turns)
-        if h.total_tokens + REPLY_PRIMING_TOKENS <= pol.t_compact * B:
-            if h.n_compacted:  # the full history fits below the first threshold: all verbatim
-                changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
-        elif occ >= pol.t_archive * B and self._stuck != (len(h), B):
-            changed += self._compact(vals, B)
-        if pol.on_overflow == OnOverflow.RAISE and h.pinned_tokens + REPLY_PRIMING_TOKENS > B:
-            raise BudgetError(tiers.pinned_overflow(h.pinned_tokens + REPLY_PRIMING_TOKENS, B).message)
-        plan = plan_page_in(hits, h, vals, self.forms, pol, B, tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B)) if hits else PageInPlan()
-        window = self._assemble(query, B, plan, vals, rel, warns)
-        if (not plan.shown and not plan.evicted and window.tokens >= pol.t_archive * B and not changed
-                and self._stuck != (len(h), B)):
-            # the occupancy estimate (stub notes) was under the high-water mark but the assembled window is not
-            changed += self._compact(vals, B)
-            if changed:
-                window = self._assemble(query, B, plan, vals, rel, warns)
-        self._save_tiers(changed, warns)
-        if (plan.shown or plan.evicted) and window.tokens > pol.page_in_limit * B:
-            window, plan = fit_page_in(plan, pol.page_in_limit * B, lambda pl: self._assemble(query, B, pl, vals, rel, warns))
-        warns += tiers.build_warnings(h, pol, B, window.tokens, plan)
-        window.warnings[:] = warns
-        for w in warns:
-            (log.warning if w.kind == WarningKind.PINNED_OVER_BUDGET else log.info)(str(w))
-        return window
-
-    def _compact(self, vals: np.ndarray, B: int) -> list[int]:
-        plan = tiers.plan_compaction(self.history, vals, self.forms, self.policy, B)
-        if plan.stuck:
-            self._stuck = (len(self.history), B)  # nothing left to compact until the history changes
-        return [i for i, t in plan.changes.items() if self.forms.set_tier(self.history, i, t)]
-
-    def _save_tiers(self, changed: list[int], warns: list[WindowWarning]) -> None:
-        """Record changed tiers in the store; on failure keep them and retry at the next build."""
-        self._unsaved.update((self.history.entries[i].msg.id, self.history.entries[i].tier) for i in changed)
-        if self._unsaved:
-            try:
-                self.store.set_tiers(self.session_id, list(self._unsaved.items()))
-                self._unsaved.clear()
-            except StoreError as exc:
-                warns.append(tiers.store_unavailable("record tiers", exc))
-
-    def _assemble(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
-                  warns: list[WindowWarning]) -> ContextWindow:
-        view = make_view(self.history, self.forms, self.counter, self.policy, B, query, plan)
-        window = assemble(view, self.sections, self.values, vals, rel, warns)
-        for hook in self.hooks:
-            hook(window, view)
-        return window
+            return self.state.build(query, B, hits, warns)
 
     @property
     def messages(self) -> list[Message]:
@@ -275,7 +201,7 @@ class ContextManager:
         if not isinstance(query, str) or isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ConfigError(f"search takes a string query and a positive integer k, got {query!r}, {k!r}")
         with self._lock:
-            self._catch_up()
+            self.state.catch_up()
             ids = self.history.ids
             return [{"id": x.id, "turn": x.turn, "score": x.score, "message": self.history.entries[ids[x.id]].msg.to_openai()}
                     for x in search(self.store, self.session_id, self.scorer, query, k) if x.id in ids]

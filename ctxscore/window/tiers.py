@@ -118,8 +118,8 @@ def occupancy(msg_tokens: int, stub_tokens: int, policy: Policy, budget: int) ->
 class _Overlay:
     """Tentative tiers over a history: planning reads the history and changes only this overlay."""
 
-    def __init__(self, history: History, forms: Forms, policy: Policy, budget: int) -> None:
-        self.h, self.forms, self.policy, self.budget = history, forms, policy, budget
+    def __init__(self, history: History, forms: Forms, policy: Policy, budget: int, reserved: int) -> None:
+        self.h, self.forms, self.policy, self.budget, self.reserved = history, forms, policy, budget, reserved
         self.msg_tokens, self.stub_tokens = history.msg_tokens, history.stub_tokens
         self.changes: dict[int, Tier] = {}
         self.cur: dict[int, int] = {}
@@ -131,7 +131,7 @@ class _Overlay:
         return self.cur.get(i, self.h.entries[i].cur_tokens)
 
     def occupancy(self) -> int:
-        return occupancy(self.msg_tokens, self.stub_tokens, self.policy, self.budget)
+        return occupancy(self.msg_tokens, self.stub_tokens, self.policy, self.budget) + self.reserved
 
     def set(self, i: int, tier: Tier) -> bool:
         e = self.h.entries[i]
@@ -226,7 +226,8 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
         archive_units(live(), pol.low_water)
 
 
-def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int) -> CompactionPlan:
+def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
+                    reserved: int = 0) -> CompactionPlan:
     """One batch of compaction at the high-water mark (module docstring); while occupancy stays above
     it, recency protection is relaxed turn by turn (down to the last message alone) with gentle passes.
 
@@ -236,8 +237,9 @@ def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: 
         forms: the form cache.
         policy: the tier policy.
         budget: the token budget of this build.
+        reserved: tokens of the layers' sections (they count like pinned content).
     """
-    ov = _Overlay(history, forms, policy, budget)
+    ov = _Overlay(history, forms, policy, budget, reserved)
     k = policy.recent_turns
     _stage(ov, values, k)
     while ov.occupancy() > policy.t_archive * budget and k > 0:
@@ -271,7 +273,7 @@ def pinned_overflow(pinned_tokens: int, budget: int) -> WindowWarning:
     """The warning (or :class:`~ctxscore.errors.BudgetError` message) when pinned content exceeds the budget."""
     return WindowWarning(
         WarningKind.PINNED_OVER_BUDGET,
-        f"pinned content (instructions and system messages) needs {pinned_tokens} tokens, above the budget of "
+        f"pinned content (instructions, system messages and layer sections) needs {pinned_tokens} tokens, above the budget of "
         f"{budget}; raise the budget to at least {pinned_tokens} or shorten the instructions",
         {"pinned_tokens": pinned_tokens, "budget": budget})
 
@@ -301,12 +303,13 @@ def store_unavailable(what: str, error: Exception) -> WindowWarning:
                          "change is retried at the next build", {})
 
 
-def build_warnings(history: History, policy: Policy, budget: int, tokens: int, plan: Any) -> list[WindowWarning]:
+def build_warnings(history: History, policy: Policy, budget: int, tokens: int, plan: Any,
+                   reserved: int = 0) -> list[WindowWarning]:
     """The warnings that follow from the state after a build (recomputed at every build, so a second
     build of the same state warns the same): pinned content over the budget, compacted recent turns,
     a window over budget although pinned content fits, and hits that could not be paged in (``plan``:
-    the final page-in plan)."""
-    pinned_tokens = history.pinned_tokens + REPLY_PRIMING_TOKENS
+    the final page-in plan; ``reserved``: tokens of the layers' sections, counted as pinned)."""
+    pinned_tokens = history.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
     out = [pinned_overflow(pinned_tokens, budget)] if pinned_tokens > budget else []
     n = len(history)
     start = int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right"))

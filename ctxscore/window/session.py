@@ -1,0 +1,170 @@
+"""The state of one session and the build pipeline over it.
+
+:class:`SessionState` holds what the manager derives from the stored messages -- the history, the
+value model, the form cache, the layers -- and runs one build: values, staged compaction, page-in,
+assembly of the sections, post-build hooks and the warnings. :class:`~ctxscore.window.manager.ContextManager`
+is the public facade over it (argument checks, the seams, the lock).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..config import OnOverflow, Policy
+from ..errors import BudgetError, StoreError
+from ..messages import Message, Tier
+from ..scoring.base import Scorer
+from ..scoring.rules import RuleClassifier
+from ..store.base import Store
+from ..store.retrieval import Hit
+from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
+from . import ingest, tiers
+from .assemble import PostBuildHook, Section, assemble, make_view
+from .history import Entry, History
+from .layers import Layer, LayerContext
+from .pagein import RELEVANCE_HITS, PageInPlan, fit_page_in, plan_page_in
+from .result import ContextWindow, WarningKind, WindowWarning
+from .value import ValueModel
+
+log = logging.getLogger("ctxscore")
+
+
+class SessionState:
+    """History, values, forms and layers of one session, and its build pipeline.
+
+    Args:
+        store, session_id, scorer, rules, counter, policy: the manager's seams and settings.
+        forms: the form cache (compressor + verifier).
+        sections: the built-in sections (the layers' sections are added, all sorted by position).
+        hooks: post-build hooks.
+        layers: the layers (:class:`~ctxscore.window.layers.Layer`).
+    """
+
+    def __init__(self, store: Store, session_id: str, scorer: Scorer, rules: RuleClassifier, counter: TokenCounter,
+                 policy: Policy, forms: tiers.Forms, sections: Sequence[Section], hooks: Sequence[PostBuildHook],
+                 layers: Sequence[Layer]) -> None:
+        self.store, self.session_id, self.scorer, self.rules = store, session_id, scorer, rules
+        self.counter, self.policy, self.forms = counter, policy, forms
+        self.layers = list(layers)
+        self.layer_sections = [s for layer in self.layers for s in layer.sections]
+        self.sections = sorted([*sections, *self.layer_sections], key=lambda s: float(s.position))
+        self.hooks = list(hooks)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything derived from the stored messages (they are read again by :meth:`catch_up`)."""
+        self.history = History()
+        self.values = ValueModel(self.rules.config.factors, self.rules.config.base_weights, self.policy.blend)
+        self.prepared = 0  # entries before this index have their compressed forms computed
+        self.stuck: tuple[int, int] | None = None  # (messages, budget) at which compaction could do no more
+        self.unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
+        ctx = LayerContext(self.session_id, self.store, self.counter, self.rules, self.policy, self.history)
+        for layer in self.layers:
+            layer.on_reset()
+            layer.attach(ctx)
+
+    def catch_up(self) -> None:
+        """Append what the store holds beyond the history (a resumed session, other writers)."""
+        rows = self.store.load(self.session_id, after_turn=len(self.history) - 1)
+        start = len(self.history)
+        for row in rows:
+            ingest.append(self.history, self.values, self.rules, self.counter, row.message, ingest.stored_prediction(row))
+            if row.tier != Tier.VERBATIM:
+                self.forms.set_tier(self.history, len(self.history) - 1, row.tier)
+        self._notify_add(start)
+
+    def add(self, msgs: list[Message]) -> list[Message]:
+        """Score, store (one transaction) and append validated messages; returns them stored."""
+        scored = ingest.score(self.scorer, self.rules, msgs, len(self.history))
+        rows = self.store.add(self.session_id, [ingest.record(s, self.history) for s in scored])
+        if rows[0].turn != len(self.history):  # another writer appended in between: read its messages first
+            self.catch_up()
+            return [self.history.entries[r.turn].msg for r in rows]
+        start = len(self.history)
+        for s, row in zip(scored, rows, strict=True):
+            ingest.append(self.history, self.values, self.rules, self.counter, row.message, s.pred, s.entities)
+        self._notify_add(start)
+        return [r.message for r in rows]
+
+    def _notify_add(self, start: int) -> None:
+        if self.layers and start < len(self.history):
+            added = self.history.entries[start:]
+            for layer in self.layers:
+                layer.on_add(added)
+
+    def build(self, query: str | None, B: int, hits: list[Hit], warns: list[WindowWarning]) -> ContextWindow:
+        """One build at budget ``B`` (tokens) for ``query`` with its search ``hits`` (best first)."""
+        pol, h = self.policy, self.history
+        relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
+        vals, rel = self.values.values(h, relevance)
+        reserved = self._reserved(query, B)
+        occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
+        changed: list[int] = []
+        if occ >= pol.t_compact * B:
+            self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
+        if h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B:
+            if h.n_compacted:  # the full history fits below the first threshold: all verbatim
+                changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
+        elif occ >= pol.t_archive * B and self.stuck != (len(h), B):
+            changed += self._compact(vals, B, reserved)
+        pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
+        if pol.on_overflow == OnOverflow.RAISE and pinned > B:
+            raise BudgetError(tiers.pinned_overflow(pinned, B).message)
+        occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
+        plan = plan_page_in(hits, h, vals, self.forms, pol, B, occ) if hits else PageInPlan()
+        window = self._assemble(query, B, plan, vals, rel, warns)
+        if (not plan.shown and not plan.evicted and window.tokens >= pol.t_archive * B and not changed
+                and self.stuck != (len(h), B)):
+            # the occupancy estimate (stub notes) was under the high-water mark but the assembled window is not
+            changed += self._compact(vals, B, reserved)
+            if changed:
+                window = self._assemble(query, B, plan, vals, rel, warns)
+        self._save_tiers(changed, warns)
+        if (plan.shown or plan.evicted) and window.tokens > pol.page_in_limit * B:
+            window, plan = fit_page_in(plan, pol.page_in_limit * B, lambda pl: self._assemble(query, B, pl, vals, rel, warns))
+        warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
+        window.warnings[:] = warns
+        for w in warns:
+            (log.warning if w.kind == WarningKind.PINNED_OVER_BUDGET else log.info)(str(w))
+        for layer in self.layers:
+            layer.after_build(window, self.view)
+        return window
+
+    def _reserved(self, query: str | None, B: int) -> int:
+        """Tokens of the layers' sections (they count like pinned content)."""
+        if not self.layer_sections:
+            return 0
+        view = make_view(self.history, self.forms, self.counter, self.policy, B, query, PageInPlan())
+        return sum(s.render(view)[1] for s in self.layer_sections)
+
+    def _compact(self, vals: np.ndarray, B: int, reserved: int) -> list[int]:
+        plan = tiers.plan_compaction(self.history, vals, self.forms, self.policy, B, reserved)
+        if plan.stuck:
+            self.stuck = (len(self.history), B)  # nothing left to compact until the history changes
+        changed = [i for i, t in plan.changes.items() if self.forms.set_tier(self.history, i, t)]
+        if changed and self.layers:
+            entries: list[Entry] = [self.history.entries[i] for i in changed]
+            for layer in self.layers:
+                layer.on_tiers(entries)
+        return changed
+
+    def _save_tiers(self, changed: list[int], warns: list[WindowWarning]) -> None:
+        """Record changed tiers in the store; on failure keep them and retry at the next build."""
+        self.unsaved.update((self.history.entries[i].msg.id, self.history.entries[i].tier) for i in changed)  # type: ignore[misc]
+        if self.unsaved:
+            try:
+                self.store.set_tiers(self.session_id, list(self.unsaved.items()))
+                self.unsaved.clear()
+            except StoreError as exc:
+                warns.append(tiers.store_unavailable("record tiers", exc))
+
+    def _assemble(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
+                  warns: list[WindowWarning]) -> ContextWindow:
+        view = self.view = make_view(self.history, self.forms, self.counter, self.policy, B, query, plan)
+        window = assemble(view, self.sections, self.values, vals, rel, warns)
+        for hook in self.hooks:
+            hook(window, view)
+        return window

@@ -1,0 +1,154 @@
+"""The window's seams: sections in order with their own tokens, layers, hooks, compressors, sync,
+and the tier planner as a pure function of the history."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from test_manager import agent_session
+
+from ctxscore import ContextManager, Policy
+from ctxscore.compress.base import compress_verified
+from ctxscore.compress.verify import verify
+from ctxscore.messages import Tier
+from ctxscore.window.layers import Layer
+from ctxscore.window.tiers import plan_compaction
+
+
+def test_sections_are_in_the_documented_order_and_add_up():
+    cm = ContextManager(scorer="rules", budget=1500)
+    cm.extend(agent_session(10))
+    win = cm.build()
+    names = [s.name for s in win.sections]
+    assert names == ["system", "archive_stubs", "history", "recent"]
+    assert sum(s.tokens for s in win.sections) + 3 == win.tokens  # + reply priming
+    assert sum(s.messages for s in win.sections) == len(win.messages)
+    assert win.messages[0]["role"] == "system" and win.messages[1]["content"].startswith("[archived")
+    stubs = next(s for s in win.sections if s.name == "archive_stubs")
+    assert stubs.messages == 1 and any(d.tier == "archived" for d in win.decisions)
+
+
+class Notes(Layer):
+    """A layer with its own section: one line per user message seen."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.tier_changes = 0
+        self.builds = 0
+        me = self
+
+        class _Section:
+            name, position = "ledger", 40
+
+            def render(self, view):
+                if not me.seen:
+                    return [], 0
+                msg = {"role": "system", "content": "Notes:\n" + "\n".join(me.seen)}
+                return [msg], view.counter.count_message(msg)
+
+        self.sections = (_Section(),)
+
+    def on_add(self, entries):
+        self.seen += [e.msg.content[:40] for e in entries if e.msg.role == "user"]
+
+    def on_tiers(self, entries):
+        self.tier_changes += len(entries)
+
+    def on_reset(self):
+        self.seen = []
+
+    def after_build(self, window, view):
+        self.builds += 1
+
+
+def test_a_layer_adds_a_section_counted_against_the_budget():
+    notes = Notes()
+    cm = ContextManager(scorer="rules", budget=3000, layers=[notes])
+    cm.extend(agent_session(30))
+    win = cm.build()
+    names = [s.name for s in win.sections]
+    assert names.index("ledger") == names.index("system") + 1  # position 40: after system, before the stubs
+    ledger = next(s for s in win.sections if s.name == "ledger")
+    assert ledger.tokens > 0 and win.tokens <= 3000
+    assert len(notes.seen) == sum(m["role"] == "user" for m in agent_session(30))
+    assert notes.tier_changes > 0 and notes.builds == 1
+    plain = ContextManager(scorer="rules", budget=3000)
+    plain.extend(agent_session(30))
+    # the layer's tokens are reserved: the history gets less room than without it
+    assert sum(d.tokens_after for d in win.decisions) < sum(d.tokens_after for d in plain.build().decisions)
+
+
+def test_hooks_see_every_window():
+    seen = []
+    cm = ContextManager(scorer="rules", budget=800, hooks=[lambda w, v: seen.append((w.tokens, v.budget))])
+    cm.extend(agent_session(3))
+    w = cm.build()
+    cm.build(budget=600)
+    assert seen[0] == (w.tokens, 800) and seen[-1][1] == 600
+
+
+class Upper:
+    """A compressor that invents nothing but drops an ID: the shared verifier must refuse it."""
+
+    def compress(self, text, tier):
+        return text.split(".")[0] + "." if tier == Tier.STRUCTURED else None
+
+
+def test_any_compressor_is_verified_the_same_way():
+    text = "Your booking is confirmed. The reference is QX-7781 for 2 people."
+    res = compress_verified(Upper(), text, "structured")
+    assert res.tier == Tier.VERBATIM and "QX-7781" in res.missing
+    cm = ContextManager(scorer="rules", budget=700, compressor=Upper())
+    cm.extend(agent_session(8))
+    win = cm.build()
+    shown = [e for e in cm.history.entries if e.tier == Tier.STRUCTURED]
+    for e in shown:  # every structured form that reached the window passed the verifier
+        assert verify(e.msg.content, e.forms[Tier.STRUCTURED].text).ok
+    assert any(e.forms.get(Tier.STRUCTURED) and e.forms[Tier.STRUCTURED].tier == Tier.VERBATIM for e in cm.history.entries)
+    assert "HAT" in json.dumps(win.messages)
+
+
+def test_sync_appends_only_the_new_suffix():
+    msgs = agent_session(3)
+    cm = ContextManager(scorer="rules", budget=4000)
+    r1 = cm.sync(msgs[:5])
+    r2 = cm.sync(msgs)
+    assert (r1.mode, len(r1.added)) == ("append", 5) and (r2.mode, len(r2.added), r2.kept) == ("append", len(msgs) - 5, 5)
+    assert cm.sync(msgs).added == [] and len(cm) == len(msgs)
+
+
+def test_sync_accepts_a_client_that_trims_its_own_copy():
+    msgs = agent_session(4)
+    cm = ContextManager(scorer="rules", budget=4000)
+    cm.sync(msgs)
+    new = {"role": "user", "content": "And the return flight?"}
+    trimmed = [msgs[0], *msgs[-4:], new]
+    res = cm.sync(trimmed)
+    assert res.mode == "trimmed" and [m.content for m in res.added] == [new["content"]]
+    assert len(cm) == len(msgs) + 1
+
+
+def test_sync_rebases_on_an_edit_and_keeps_the_replaced_messages(tmp_path):
+    msgs = agent_session(3)
+    cm = ContextManager(scorer="rules", budget=4000, store=tmp_path / "s.db", session_id="s")
+    cm.sync(msgs)
+    edited = [*msgs[:3], {"role": "user", "content": "Actually, cancel everything."}]
+    res = cm.sync(edited)
+    assert res.mode == "rebased" and res.kept == 3 and len(res.added) == 1
+    assert [m.content for m in cm.messages] == [m["content"] for m in edited]
+    assert len(cm.store.load(res.detached)) == len(msgs) - 3
+    again = ContextManager(scorer="rules", budget=4000, store=tmp_path / "s.db", session_id="s")
+    assert [m.content for m in again.messages] == [m["content"] for m in edited]
+
+
+def test_the_tier_planner_changes_nothing_itself():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(agent_session(12))
+    h = cm.history
+    before = (h.codes().tolist(), h.msg_tokens, h.stub_tokens, [e.tier for e in h.entries])
+    vals, _ = cm.state.values.values(h, {})
+    plan = plan_compaction(h, vals, cm.state.forms, Policy(), 1000)
+    assert plan.changes and any(t == Tier.ARCHIVED for t in plan.changes.values())
+    assert (h.codes().tolist(), h.msg_tokens, h.stub_tokens, [e.tier for e in h.entries]) == before
+    assert np.all(np.asarray(list(plan.changes)) >= 0)
