@@ -42,12 +42,14 @@ class CompressionResult:
         text: the content to place in the window (the original when ``tier`` is verbatim).
         missing: key spans of the original absent from the rejected stronger form(s).
         invented: entities the rejected form(s) made up.
+        pending: the compressor had no form yet for any tier (an asynchronous compressor); ask again later.
     """
 
     tier: Tier
     text: str
     missing: tuple[str, ...] = field(default=())
     invented: tuple[str, ...] = field(default=())
+    pending: bool = False
 
 
 def compress_verified(compressor: Compressor, text: str, tier: Tier | str, *,
@@ -71,13 +73,15 @@ def compress_verified(compressor: Compressor, text: str, tier: Tier | str, *,
     want = key_spans(text, cfg) if spans is None else list(spans)
     missing: list[str] = []
     invented: list[str] = []
+    proposed = False
     for t in COMPRESSING_TIERS[COMPRESSING_TIERS.index(tier):]:
         form = compressor.compress(text, t)
         if form is None:
             continue
+        proposed = True
         verdict = verify(text, form, want, cfg)
         if verdict.ok:
             return CompressionResult(t, form, tuple(missing), tuple(invented))
         missing += [m for m in verdict.missing if m not in missing]
         invented += [m for m in verdict.invented if m not in invented]
-    return CompressionResult(Tier.VERBATIM, text, tuple(missing), tuple(invented))
+    return CompressionResult(Tier.VERBATIM, text, tuple(missing), tuple(invented), pending=not proposed)

@@ -31,12 +31,13 @@ CATEGORY_RANK = {Category.FAILURE: 0, Category.REASONING: 1, Category.KEY_STATE:
 
 @dataclass(frozen=True, slots=True)
 class Form:
-    """A message in one tier: the content shown, its tokens (with chat overhead) and the tier reached
-    (a compressor may fall back to a gentler one)."""
+    """A message in one tier: the content shown, its tokens (with chat overhead), the tier reached
+    (a compressor may fall back to a gentler one) and whether the compressor's form is still pending."""
 
     text: str
     tokens: int
     tier: Tier
+    pending: bool = False
 
 
 @dataclass(slots=True)

@@ -84,6 +84,8 @@ class Forms:
             else:
                 res = compress_verified(self.compressor, e.msg.content, tier, config=self.config)
                 got = Form(res.text, self.counter.count_message(e.msg, content=res.text), res.tier)
+                if res.pending:  # an asynchronous compressor has no form yet: verbatim now, ask again later
+                    return Form(e.msg.content, e.tokens, Tier.VERBATIM, pending=True)
             e.forms[tier] = got
         return got
 
@@ -91,8 +93,9 @@ class Forms:
         """The tier ``e`` actually reaches when asked for ``tier``; marks it ``no_compress`` when
         compression fell back to verbatim."""
         if tier in (Tier.STRUCTURED, Tier.COMPRESSED):
-            tier = self.get(e, tier).tier
-            if tier == Tier.VERBATIM:
+            form = self.get(e, tier)
+            tier = form.tier
+            if tier == Tier.VERBATIM and not form.pending:
                 e.no_compress = True
         return tier
 
