@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -246,6 +246,11 @@ class RuleConfig:
         return [re.compile(p) for p in self.patterns.values()]
 
     @cached_property
+    def span_cache(self) -> Callable[[str], tuple[tuple[int, int], ...]]:
+        """Memoised entity spans of a text under this rule file (see :func:`entity_spans`)."""
+        return lru_cache(maxsize=8192)(lambda text: _scan_spans(text, self))
+
+    @cached_property
     def signal_regexes(self) -> dict[str, re.Pattern[str]]:
         """Compiled signal patterns."""
         return {k: re.compile(v) for k, v in self.signal_patterns.items()}
@@ -262,6 +267,11 @@ def default_config() -> RuleConfig:
     return _default_config
 
 
+#: Texts up to this many characters have their entity spans memoised (per rule file, LRU of 8,192):
+#: the scorer, the compressors and the shared verifier read the same texts.
+SPAN_CACHE_CHARS = 20_000
+
+
 def entity_spans(text: str, config: RuleConfig | None = None) -> list[tuple[int, int]]:
     """Character spans ``(start, end)`` of the entities in ``text``, sorted by start.
 
@@ -269,6 +279,12 @@ def entity_spans(text: str, config: RuleConfig | None = None) -> list[tuple[int,
     greedy pattern is trimmed. See :func:`extract_entities` for what counts as an entity.
     """
     cfg = config or default_config()
+    if len(text) <= SPAN_CACHE_CHARS:
+        return list(cfg.span_cache(text))
+    return list(_scan_spans(text, cfg))
+
+
+def _scan_spans(text: str, cfg: RuleConfig) -> tuple[tuple[int, int], ...]:
     spans: list[tuple[int, int]] = []
     for rx in cfg.entity_regexes:
         for m in rx.finditer(text):
@@ -287,7 +303,7 @@ def entity_spans(text: str, config: RuleConfig | None = None) -> list[tuple[int,
             continue  # inside the previous longer span
         kept.append((s, e))  # a partial overlap keeps both: distinct pieces of information
         end = e
-    return kept
+    return tuple(kept)
 
 
 def extract_entities(text: str, config: RuleConfig | None = None) -> list[str]:

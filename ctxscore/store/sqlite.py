@@ -69,6 +69,8 @@ class SQLiteStore:
         self.path = None if path in (None, ":memory:") else Path(path)
         self._lock = threading.RLock()
         self._vectors: dict[str, tuple[int, dict[str, np.ndarray]]] = {}  # session -> (max rowid, id -> vector)
+        self._last_turn: dict[str, int] = {}  # session -> last turn this connection wrote or read
+        self._data_version: int | None = None  # PRAGMA data_version when _last_turn was last known exact
         where = self.path or ":memory:"
         if self.path is not None and self.path.is_dir():
             raise StoreError(f"cannot open store {where}: it is a folder; pass the path of a database file")
@@ -151,6 +153,8 @@ class SQLiteStore:
                 db.execute("INSERT INTO messages_fts(rowid, text, context) VALUES(?, ?, ?)",
                            (cur.lastrowid, rec.text, rec.context))
                 out.append(StoredMessage(msg, rec.text, rec.prediction, Tier.VERBATIM, rec.embedding))
+            if out and last == self._last_turn.get(session_id, -1):
+                self._last_turn[session_id] = out[-1].turn  # nothing unseen in between
         return out
 
     @staticmethod
@@ -180,6 +184,7 @@ class SQLiteStore:
             target = f"{session_id}~detached~{n + 1}"
             db.execute("UPDATE messages SET session_id=? WHERE session_id=? AND turn>=?", (target, session_id, from_turn))
         self._vectors.pop(session_id, None)
+        self._last_turn.pop(session_id, None)
         return target
 
     # -- reading --------------------------------------------------------------------------------
@@ -204,8 +209,14 @@ class SQLiteStore:
             StoreError: the database cannot be read, or a row is damaged (it names the row).
         """
         with self._guard("read the session") as db:
+            (version,) = db.execute("PRAGMA data_version").fetchone()  # changes when another connection commits
+            known = self._last_turn.get(session_id)
+            if version == self._data_version and known is not None and after_turn >= known:
+                return []  # nobody wrote since this connection last knew the session's end
             rows = db.execute(f"SELECT {_COLUMNS} FROM messages WHERE session_id=? AND turn>? ORDER BY turn",
                               (session_id, after_turn)).fetchall()
+            last = db.execute("SELECT COALESCE(MAX(turn), -1) FROM messages WHERE session_id=?", (session_id,)).fetchone()[0]
+            self._data_version, self._last_turn = version, {session_id: last}
         return [self._row(session_id, r) for r in rows]
 
     def get(self, session_id: str, message_id: str) -> StoredMessage | None:
