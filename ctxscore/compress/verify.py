@@ -66,7 +66,9 @@ def verify(original: str, form: str, spans: Sequence[str] | None = None,
     want = key_spans(original, cfg) if spans is None else list(spans)
     norm_form, norm_orig = _norm(form), _norm(original)
     missing = tuple(s for s in want if _norm(s) not in norm_form)
-    invented = tuple(s for s in key_spans(form, cfg) if _norm(s) not in norm_orig)
+    # a line that is a substring of the original cannot hold an invented entity: scan only the others
+    novel = [line for line in form.split("\n") if line.strip() and _norm(line).strip() not in norm_orig]
+    invented = tuple(s for s in key_spans("\n".join(novel), cfg) if _norm(s) not in norm_orig) if novel else ()
     longer = len(form) >= len(original)
     return Verdict(ok=bool(form.strip()) and not missing and not invented and not longer,
                    missing=missing, invented=invented, longer=longer)
