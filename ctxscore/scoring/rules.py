@@ -306,6 +306,25 @@ def _scan_spans(text: str, cfg: RuleConfig) -> tuple[tuple[int, int], ...]:
     return tuple(kept)
 
 
+_SENTENCE = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (split after . ! ? ; and their CJK forms, and at line breaks), stripped."""
+    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+
+
+def hard_constraints(text: str, config: RuleConfig | None = None) -> tuple[str, ...]:
+    """The sentences of ``text`` that forbid, require or bound (the rule file's ``hard_constraint``
+    keywords: never, must, at most, no more than, budget, deadline, 不要, 必须, 禁止, 不超过, 只能 ...),
+    byte-exact as they occur in ``text``; empty when the rule file has no such group."""
+    cfg = config or default_config()
+    rx = cfg.keyword_regexes.get("hard_constraint")
+    if rx is None or not rx.search(text):
+        return ()
+    return tuple(s for s in sentences(text) if rx.search(s))
+
+
 def extract_entities(text: str, config: RuleConfig | None = None) -> list[str]:
     """Entity spans in ``text``: IDs, numbers with units, money, dates, times, emails, URLs, paths,
     code identifiers, quoted strings and capitalised names, as the rule file's ``[patterns]`` define.

@@ -10,11 +10,12 @@ from typing import Any
 from ..errors import ConfigError, InputError
 from ..messages import CATEGORIES, Category, Message, Role
 from ..scoring.base import Prediction, Scorer
-from ..scoring.rules import RuleClassifier, extract_entities, scan_text
+from ..scoring.rules import RuleClassifier, extract_entities, hard_constraints, scan_text
 from ..store.base import NewRecord, StoredMessage
 from ..tokens import TokenCounter
 from .history import History
-from .tiers import is_pinned
+from .tasks import starts_task
+from .tiers import pin_reason
 from .value import ValueModel
 
 #: The start (characters) of each of the previous messages indexed as the search context of a
@@ -111,7 +112,11 @@ def append(history: History, values: ValueModel, rules: RuleClassifier, counter:
         raise InputError(f"message {msg.id!r} has turn {msg.turn}, but the history has {len(history)} messages")
     if entities is None:
         entities = tuple(extract_entities(scan_text(msg.text()), rules.config))
-    pinned = is_pinned(msg, pred, entities, rules.config)
-    history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pinned)
+    cfg = rules.config
+    if starts_task(history, msg, cfg):
+        history.start_task()
+    constraints = hard_constraints(msg.content, cfg) if msg.role in (Role.USER, Role.SYSTEM) and len(msg.content) <= 4000 else ()
+    history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pin_reason(msg, pred, entities, cfg),
+                   constraints)
     confirms = msg.role == Role.USER and rules.config.keyword_regexes["confirmation"].search(msg.content) is not None
     values.added(history, len(history) - 1, confirms)

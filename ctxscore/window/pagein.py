@@ -97,7 +97,7 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
                 evictable = history.eligible_units(policy.recent_turns)
             room = sorted(
                 (m for uu, m in evictable.items()
-                 if uu != u and uu not in units_done and not evicted.intersection(m)
+                 if uu != u and uu not in units_done and not evicted.intersection(m) and history.archivable(m)
                  and any(entries[i].tier != Tier.ARCHIVED for i in m)),
                 key=unit_value,
             )
