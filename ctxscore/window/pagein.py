@@ -37,15 +37,18 @@ class PageInPlan:
     """What one build pages in.
 
     Attributes:
-        shown: entry index -> id of the hit it is shown verbatim for (a unit's members share it),
-            in the order the hits ranked.
+        shown: entry index -> id of the hit it is shown for (a unit's members share it), in the order
+            the hits ranked.
         evicted: entries shown as stubs for this build to make room.
         unplaced: hits that had no room even after eviction (ids, best first).
+        forms: entries of ``shown`` that are shown in a compressed tier rather than verbatim (the
+            best hit's unit did not fit verbatim), entry index -> tier.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
     evicted: frozenset[int] = frozenset()
     unplaced: tuple[str, ...] = ()
+    forms: dict[int, Tier] = field(default_factory=dict)
 
     def without_last(self) -> PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay)."""
@@ -53,7 +56,8 @@ class PageInPlan:
         if not order:
             return self
         drop = order[-1]
-        return PageInPlan({i: h for i, h in self.shown.items() if h != drop}, self.evicted, (*self.unplaced, drop))
+        shown = {i: h for i, h in self.shown.items() if h != drop}
+        return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown})
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
@@ -74,6 +78,7 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     cands = [h for h in hits if h.id in ids and entries[ids[h.id]].tier != Tier.VERBATIM]
     cands = cands[: policy.page_in_k * CANDIDATES_PER_SLOT]
     shown: dict[int, str] = {}
+    forms_of: dict[int, Tier] = {}
     unplaced: list[str] = []
     occ = occupancy
     evicted: set[int] = set()
@@ -92,6 +97,7 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
             continue
         members = history.units[u]
         delta = sum(entries[i].tokens - entries[i].cur_tokens for i in members)
+        tiers: dict[int, Tier] = {}
         if occ + delta > limit:
             if evictable is None:
                 evictable = history.eligible_units(policy.recent_turns)
@@ -109,14 +115,32 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
                 occ -= sum(entries[i].cur_tokens - forms.get(entries[i], Tier.ARCHIVED).tokens
                            for i in m if entries[i].tier != Tier.ARCHIVED)
                 evicted.update(m)
+            if occ + delta > limit and not units_done:  # the best hit: its structured form rather than nothing
+                delta, tiers = _structured(members, hit, forms, history, occ, limit, delta)
             if occ + delta > limit:
                 unplaced.append(h.id)
                 continue
         for i in members:
             shown[i] = h.id
+        forms_of.update(tiers)
         occ += delta
         units_done.add(u)
-    return PageInPlan(shown=shown, evicted=frozenset(evicted - set(shown)), unplaced=tuple(unplaced))
+    return PageInPlan(shown=shown, evicted=frozenset(evicted - set(shown)), unplaced=tuple(unplaced), forms=forms_of)
+
+
+def _structured(members: list[int], hit: int, forms: Forms, history: History, occ: int, limit: float,
+                delta: int) -> tuple[int, dict[int, Tier]]:
+    """The cheapest way to show a unit that does not fit verbatim: the hit verbatim and the other
+    members structured, else every member structured; ``(tokens added, tiers)`` of the first that
+    fits, else the verbatim figures."""
+    entries = history.entries
+    for keep in (hit, None):
+        tiers = {i: forms.reached(entries[i], Tier.STRUCTURED) for i in members if i != keep}
+        d = sum((forms.get(entries[i], tiers[i]).tokens if i in tiers else entries[i].tokens) - entries[i].cur_tokens
+                for i in members)
+        if occ + d <= limit:
+            return d, {i: t for i, t in tiers.items() if t != Tier.VERBATIM}
+    return delta, {}
 
 
 def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> list[Hit]:
