@@ -9,8 +9,8 @@ The ledger section (position 40, after the system messages and before the stubs)
 facts whose source message is not verbatim in the window -- a fact visible in its message needs no
 second copy, and the section then changes only when tiers change, which keeps provider prompt caches
 warm -- as lines such as ``hotel nightly cap: €240 (m63; was €210)``. Its tokens are capped at
-``share`` of the budget; when it is full, the lowest-priority facts (source value x status weight)
-are left to the store, where page-in finds them.
+``share`` of the budget; when it is full, the lowest-priority facts (the source's intrinsic value x
+a status weight) are left to the store, where page-in finds them.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from .facts import Extractor, Fact, FactContext, extract_facts, session_date
 
 #: Default share of the budget the ledger may use.
 DEFAULT_SHARE = 0.15
-#: Priority weight per status (x the source message's value).
+#: Priority weight per status (x the source message's intrinsic value).
 STATUS_WEIGHT = {"confirmed": 1.3, "stated": 1.0, "proposed": 0.6, "denied": 0.0}
+#: Lines that did not fit, after which the section counts as full.
+MAX_MISSES = 16
 _DENY = re.compile(r"(?i)^\s*(no\b|nope|not (that|this)|i don'?t (want|like)|don'?t book|i'?d rather not)|不要|不用了|不是这个|换一")
 _CONFIRM_CHARS = 80
 _HEADER = "Facts so far (slot: value (source message); superseded values after 'was'):"
@@ -62,6 +64,8 @@ class FactLedger(Layer):
         self.was: dict[tuple[int, str], list[str]] = {}  # (task, slot) -> superseded values, oldest first
         self.today: date | None = None
         self._last_assistant: list[Fact] = []
+        self._order: list[Fact] | None = None  # current facts by priority (None: to be sorted)
+        self._lines: dict[tuple[Fact, tuple[str, ...]], tuple[str, int]] = {}
 
     def attach(self, ctx: LayerContext) -> None:
         """Keep the context; facts are extracted with the session's rule file."""
@@ -106,6 +110,7 @@ class FactLedger(Layer):
                 self.current[key] = replace(f, status=status)
                 if status == "denied":
                     del self.current[key]
+                self._order = None
         self._last_assistant = []
 
     def _put(self, f: Fact) -> None:
@@ -115,6 +120,29 @@ class FactLedger(Layer):
         if old is not None and old.value != f.value:
             self.was.setdefault(key, []).append(old.value)
         self.current[key] = f
+        self._order = None
+
+    def ordered(self) -> list[Fact]:
+        """Current facts by priority (status weight x the source's intrinsic value), highest first."""
+        if self._order is None:
+            intr = self.ctx.history.intr.a
+            ids = self.ctx.history.ids
+
+            def priority(f: Fact) -> float:
+                i = ids.get(f.source)
+                return STATUS_WEIGHT.get(f.status, 1.0) * (float(intr[i]) if i is not None else 0.3)
+
+            self._order = sorted(self.current.values(), key=lambda f: (-priority(f), -f.turn))
+        return self._order
+
+    def rendered(self, f: Fact, counter: Any) -> tuple[str, int]:
+        """The line of a current fact and its tokens (with the newline), memoised."""
+        was = tuple(self.was.get((f.task, f.slot), ()))
+        got = self._lines.get((f, was))
+        if got is None:
+            line = f.line(was)
+            got = self._lines[(f, was)] = (line, counter.count(line) + 1)
+        return got
 
     def lines(self) -> list[str]:
         """Every current fact as a ledger line, in order of source turn."""
@@ -137,27 +165,27 @@ class LedgerSection:
         self.ledger = ledger
 
     def render(self, view: Any) -> tuple[list[dict[str, Any]], int]:
-        led, ids = self.ledger, view.history.ids
-        cands = []
-        for f in led.current.values():
+        """The ledger note: current facts whose source is not verbatim in this build, highest priority
+        first until the cap, then in order of source turn. Work per build is proportional to the
+        lines shown (the order is kept between builds), not to the session."""
+        led, ids, counter = self.ledger, view.history.ids, view.counter
+        cap = int(led.share * view.budget)
+        tokens = counter.count(_HEADER) + 4
+        chosen: list[tuple[int, str]] = []
+        misses = 0
+        for f in led.ordered():
             i = ids.get(f.source)
             if i is None or view.codes[i] == 0:
                 continue  # verbatim in the window already
-            value = float(view.values[i]) if view.values is not None and i < len(view.values) else 0.5
-            cands.append((value * STATUS_WEIGHT.get(f.status, 1.0), f))
-        if not cands:
-            return [], 0
-        cap = int(led.share * view.budget)
-        chosen: list[Fact] = []
-        tokens = view.counter.count(_HEADER) + 4
-        for _, f in sorted(cands, key=lambda x: (-x[0], -x[1].turn)):
-            n = view.counter.count(f.line(led.was.get((f.task, f.slot), ()))) + 1
+            line, n = led.rendered(f, counter)
             if tokens + n > cap:
+                misses += 1
+                if misses > MAX_MISSES or tokens + 8 > cap:
+                    break  # full
                 continue
-            chosen.append(f)
+            chosen.append((f.turn, line))
             tokens += n
         if not chosen:
             return [], 0
-        lines = [f.line(led.was.get((f.task, f.slot), ())) for f in sorted(chosen, key=lambda x: x.turn)]
-        msg = Message(role="system", content="\n".join([_HEADER, *lines]))
+        msg = Message(role="system", content="\n".join([_HEADER, *(line for _, line in sorted(chosen))]))
         return [msg.to_openai()], view.counter.count_message(msg)
