@@ -47,7 +47,9 @@ MAX_WAS = 2
 _NAME_STOP = frozenset("""a an the of for to in on at by from with and or but is are was were be been being do does did i me my
 you your we our us it its this that these those there here please would like want need can could will shall should
 may might must have has had just also so as if then than about around approximately only new next last one
-what which who when where why how yes no ok okay sure thanks thank great perfect""".split())
+what which who when where why how yes no ok okay sure thanks thank great perfect make made book find need want get
+give take check checking set change plan visit go going leave leaving arrive arriving reserve try looking look let
+actually instead""".split())
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 _CJK_NAME = re.compile(r"([\u4e00-\u9fff]{2,6})(?:是|为|在|：|:)?\s*$")
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
@@ -215,17 +217,23 @@ def _call_facts(msg: Message) -> list[tuple[str, str, str]]:
 def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     spans = ctx.spans(text) if ctx.spans is not None else []
+    pos = 0
     for sent in sentences(text) if spans else ():
-        base = text.find(sent)
+        base = text.find(sent, pos)
+        if base < 0:
+            continue
+        pos = start = base  # naming words are looked for after the previous value of the sentence
         for s, e, kind in spans:
-            if base < 0 or not (base <= s < base + len(sent)) or kind in _SKIP_KINDS:
+            if not (base <= s < base + len(sent)) or kind in _SKIP_KINDS:
                 continue
             value = text[s:e].strip()
             if not value or len(value) > MAX_VALUE_CHARS:
+                start = max(start, e)
                 continue
             unit = _UNIT.search(value) if kind == "number_unit" else None
-            slot = _slot_name(text[base:s]) or (unit.group(1).lower() if unit else None) or _KIND.get(kind, kind)
+            slot = (unit.group(1).lower() if unit else None) or _slot_name(text[start:s]) or _KIND.get(kind, kind)
             out.append((slot, value, "text"))
+            start = max(start, e)
         if len(out) >= MAX_TEXT_FACTS:
             break
     if ctx.extractor is not None:

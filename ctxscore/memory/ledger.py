@@ -2,7 +2,10 @@
 
 As messages arrive, their facts (:mod:`ctxscore.memory.facts`) enter the ledger. A new value for
 the same slot within a task supersedes the old one (kept and marked: the line says ``was ...``; the
-ledger answers "what is current"). A proposal the user confirms right after becomes ``confirmed``;
+ledger answers "what is current") when it replaces it: the new message is a correction ("actually",
+"make it", "change to", 改成 ...), the old value was only proposed or denied (a new offer replaces
+the last), or both come from the same tool-call argument or JSON path (a state update); otherwise
+both values stay current (two trips, two references). A proposal the user confirms right after becomes ``confirmed``;
 one the user turns down (``no``, ``not that one``) is ``denied`` and leaves the ledger.
 
 The ledger section (position 40, after the system messages and before the stubs) shows the current
@@ -23,7 +26,7 @@ from typing import Any
 
 from ..messages import Message, Role
 from ..scoring.rules import typed_entity_spans
-from ..window.history import Entry
+from ..window.history import Entry, Pin
 from ..window.layers import Layer, LayerContext
 from .facts import Extractor, Fact, FactContext, extract_facts, session_date
 
@@ -72,6 +75,7 @@ class FactLedger(Layer):
         self.ctx = ctx
         cfg = ctx.rules.config
         self.fctx = FactContext(config=cfg, extractor=self.extractor, spans=lambda t: typed_entity_spans(t, cfg))
+        self._correction = cfg.keyword_regexes.get("correction") or re.compile(r"(?!x)x")
 
     def on_reset(self) -> None:
         """Forget every fact (the kept messages come again through :meth:`on_add`)."""
@@ -86,8 +90,9 @@ class FactLedger(Layer):
             self.fctx.today = self.today
             self._reply(e.msg)
             facts = extract_facts(e.msg, e.task, self.fctx)
+            correction = e.pin == Pin.CORRECTION or bool(self._correction.search(e.msg.content[:300]))
             for f in facts:
-                self._put(f)
+                self._put(f, correction)
             if e.msg.role == Role.ASSISTANT:
                 self._last_assistant = list(facts)
             elif e.msg.role == Role.USER:
@@ -113,12 +118,15 @@ class FactLedger(Layer):
                 self._order = None
         self._last_assistant = []
 
-    def _put(self, f: Fact) -> None:
+    def _put(self, f: Fact, correction: bool) -> None:
         key = (f.task, f.slot)
         self.facts.append(f)
         old = self.current.get(key)
         if old is not None and old.value != f.value:
-            self.was.setdefault(key, []).append(old.value)
+            if correction or old.status in ("proposed", "denied") or (f.origin == old.origin and f.origin != "text"):
+                self.was.setdefault(key, []).append(old.value)
+            else:  # another value of the same kind: both stay current
+                self.current[(f.task, f"{f.slot}#{old.turn}")] = old
         self.current[key] = f
         self._order = None
 
@@ -141,12 +149,14 @@ class FactLedger(Layer):
         got = self._lines.get((f, was))
         if got is None:
             line = f.line(was)
+            if counter is None:
+                return line, 0
             got = self._lines[(f, was)] = (line, counter.count(line) + 1)
         return got
 
     def lines(self) -> list[str]:
         """Every current fact as a ledger line, in order of source turn."""
-        return [f.line(self.was.get((f.task, f.slot), ())) for f in sorted(self.current.values(), key=lambda x: x.turn)]
+        return [self.rendered(f, None)[0] for f in sorted(self.current.values(), key=lambda x: x.turn)]
 
     def state(self) -> dict[str, Any]:
         """The current facts and superseded values (JSON-ready)."""
