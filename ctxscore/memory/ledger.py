@@ -31,9 +31,10 @@ from ..window.layers import Layer, LayerContext
 from .facts import Extractor, Fact, FactContext, extract_facts, session_date
 
 #: Default share of the budget the ledger may use.
-DEFAULT_SHARE = 0.15
-#: Priority weight per status (x the source message's intrinsic value).
-STATUS_WEIGHT = {"confirmed": 1.3, "stated": 1.0, "proposed": 0.6, "denied": 0.0}
+DEFAULT_SHARE = 0.1
+#: Priority weight per status (x the source message's intrinsic value); 0: not shown (an offer the
+#: user has not taken stays in the history and the store).
+STATUS_WEIGHT = {"confirmed": 1.0, "stated": 1.2, "proposed": 0.0, "denied": 0.0}
 #: Lines that did not fit, after which the section counts as full.
 MAX_MISSES = 16
 _DENY = re.compile(r"(?i)^\s*(no\b|nope|not (that|this)|i don'?t (want|like)|don'?t book|i'?d rather not)|不要|不用了|不是这个|换一")
@@ -187,6 +188,8 @@ class LedgerSection:
             i = ids.get(f.source)
             if i is None or view.codes[i] == 0:
                 continue  # verbatim in the window already
+            if not STATUS_WEIGHT.get(f.status, 1.0):
+                break  # proposals and denials come last and are not shown (the store keeps them)
             line, n = led.rendered(f, counter)
             if tokens + n > cap:
                 misses += 1

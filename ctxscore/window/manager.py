@@ -27,7 +27,6 @@ from ..compress.base import Compressor
 from ..compress.extractive import ExtractiveCompressor
 from ..config import Policy, check_budget
 from ..errors import ConfigError, StoreError
-from ..memory.ledger import FactLedger
 from ..messages import Message
 from ..scoring.base import Prediction, Scorer
 from ..scoring.learned import resolve_scorer
@@ -66,8 +65,8 @@ class ContextManager:
         counter: token counter (default: ``TokenCounter(encoding)``).
         sections: extra window sections, placed by their ``position``.
         hooks: post-build hooks, called in order with each window and its build view.
-        layers: :class:`~ctxscore.window.layers.Layer` s (profile, verifier ...); ``None`` (default)
-            gives the fact ledger (:class:`~ctxscore.memory.ledger.FactLedger`), ``[]`` none.
+        layers: :class:`~ctxscore.window.layers.Layer` s: the fact ledger
+            (:class:`~ctxscore.memory.ledger.FactLedger`), a user profile, a verifier ...
 
     Raises:
         ConfigError: bad budget, session id, policy, rule file, scorer or store argument.
@@ -80,7 +79,7 @@ class ContextManager:
                  archive_path: str | Path | None = None, session_id: str = "default",
                  compressor: Compressor | None = None, counter: TokenCounter | None = None,
                  sections: Sequence[Section] = (), hooks: Sequence[PostBuildHook] = (),
-                 layers: Sequence[Layer] | None = None) -> None:
+                 layers: Sequence[Layer] = ()) -> None:
         self.budget = check_budget(budget)
         if not isinstance(session_id, str) or not session_id.strip():
             raise ConfigError(f"session_id must be a non-empty string, got {session_id!r}")
@@ -98,7 +97,7 @@ class ContextManager:
         self.compressor = compressor or ExtractiveCompressor(self.config)
         forms = tiers.Forms(self.counter, self.compressor, self.config, self.policy.max_compress_chars)
         self.state = SessionState(self.store, session_id, self.scorer, self.rules, self.counter, self.policy, forms,
-                                  [*DEFAULT_SECTIONS, *sections], hooks, [FactLedger()] if layers is None else layers)
+                                  [*DEFAULT_SECTIONS, *sections], hooks, layers)
         self._lock = threading.RLock()
         self.state.catch_up()
 

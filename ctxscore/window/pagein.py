@@ -1,10 +1,13 @@
 """Page-in: which archived or compressed messages come back verbatim for the current query.
 
-The planner takes the query's search hits (best first) and shows up to ``page_in_k`` units verbatim
-for this build only. When a hit does not fit within ``page_in_limit`` of the budget, the
-lowest-value evictable units (not pinned, not recent) are shown as stubs for this build to make
-room: the best hit may displace anything evictable, later hits only units worth less than
-themselves. Tiers do not change: the next build without a query is the same as before.
+The planner takes the query's search hits (best first), drops those below the relevance floor (no
+query term in them and an embedding similarity under ``page_in_floor``), and shows up to
+``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
+answer replies to, the answer a question got) when that fits. When a hit does not fit within
+``page_in_limit`` of the budget, the lowest-value evictable units (not pinned, not recent) are
+shown as stubs for this build to make room: the best hit may displace anything evictable, later
+hits only units worth less than themselves; when even that is not enough, the best hit's unit is
+shown in its structured form. Tiers do not change: the next build without a query is the same.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Policy
-from ..messages import Tier
+from ..messages import Role, Tier
 from ..store.base import Store
 from ..store.retrieval import Hit
 from .history import History
@@ -75,6 +78,7 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     """
     entries, ids = history.entries, history.ids
     limit = policy.page_in_limit * budget
+    hits = [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)]
     cands = [h for h in hits if h.id in ids and entries[ids[h.id]].tier != Tier.VERBATIM]
     cands = cands[: policy.page_in_k * CANDIDATES_PER_SLOT]
     shown: dict[int, str] = {}
@@ -125,7 +129,29 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         forms_of.update(tiers)
         occ += delta
         units_done.add(u)
+        nb = _neighbour(history, hit)
+        if nb is not None and nb not in units_done:
+            extra = sum(entries[i].tokens - entries[i].cur_tokens for i in history.units[nb] if i not in shown)
+            if occ + extra <= limit:
+                for i in history.units[nb]:
+                    shown.setdefault(i, h.id)
+                occ += extra
     return PageInPlan(shown=shown, evicted=frozenset(evicted - set(shown)), unplaced=tuple(unplaced), forms=forms_of)
+
+
+def _neighbour(history: History, i: int) -> int | None:
+    """The unit of the message that pairs with entry ``i`` as question and answer (the user message an
+    assistant reply answers, or the assistant reply to a user message), when it is not verbatim."""
+    entries = history.entries
+    role = entries[i].msg.role
+    j = entries[i].unit - 1 if role == Role.ASSISTANT else (i + 1 if role == Role.USER else None)
+    if j is None or not 0 <= j < len(entries):
+        return None
+    e = entries[j]
+    want = Role.USER if role == Role.ASSISTANT else Role.ASSISTANT
+    if e.msg.role != want or all(entries[k].tier == Tier.VERBATIM for k in history.units[e.unit]):
+        return None
+    return e.unit
 
 
 def _structured(members: list[int], hit: int, forms: Forms, history: History, occ: int, limit: float,
