@@ -28,25 +28,19 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: import the checkout's packages
 
 from ctxscore.messages import Message  # noqa: E402
 from ctxscore.scoring.embedders import EMBEDDERS, embedder_available, get_embedder, resolve_model_id  # noqa: E402
 from ctxscore.scoring.learned import LearnedScorer  # noqa: E402
 from ctxscore.scoring.package import DEFAULT_MODEL_DIR  # noqa: E402
-
-
-def corpora_root() -> Path:
-    raw = os.environ.get("CTXSCORE_CORPORA") or "../shared/datasets"
-    p = Path(raw)
-    return (p if p.is_absolute() else REPO / p).resolve()
+from training.paths import DEFAULT_BUNDLED, DEFAULT_OUT, corpora_root  # noqa: E402
 
 
 def load_messages(limit: int) -> tuple[list[Message], list[str], str]:
     """(messages, gold categories, description of the sample)."""
     labels_file = corpora_root() / "labels" / "distilled.jsonl"
-    sessions = REPO / "data" / "processed" / "sessions.jsonl.gz"
+    sessions = DEFAULT_OUT / "sessions.jsonl.gz"
     rng = np.random.default_rng(0)
     if labels_file.is_file() and sessions.is_file():
         gold = {}
@@ -64,7 +58,7 @@ def load_messages(limit: int) -> tuple[list[Message], list[str], str]:
         where = "distilled-label messages (corpora)"
     else:
         msgs, cats = [], []
-        for line in (REPO / "data" / "bundled" / "sessions.jsonl").read_text(encoding="utf-8").splitlines():
+        for line in DEFAULT_BUNDLED.read_text(encoding="utf-8").splitlines():
             s = json.loads(line)
             for i, m in enumerate(s["messages"]):
                 if m.get("category"):

@@ -19,14 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.data.paths import REPO_ROOT, corpora_root
+from training.paths import DEFAULT_OUT, OUT_DIR, REPO_ROOT, corpora_root
 
 from .budgets import DEFAULT_MIN_BUDGET, Budget, parse_budgets
 from .policies import ALL_POLICIES
 from .sessions import SessionFormatError, load_sessions
 
 log = logging.getLogger("eval")
-DEFAULT_SESSIONS = REPO_ROOT / "data" / "processed" / "eval_sessions.jsonl"
+DEFAULT_SESSIONS = DEFAULT_OUT / "eval_sessions.jsonl"
 
 
 def _policies(text: str) -> list[str]:
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model", default="auto",
                    help="learned scorer: auto (registry candidate, then champion, then the shipped default), default, "
                         "none, an alias, a version number, or a packaged-scorer folder")
-    r.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "eval", help="output folder (default %(default)s)")
+    r.add_argument("--out", type=Path, default=OUT_DIR / "eval", help="output folder (default %(default)s)")
     r.add_argument("--labels", type=Path, default=None,
                    help="distilled labels for key-span retention (default: <corpora>/labels/distilled.jsonl if present)")
     r.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-budget", type=_fraction, default=0.25, help="fraction budget compared (default 0.25)")
     p.add_argument("--max-recall-drop", type=float, default=0.0, help="allowed drop in recall with page-in (fraction)")
     p.add_argument("--max-reduction-drop", type=float, default=0.0, help="allowed drop in token reduction (fraction)")
-    p.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "promote", help="output folder (default %(default)s)")
+    p.add_argument("--out", type=Path, default=OUT_DIR / "promote", help="output folder (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, but do not move the alias")
     p.add_argument("--no-reuse", action="store_true",
                    help="re-evaluate both versions even when an earlier eval run has their figures for these sessions")
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("paths", type=Path, nargs="+")
 
     s = sub.add_parser("summary", help="print the headline of an earlier run (its metrics.json) and the targets")
-    s.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "eval", help="the run's output folder (default %(default)s)")
+    s.add_argument("--out", type=Path, default=OUT_DIR / "eval", help="the run's output folder (default %(default)s)")
     s.add_argument("--budget-key", default=None, help="only this budget (e.g. f0.25, t4000); default: all")
     return ap
 

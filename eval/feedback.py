@@ -27,9 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from training.data.paths import REPO_ROOT
+from training.paths import FEEDBACK_DIR
 
-FEEDBACK_DIR = REPO_ROOT / "data" / "feedback"
 FAILURES_FILE = FEEDBACK_DIR / "recall_failures.jsonl"
 HISTORY_FILE = FEEDBACK_DIR / "eval_history.jsonl"
 

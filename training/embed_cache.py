@@ -17,12 +17,10 @@ from pathlib import Path
 
 from ctxscore.scoring.embedders import CachedEmbedder, get_embedder, resolve_model_id
 
-#: Repository root (``training/embed_cache.py`` -> one level up from ``training/``).
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from .paths import CACHE_DIR as DEFAULT_CACHE_DIR
+
 #: Environment variable overriding the cache folder.
 CACHE_ENV = "CTXSCORE_EMBED_CACHE"
-#: Default cache folder.
-DEFAULT_CACHE_DIR = REPO_ROOT / "data" / "cache" / "embeddings"
 
 
 def cache_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:

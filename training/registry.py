@@ -20,11 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .paths import MLRUNS_DIR, REPO_ROOT
+
 if TYPE_CHECKING:  # pragma: no cover
     from .train import Context, Result
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-MLRUNS_DIR = REPO_ROOT / "mlruns"
 MODEL_NAME = "ctxscore-scorer"
 EXPERIMENT = "ctxscore-scorer"
 PYFUNC_CODE = Path(__file__).resolve().parent / "pyfunc_model.py"

@@ -45,12 +45,12 @@ from ctxscore.scoring.package import DEFAULT_MODEL_DIR
 from ctxscore.scoring.rules import DEFAULT_RULES_PATH
 
 from .embed_cache import cached_embedder
+from .paths import DEFAULT_OUT, FEEDBACK_DIR, REPO_ROOT
 
 log = logging.getLogger("training.train")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_DIR = REPO_ROOT / "data" / "processed"
-FEEDBACK_PATH = REPO_ROOT / "data" / "feedback" / "recall_failures.jsonl"
+DEFAULT_DATA_DIR = DEFAULT_OUT
+FEEDBACK_PATH = FEEDBACK_DIR / "recall_failures.jsonl"
 #: Annotators' category agreement on 300 doubly-labelled messages (shared/datasets/README.md).
 ANNOTATOR_AGREEMENT = 0.967
 #: Value target given to a message named by a recall-failure record (at least).

@@ -34,9 +34,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from . import chain as chain_mod
-from .labels import accuracy_table_markdown, importance_to_value, load_distilled, weak_label_accuracy
-from .paths import (
+from ..paths import (
     CORPORA_ENV,
     DEFAULT_BUNDLED,
     DEFAULT_OUT,
@@ -48,6 +46,8 @@ from .paths import (
     corpora_root,
     missing_message,
 )
+from . import chain as chain_mod
+from .labels import accuracy_table_markdown, importance_to_value, load_distilled, weak_label_accuracy
 from .schema import Session
 from .sources import SOURCES, bundled
 from .splits import DEFAULT_FRACTIONS, SPLITS, assign_few, split_of, unit_hash
