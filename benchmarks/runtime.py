@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: import the checkout's packages
 
 from ctxscore import ContextManager  # noqa: E402
+from ctxscore.io import iter_jsonl  # noqa: E402
 from ctxscore.tokens import TokenCounter  # noqa: E402
 from training.paths import DEFAULT_BUNDLED, corpora_root  # noqa: E402
 
@@ -59,9 +60,8 @@ def tau_messages(root: Path, n: int) -> list[dict]:
 
 def bundled_messages(n: int) -> list[dict]:
     out: list[dict] = []
-    path = DEFAULT_BUNDLED
-    for line in path.read_text(encoding="utf-8").splitlines():
-        msgs = [{k: v for k, v in m.items() if k != "label"} for m in json.loads(line)["messages"]]
+    for _, session in iter_jsonl(DEFAULT_BUNDLED):
+        msgs = [{k: v for k, v in m.items() if k != "label"} for m in session["messages"]]
         for m in msgs:
             if m.get("tool_calls"):
                 m["tool_calls"] = [dict(c, id=f"{c['id']}-{len(out)}") for c in m["tool_calls"]]

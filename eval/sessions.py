@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ctxscore.errors import InputError
+from ctxscore.io import iter_jsonl
 from ctxscore.messages import Message
 
 FACT_FIELDS: tuple[str, ...] = ("fact_id", "value", "source_index", "probe", "kind")
@@ -275,22 +276,19 @@ def validate_records(records: Iterable[tuple[str, Any]], path: str | Path = "<me
     return sessions
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """Decode a JSONL file line by line; a bad line is yielded as an error marker."""
-    with path.open("r", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield f"line {n}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield f"line {n}", _BadLine(f"invalid JSON ({exc.msg} at column {exc.colno}); "
-                                            "each line must hold one complete session object")
+def _jsonl_records(path: Path) -> tuple[list[tuple[str, Any]], list[str]]:
+    """``([("line N", decoded object), ...], errors)`` of a JSONL session file.
 
-
-@dataclass(slots=True)
-class _BadLine:
-    reason: str
+    Read with :func:`ctxscore.io.iter_jsonl`; a line that is not valid JSON (or not UTF-8) ends the
+    reading: its error (``"line N: invalid JSON ..."``) is returned beside the lines before it.
+    """
+    records: list[tuple[str, Any]] = []
+    try:
+        for n, obj in iter_jsonl(path):
+            records.append((f"line {n}", obj))
+    except InputError as exc:
+        return records, [str(exc).removeprefix(f"{path}: ") + "; each line must hold one complete session object"]
+    return records, []
 
 
 def is_locomo(obj: Any) -> bool:
@@ -307,7 +305,8 @@ def load_sessions_file(path: str | Path) -> list[EvalSession]:
 
     Raises:
         FileNotFoundError: the file does not exist.
-        SessionFormatError: any problem in the file (every problem is listed).
+        SessionFormatError: any problem in the file (every problem is listed; a line that is not
+            valid JSON ends the reading, so only the lines before it are checked).
     """
     path = Path(path)
     if not path.is_file():
@@ -324,13 +323,7 @@ def load_sessions_file(path: str | Path) -> list[EvalSession]:
             return validate_records(((f"conversation {i}", s) for i, s in enumerate(raw)), path)
         items = doc if isinstance(doc, list) else [doc]
         return validate_records(((f"item {i}", s) for i, s in enumerate(items)), path)
-    errors: list[str] = []
-    good: list[tuple[str, Any]] = []
-    for where, obj in _jsonl_records(path):
-        if isinstance(obj, _BadLine):
-            errors.append(f"{where}: {obj.reason}")
-        else:
-            good.append((where, obj))
+    good, errors = _jsonl_records(path)
     try:
         sessions = validate_records(good, path)
     except SessionFormatError as exc:

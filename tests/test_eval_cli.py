@@ -143,6 +143,12 @@ def test_history_compares_feedback_iterations(tmp_path):
 
     text = "\n".join(_history_lines(nxt))
     assert "Iteration 0" in text and "iteration 1" in text and "| learned | 25% | 0.810 | 0.900 | +0.090 |" in text
+    # a run killed while writing leaves a broken last line: the runs before it are still read
+    with hist.open("a", encoding="utf-8") as fh:
+        fh.write('{"run_id": "r4", "sessions_hash": ')
+    from eval.feedback import read_history
+
+    assert [h["run_id"] for h in read_history(hist)] == ["r1", "r2", "r3"]
 
 
 def test_module_entry_point():

@@ -21,7 +21,6 @@ raise the value target of the messages they name (see :func:`load_feedback`).
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import logging
@@ -37,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from ctxscore.errors import InputError
+from ctxscore.io import iter_jsonl
 from ctxscore.messages import CATEGORIES, Message
 from ctxscore.scoring.embedders import get_embedder, resolve_model_id, truncate_text
 from ctxscore.scoring.features import FeatureSpec, lexical_features, tabular_features
@@ -91,13 +92,11 @@ def load_message_records(path: str | os.PathLike[str] | None = None) -> dict[str
     if not p.is_file():
         return {}
     out: dict[str, Message] = {}
-    with gzip.open(p, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            s = json.loads(line)
-            for m in s["messages"]:
-                out[m["id"]] = Message(role=m["role"], content=m.get("content") or "", id=m["id"], turn=m["index"],
-                                       name=m.get("name"), tool_call_id=m.get("tool_call_id"),
-                                       tool_calls=m.get("tool_calls") or None)
+    for _, s in iter_jsonl(p):
+        for m in s["messages"]:
+            out[m["id"]] = Message(role=m["role"], content=m.get("content") or "", id=m["id"], turn=m["index"],
+                                   name=m.get("name"), tool_call_id=m.get("tool_call_id"),
+                                   tool_calls=m.get("tool_calls") or None)
     return out
 
 
@@ -180,22 +179,19 @@ def load_feedback(path: str | os.PathLike[str] | None = None) -> list[dict[str, 
     """Recall-failure records (``data/feedback/recall_failures.jsonl``); ``[]`` when absent.
 
     Each record names a message (``message_id`` or ``id``) whose key fact went missing in a replay;
-    training raises that message's value target to at least :data:`FEEDBACK_VALUE`. Lines that are
-    not JSON objects raise ``ValueError`` naming the line.
+    training raises that message's value target to at least :data:`FEEDBACK_VALUE`.
+
+    Raises:
+        ctxscore.errors.InputError: (a ``ValueError``) a line that is not valid JSON or not a JSON
+            object; the message names the file and line.
     """
     p = Path(path) if path is not None else FEEDBACK_PATH
     if not p.is_file():
         return []
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p} line {n}: not valid JSON ({exc.msg}); fix or delete the line") from exc
+    for n, rec in iter_jsonl(p):
         if not isinstance(rec, dict):
-            raise ValueError(f"{p} line {n}: expected a JSON object")
+            raise InputError(f"{p}: line {n}: expected a JSON object (one recall-failure record); fix or delete the line")
         out.append(rec)
     return out
 

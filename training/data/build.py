@@ -34,6 +34,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ctxscore.io import iter_jsonl
+
 from ..paths import (
     CORPORA_ENV,
     DEFAULT_BUNDLED,
@@ -578,6 +580,7 @@ def load_eval_sessions(path: str | os.PathLike[str] | None = None, which: str = 
     Raises:
         FileNotFoundError: the file is missing (the message says how to build it).
         ValueError: ``which`` is not ``"eval"`` or ``"dev"``.
+        ctxscore.errors.InputError: a line is not valid JSON (the message names the file and line).
     """
     if which not in ("eval", "dev"):
         raise ValueError(f"which must be 'eval' or 'dev', got {which!r}")
@@ -586,5 +589,4 @@ def load_eval_sessions(path: str | os.PathLike[str] | None = None, which: str = 
         p = p / f"{which}_sessions.jsonl"
     if not p.is_file():
         raise FileNotFoundError(f"no evaluation sessions at {p}; run `python -m training.data build` first")
-    with p.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    return [obj for _, obj in iter_jsonl(p)]
