@@ -39,8 +39,8 @@ import numpy as np
 from ctxscore.errors import InputError
 from ctxscore.io import iter_jsonl
 from ctxscore.messages import CATEGORIES, Message
-from ctxscore.scoring.embedders import get_embedder, resolve_model_id, truncate_text
-from ctxscore.scoring.features import FeatureSpec, lexical_features, tabular_features
+from ctxscore.scoring.embedders import get_embedder, resolve_model_id
+from ctxscore.scoring.features import FeatureSpec, feature_rows
 from ctxscore.scoring.learned import LearnedScorer
 from ctxscore.scoring.package import DEFAULT_MODEL_DIR
 from ctxscore.scoring.rules import DEFAULT_RULES_PATH
@@ -262,25 +262,15 @@ def apply_feedback(splits: dict[str, Split], records: Sequence[dict[str, Any]]) 
 
 
 # ------------------------------------------------------------------------------------------ features
-def signals_matrix(messages: Sequence[Message], rules: Any, names: Sequence[str]) -> np.ndarray:
-    """Rule signals of every message -> ``(n, len(names))`` float32."""
-    out = np.zeros((len(messages), len(names)), dtype=np.float32)
-    for i, m in enumerate(messages):
-        sig = rules.signals(m)
-        out[i] = [sig[k] for k in names]
-    return out
-
-
 def featurize(split: Split, spec: FeatureSpec, embedder: Any, rules: Any, *, progress: bool = True) -> np.ndarray:
-    """Feature rows of a split (same layout as :meth:`LearnedScorer.features`), embeddings via ``embedder``."""
-    texts = [m.text() for m in split.messages]
-    emb = embedder.embed(texts, progress=progress)
-    blocks = [emb]
-    if spec.lexical_dim:
-        blocks.append(lexical_features([truncate_text(t, spec.max_chars, spec.head_chars) for t in texts], spec.lexical_dim))
-    blocks.append(tabular_features(split.messages))
-    blocks.append(signals_matrix(split.messages, rules, spec.signal_names))
-    return np.hstack(blocks).astype(np.float32)
+    """Feature rows of a split -> ``(len(split), spec.n_features)`` float32.
+
+    The rows come from the runtime's featurizer, :func:`ctxscore.scoring.features.feature_rows`
+    (what :meth:`LearnedScorer.features` calls), with the embeddings of ``embedder`` (usually the
+    on-disk cache of :func:`training.embed_cache.cached_embedder`) and ``rules.signals``.
+    """
+    emb = embedder.embed([m.text() for m in split.messages], progress=progress)
+    return feature_rows(split.messages, spec, emb, rules.signals)
 
 
 # ------------------------------------------------------------------------------------------- heads
