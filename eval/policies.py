@@ -26,7 +26,7 @@ import abc
 import bisect
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxscore.messages import Message
@@ -290,11 +290,8 @@ class CachedScorer:
         todo = [m for m in messages if m.get("id") not in self.cache]
         if not todo:
             return
-        msgs = []
-        for i, m in enumerate(todo):
-            msg = Message.from_dict(clean_message(m), where=f"message {m.get('id')}")
-            msg.turn = i
-            msgs.append(msg)
+        msgs = [replace(Message.from_dict(clean_message(m), where=f"message {m.get('id')}"), turn=i)
+                for i, m in enumerate(todo)]
         t0 = time.perf_counter()
         preds = self.scorer.predict(msgs)
         self.score_ms += (time.perf_counter() - t0) * 1000
