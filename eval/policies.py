@@ -1,7 +1,7 @@
 """Context policies compared by the evaluation, behind one interface.
 
-Every policy is fed the session message by message (:meth:`ContextPolicy.add`) and asked for a
-window at a token budget (:meth:`ContextPolicy.build`). Token figures come from the same
+Every policy is fed the session message by message (:meth:`WindowStrategy.add`) and asked for a
+window at a token budget (:meth:`WindowStrategy.build`). Token figures come from the same
 :class:`ctxscore.tokens.TokenCounter` for all policies (cl100k_base, OpenAI cookbook chat overhead:
 3 tokens per message, 1 per name, 3 of reply priming).
 
@@ -81,10 +81,12 @@ class Window:
         return None if self.decisions_fn is None else {d.id: d for d in self.decisions_fn()}
 
 
-class ContextPolicy(abc.ABC):
-    """Base class: a policy fed message by message and asked for windows at a budget.
+class WindowStrategy(abc.ABC):
+    """Base class of the evaluated context policies: fed message by message, asked for windows at a budget.
 
-    Subclasses implement :meth:`add` and :meth:`build`. ``budget_independent`` policies produce the
+    (Named apart from :class:`ctxscore.Policy`, the runtime's tier thresholds; ``name`` is the
+    policy name the metrics and reports use: ``full``, ``sliding_turns``, ``trim_messages``,
+    ``rules``, ``learned``.) Subclasses implement :meth:`add` and :meth:`build`. ``budget_independent`` policies produce the
     same window at every budget (the replay runs them once and reuses the result).
     """
 
@@ -109,7 +111,7 @@ class ContextPolicy(abc.ABC):
         """Release resources (archives)."""
 
 
-class _Counted(ContextPolicy):
+class _Counted(WindowStrategy):
     """Shared state of the baselines: messages, per-message token counts and their prefix sums."""
 
     def __init__(self, counter: TokenCounter) -> None:
@@ -310,7 +312,7 @@ class CachedScorer:
         return [self.cache[m.id] for m in messages]  # type: ignore[index]
 
 
-class Managed(ContextPolicy):
+class Managed(WindowStrategy):
     """:class:`ctxscore.ContextManager` (rules or learned scorer) as a policy.
 
     Args:

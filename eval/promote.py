@@ -15,7 +15,7 @@ from typing import Any
 
 
 @dataclass(slots=True)
-class Decision:
+class PromotionDecision:
     """Outcome of a comparison.
 
     Attributes:
@@ -38,7 +38,7 @@ class Decision:
 
 
 def decide(candidate: dict[str, Any], champion: dict[str, Any] | None, *, max_recall_drop: float = 0.0,
-           max_reduction_drop: float = 0.0) -> Decision:
+           max_reduction_drop: float = 0.0) -> PromotionDecision:
     """Compare evaluation figures (``recall_pagein``, ``token_reduction``, fractions) of two versions.
 
     Promote when there is no champion, or when
@@ -55,9 +55,9 @@ def decide(candidate: dict[str, Any], champion: dict[str, Any] | None, *, max_re
         if d is not None and (d.get("recall_pagein") is None or d.get("token_reduction") is None):
             raise ValueError(f"{who} has no recall_pagein / token_reduction figure (were there key facts to check?)")
     if champion is None:
-        return Decision(True, "no champion yet: the candidate becomes champion", candidate, None, th)
+        return PromotionDecision(True, "no champion yet: the candidate becomes champion", candidate, None, th)
     if str(champion.get("version")) == str(candidate.get("version")):
-        return Decision(False, f"candidate and champion are the same version ({candidate.get('version')})",
+        return PromotionDecision(False, f"candidate and champion are the same version ({candidate.get('version')})",
                         candidate, champion, th)
     cr, hr = candidate["recall_pagein"], champion["recall_pagein"]
     cx, hx = candidate["token_reduction"], champion["token_reduction"]
@@ -66,12 +66,12 @@ def decide(candidate: dict[str, Any], champion: dict[str, Any] | None, *, max_re
     figures = (f"recall with page-in {cr:.4f} vs {hr:.4f} (allowed drop {max_recall_drop}), "
                f"token reduction {cx:.4f} vs {hx:.4f} (allowed drop {max_reduction_drop})")
     if recall_ok and red_ok:
-        return Decision(True, f"candidate not worse: {figures}", candidate, champion, th)
+        return PromotionDecision(True, f"candidate not worse: {figures}", candidate, champion, th)
     worse = [n for n, ok in (("recall", recall_ok), ("token reduction", red_ok)) if not ok]
-    return Decision(False, f"candidate worse on {' and '.join(worse)}: {figures}", candidate, champion, th)
+    return PromotionDecision(False, f"candidate worse on {' and '.join(worse)}: {figures}", candidate, champion, th)
 
 
-def write_decision(decision: Decision, out_dir: Path, reference_budget: str) -> Path:
+def write_decision(decision: PromotionDecision, out_dir: Path, reference_budget: str) -> Path:
     """Write ``promotion.json`` and ``promotion.md`` to ``out_dir``; return the markdown path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "promotion.json").write_text(json.dumps(decision.to_dict(), indent=1) + "\n", encoding="utf-8")

@@ -23,7 +23,7 @@ from ctxscore.messages import Message
 from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
 
 from .budgets import Budget
-from .policies import ContextPolicy, clean_message
+from .policies import WindowStrategy, clean_message
 from .sessions import EvalSession, KeyFact
 from .textnorm import present, window_text
 
@@ -114,7 +114,7 @@ def full_context_tokens(session: EvalSession, counter: TokenCounter) -> list[int
 
 def replay(
     session: EvalSession,
-    policy: ContextPolicy,
+    policy: WindowStrategy,
     budget: Budget,
     full: Sequence[int],
     *,
@@ -216,7 +216,7 @@ def _cut(text: str, limit: int = FEEDBACK_TEXT_CHARS) -> str:
     return f"{text[:half]} … {text[-half:]}"
 
 
-def _miss_record(session: EvalSession, fact: KeyFact, policy: ContextPolicy, decisions: dict[str, Any] | None,
+def _miss_record(session: EvalSession, fact: KeyFact, policy: WindowStrategy, decisions: dict[str, Any] | None,
                  turn: int, recovered: bool, budget: Budget) -> dict[str, Any]:
     """Feedback record of a fact missing from a managed policy's window (see :mod:`eval.feedback`)."""
     src = session.messages[fact.source_index]

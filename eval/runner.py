@@ -23,11 +23,11 @@ from .policies import (
     ALL_POLICIES,
     MANAGED,
     CachedScorer,
-    ContextPolicy,
     FullContext,
     Managed,
     SlidingTurns,
     TrimMessages,
+    WindowStrategy,
 )
 from .replay import Trace, full_context_tokens, replay
 from .retention import key_span_retention
@@ -92,7 +92,7 @@ class EvalResult:
 
 
 def _make_policy(name: str, session_id: str, counter: TokenCounter, cfg: EvalConfig,
-                 cached: CachedScorer | None) -> ContextPolicy:
+                 cached: CachedScorer | None) -> WindowStrategy:
     if name == "full":
         return FullContext(counter)
     if name == "sliding_turns":

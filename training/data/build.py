@@ -50,7 +50,7 @@ from ..paths import (
 )
 from . import chain as chain_mod
 from .labels import accuracy_table_markdown, importance_to_value, load_distilled, weak_label_accuracy
-from .schema import Session
+from .schema import CorpusSession
 from .sources import SOURCES, bundled
 from .splits import DEFAULT_FRACTIONS, SPLITS, assign_few, split_of, unit_hash
 
@@ -199,10 +199,10 @@ class _Bounded:
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self._heap: list[tuple[Any, int, Session]] = []
+        self._heap: list[tuple[Any, int, CorpusSession]] = []
         self._n = 0
 
-    def push(self, key: Any, item: Session) -> None:
+    def push(self, key: Any, item: CorpusSession) -> None:
         if self.cap <= 0:
             return
         self._n += 1
@@ -212,7 +212,7 @@ class _Bounded:
         elif key < self._heap[0][0].key:
             heapq.heapreplace(self._heap, entry)
 
-    def items(self) -> list[Session]:
+    def items(self) -> list[CorpusSession]:
         return [e[2] for e in sorted(self._heap, key=lambda e: e[0].key)]
 
 
@@ -229,7 +229,7 @@ class _Neg:
         return isinstance(other, _Neg) and other.key == self.key
 
 
-def _rows(session: Session, split: str, labels: dict[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def _rows(session: CorpusSession, split: str, labels: dict[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
     msgs = session["messages"]
     prev = ""
     for m in msgs:
@@ -251,7 +251,7 @@ def _rows(session: Session, split: str, labels: dict[str, dict[str, Any]]) -> It
         prev = m["text"]
 
 
-def _session_record(s: Session) -> dict[str, Any]:
+def _session_record(s: CorpusSession) -> dict[str, Any]:
     keep = ("id", "index", "role", "content", "name", "tool_calls", "tool_call_id", "text")
     return {
         "session_id": s["session_id"], "source": s["source"], "group": s["group"], "language": s["language"],
@@ -348,7 +348,7 @@ def build(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = load_distilled(root / "labels" / "distilled.jsonl") if root is not None else {}
-    dataset_sessions: list[Session] = []
+    dataset_sessions: list[CorpusSession] = []
     weak_heaps: dict[str, _Bounded] = {}
     pools: dict[tuple[str, str], _Bounded] = defaultdict(lambda: _Bounded(cfg.pool_cap))
     loaded: Counter[str] = Counter()
@@ -356,7 +356,7 @@ def build(
     split_assignments: dict[str, dict[str, str]] = {}
     label_hits = 0
 
-    def take(s: Session, split: str | None = None) -> None:
+    def take(s: CorpusSession, split: str | None = None) -> None:
         nonlocal label_hits
         src = s["source"]
         loaded[src] += 1
@@ -506,7 +506,7 @@ def build(
     return manifest
 
 
-def _write_sessions_gz(path: Path, sessions: list[Session]) -> str:
+def _write_sessions_gz(path: Path, sessions: list[CorpusSession]) -> str:
     tmp = path.with_suffix(".tmp")
     # mtime=0 keeps the gzip bytes identical across builds of the same data
     with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:

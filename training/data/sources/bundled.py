@@ -25,7 +25,7 @@ from ctxscore.io import iter_jsonl
 
 from ..facts import check_facts
 from ..labels import LabelFormatError, validate_label
-from ..schema import Session, make_message, make_session
+from ..schema import CorpusSession, make_message, make_session
 from ..weak import generic_weak_label
 
 SOURCE = "bundled"
@@ -36,7 +36,7 @@ class BundledFormatError(ValueError):
     """A malformed line of the bundled set (the message names the file, line and field)."""
 
 
-def _session(obj: Any, where: str) -> Session:
+def _session(obj: Any, where: str) -> CorpusSession:
     if not isinstance(obj, dict):
         raise BundledFormatError(f"{where}: expected a JSON object per line")
     sid = obj.get("session_id")
@@ -88,7 +88,7 @@ def _session(obj: Any, where: str) -> Session:
                         meta={"scenario": scenario})
 
 
-def load_bundled(path: Path) -> list[Session]:
+def load_bundled(path: Path) -> list[CorpusSession]:
     """Sessions of the bundled set at ``path`` (validated).
 
     Raises:
@@ -98,7 +98,7 @@ def load_bundled(path: Path) -> list[Session]:
     """
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: bundled set not found")
-    out: list[Session] = []
+    out: list[CorpusSession] = []
     seen: set[str] = set()
     try:
         for n, obj in iter_jsonl(path):
@@ -113,6 +113,6 @@ def load_bundled(path: Path) -> list[Session]:
     return out
 
 
-def iter_sessions(path: Path) -> Iterator[Session]:
+def iter_sessions(path: Path) -> Iterator[CorpusSession]:
     """Sessions of the bundled set (see :func:`load_bundled`)."""
     yield from load_bundled(path)

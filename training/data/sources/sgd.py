@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import find_value, humanize, make_fact, overlaps, usable_value
-from ..schema import Session, make_message, make_session, spans_in_text
+from ..schema import CorpusSession, make_message, make_session, spans_in_text
 from ..weak import WeakLabel
 
 SOURCE = "sgd"
@@ -187,7 +187,7 @@ def key_facts(session_id: str, dialogue: dict[str, Any], messages: list[dict[str
     return facts
 
 
-def session_from_dialogue(dialogue: dict[str, Any], split: str) -> Session:
+def session_from_dialogue(dialogue: dict[str, Any], split: str) -> CorpusSession:
     """One SGD dialogue as a session record with weak labels and key facts."""
     sid = session_id_for(dialogue["dialogue_id"], split)
     messages = []
@@ -204,7 +204,7 @@ def session_from_dialogue(dialogue: dict[str, Any], split: str) -> Session:
                         meta={"services": dialogue.get("services", [])})
 
 
-def iter_sessions(root: Path, splits: tuple[str, ...] = SPLITS) -> Iterator[Session]:
+def iter_sessions(root: Path, splits: tuple[str, ...] = SPLITS) -> Iterator[CorpusSession]:
     """Every dialogue of the given upstream splits, streamed file by file from the gzip files."""
     for path in input_files(root, splits):
         split = path.parent.name
