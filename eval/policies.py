@@ -33,6 +33,7 @@ from ctxscore.messages import Message
 from ctxscore.scoring.base import Prediction
 from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from ctxscore.window.result import Decision
+from training.extra import require_train_extra
 
 BASELINES: tuple[str, ...] = ("full", "sliding_turns", "trim_messages")
 MANAGED: tuple[str, ...] = ("rules", "learned")
@@ -197,7 +198,8 @@ class TrimMessages(_Counted):
 
     def __init__(self, counter: TokenCounter) -> None:
         super().__init__(counter)
-        from langchain_core.messages import trim_messages  # train extra
+        require_train_extra("eval", "the trim_messages policy", ("langchain_core",))
+        from langchain_core.messages import trim_messages
 
         self._trim = trim_messages
         self.lc: list[Any] = []

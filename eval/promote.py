@@ -1,9 +1,10 @@
 """Promotion of the ``candidate`` scorer to ``champion``.
 
 Both registered versions are evaluated with the ``learned`` policy on the same held-out sessions at
-the reference budget; the ``champion`` alias moves to the candidate only if the candidate's recall
-with page-in and its token reduction are not worse than the champion's by more than the allowed
-drops (both 0.0 by default: not worse at all). Without a champion, the candidate is promoted.
+the reference budget; the ``champion`` alias moves to the candidate only if the candidate beats the
+champion: better on recall with page-in or on token reduction, and worse on neither by more than
+the allowed drops (both 0.0 by default: not worse at all). A tie keeps the champion. In a fresh
+MLflow store the champion is the shipped scorer (:func:`training.registry.ensure_champion`).
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def decide(candidate: dict[str, Any], champion: dict[str, Any] | None, *, max_re
            max_reduction_drop: float = 0.0) -> PromotionDecision:
     """Compare evaluation figures (``recall_pagein``, ``token_reduction``, fractions) of two versions.
 
-    Promote when there is no champion, or when
+    Promote when there is no champion, or when the candidate beats it:
     ``cand.recall_pagein >= champ.recall_pagein - max_recall_drop`` and
-    ``cand.token_reduction >= champ.token_reduction - max_reduction_drop``.
+    ``cand.token_reduction >= champ.token_reduction - max_reduction_drop``, and the candidate is
+    strictly better on at least one of the two (equal figures keep the champion).
 
     Raises:
         ValueError: a negative threshold or a missing figure.
@@ -65,8 +67,12 @@ def decide(candidate: dict[str, Any], champion: dict[str, Any] | None, *, max_re
     red_ok = cx >= hx - max_reduction_drop
     figures = (f"recall with page-in {cr:.4f} vs {hr:.4f} (allowed drop {max_recall_drop}), "
                f"token reduction {cx:.4f} vs {hx:.4f} (allowed drop {max_reduction_drop})")
+    better = cr > hr or cx > hx
+    if recall_ok and red_ok and better:
+        return PromotionDecision(True, f"candidate beats the champion: {figures}", candidate, champion, th)
     if recall_ok and red_ok:
-        return PromotionDecision(True, f"candidate not worse: {figures}", candidate, champion, th)
+        return PromotionDecision(False, f"candidate does not beat the champion (no figure is better): {figures}",
+                                 candidate, champion, th)
     worse = [n for n, ok in (("recall", recall_ok), ("token reduction", red_ok)) if not ok]
     return PromotionDecision(False, f"candidate worse on {' and '.join(worse)}: {figures}", candidate, champion, th)
 
@@ -78,6 +84,7 @@ def write_decision(decision: PromotionDecision, out_dir: Path, reference_budget:
     rows = ["| version | role | recall page-in | recall | token reduction | util peak |", "|---|---|---|---|---|---|"]
     for role, d in (("candidate", decision.candidate), ("champion", decision.champion)):
         if d:
+            role = f"{role} (shipped baseline)" if d.get("baseline") == "shipped" else role
             rows.append(f"| {d.get('version')} | {role} | {d.get('recall_pagein')} | {d.get('recall')} | "
                         f"{d.get('token_reduction')} | {d.get('util_peak')} |")
     md = "\n".join([

@@ -112,7 +112,11 @@ def test_promote_without_candidate(tmp_path, sqlite_mlflow, capsys):
 def test_promotion_decisions():
     cand = {"version": "3", "recall_pagein": 0.95, "token_reduction": 0.70}
     assert decide(cand, None).promote
-    assert decide(cand, {"version": "2", "recall_pagein": 0.95, "token_reduction": 0.70}).promote
+    # the candidate must beat the champion: a tie keeps the champion
+    tie = decide(cand, {"version": "2", "recall_pagein": 0.95, "token_reduction": 0.70})
+    assert not tie.promote and "does not beat" in tie.reason
+    assert decide(cand, {"version": "2", "recall_pagein": 0.94, "token_reduction": 0.70}).promote
+    assert decide(cand, {"version": "2", "recall_pagein": 0.95, "token_reduction": 0.69}).promote
     worse = decide(cand, {"version": "2", "recall_pagein": 0.96, "token_reduction": 0.60})
     assert not worse.promote and "worse on recall" in worse.reason and "0.9500 vs 0.9600" in worse.reason
     assert decide(cand, {"version": "2", "recall_pagein": 0.96, "token_reduction": 0.60}, max_recall_drop=0.02).promote

@@ -44,9 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dataset", default=None, help="dataset folder (default: data/processed/dataset)")
     ap.add_argument("--cache-dir", default=None, help="cache folder (default: data/cache/embeddings)")
     args = ap.parse_args(argv)
-    from training.train import load_dataset  # local import: the training stack is heavier
+    from .data import load_dataset_dict  # local import: needs the train extra (datasets)
 
-    ds = load_dataset(args.dataset)
+    ds = load_dataset_dict(args.dataset)
     texts = sorted({t for split in ds.values() for t in split["text"]})
     for model_id in args.embedder or ["use"]:
         emb = cached_embedder(model_id, args.cache_dir)

@@ -13,6 +13,7 @@ Formats are in ``docs/contracts.md``; sources, licences, label rules and counts 
 
 from __future__ import annotations
 
+from ..extra import require_train_extra
 from ..paths import CORPORA_ENV, CorporaMissingError, corpora_root, require_corpora
 from .build import (
     FEATURES,
@@ -25,6 +26,8 @@ from .build import (
 from .labels import importance_to_value, load_distilled
 from .locomo import load_locomo
 from .splits import split_of
+
+require_train_extra("training", "training.data", ("datasets", "tqdm"))
 
 __all__ = [
     "CORPORA_ENV",
