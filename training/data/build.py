@@ -536,8 +536,25 @@ def build(
     by_split, acc_rows, fingerprint = _write_dataset(out_dir, got.dataset_sessions, labels, progress)
     outputs, eval_files = _write_sessions(out_dir, got)
     acc = weak_label_accuracy(acc_rows) if acc_rows else {}
-    counts = _counts(by_split)
-    manifest = {
+    manifest = _manifest(cfg, root, key, chash, hashes, got, by_split, labels, acc, eval_files, fingerprint, outputs)
+    (out_dir / "weak_label_accuracy.md").write_text(
+        "# Weak-label accuracy against the distilled labels\n\n" + (accuracy_table_markdown(acc) if acc else "(no gold labels)") + "\n",
+        encoding="utf-8")
+    manifest["build_seconds"] = round(time.perf_counter() - t0, 1)
+    manifest["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    _write_manifest(out_dir / "manifest.json", manifest)
+    log.info("built %s in %.1f s (peak RSS %.0f MB): %s rows, eval %d sessions / %d messages, dev %d / %d",
+             out_dir, manifest["build_seconds"], manifest["peak_rss_mb"], manifest["counts"]["split"],
+             eval_files["eval_sessions.jsonl"]["sessions"], eval_files["eval_sessions.jsonl"]["messages"],
+             eval_files["dev_sessions.jsonl"]["sessions"], eval_files["dev_sessions.jsonl"]["messages"])
+    return manifest
+
+
+def _manifest(cfg: BuildConfig, root: Path | None, key: str, chash: str, hashes: dict[str, str], got: _Collected,
+              by_split: dict[str, list[dict[str, Any]]], labels: dict[str, dict[str, Any]], acc: dict[str, Any],
+              eval_files: dict[str, dict[str, Any]], fingerprint: str, outputs: dict[str, str]) -> dict[str, Any]:
+    """The manifest of a build (see the module docstring); ``build_seconds`` and ``peak_rss_mb`` are added last."""
+    return {
         "format_version": FORMAT_VERSION,
         "build_key": key,
         "code_hash": chash,
@@ -548,7 +565,7 @@ def build(
         "created_unix": int(time.time()),
         "inputs": hashes,
         "sources": _sources_info(got, by_split),
-        "counts": counts,
+        "counts": _counts(by_split),
         "groups_per_split": {sp: len({r["group"] for r in by_split[sp]}) for sp in SPLITS},
         "split_method": {"default": "sha1 of the group name (training.data.splits.split_of)",
                          **{src: "rank by hash, fixed counts (training.data.splits.assign_few)"
@@ -562,17 +579,6 @@ def build(
         "outputs": outputs,
         "known_gaps": _known_gaps(root, got.present),
     }
-    (out_dir / "weak_label_accuracy.md").write_text(
-        "# Weak-label accuracy against the distilled labels\n\n" + (accuracy_table_markdown(acc) if acc else "(no gold labels)") + "\n",
-        encoding="utf-8")
-    manifest["build_seconds"] = round(time.perf_counter() - t0, 1)
-    manifest["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    _write_manifest(out_dir / "manifest.json", manifest)
-    log.info("built %s in %.1f s (peak RSS %.0f MB): %s rows, eval %d sessions / %d messages, dev %d / %d",
-             out_dir, manifest["build_seconds"], manifest["peak_rss_mb"], counts["split"],
-             eval_files["eval_sessions.jsonl"]["sessions"], eval_files["eval_sessions.jsonl"]["messages"],
-             eval_files["dev_sessions.jsonl"]["sessions"], eval_files["dev_sessions.jsonl"]["messages"])
-    return manifest
 
 
 def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
