@@ -216,7 +216,8 @@ class ScorerModel(PythonModel):
     """The pyfunc of a registered version: the packaged scorer folder (artifact ``scorer``), loaded
     with :meth:`LearnedScorer.from_pretrained` (hashes and the skops type allowlist are checked).
 
-    Input and output: see :func:`predict_frame`. Loading the pyfunc imports ``training.registry``.
+    Input and output: see :func:`predict_frame`. Logged "from code" (:data:`MODEL_CODE`, no
+    pickle), so loading the pyfunc imports ``training.registry``.
     """
 
     def load_context(self, context):
@@ -226,6 +227,18 @@ class ScorerModel(PythonModel):
 
     def predict(self, context, model_input, params=None):
         return predict_frame(self.scorer, model_input)
+
+
+#: The MLflow "models from code" file of :func:`log_scorer_model` (MLflow copies it into the logged
+#: model and runs it to load the pyfunc).
+MODEL_CODE = '''"""ctxscore scorer pyfunc, MLflow models from code (written by training.registry.log_scorer_model)."""
+
+from mlflow.models import set_model
+
+from training.registry import ScorerModel
+
+set_model(ScorerModel())
+'''
 
 
 def _requirements(embedder_id: str) -> list[str]:
@@ -252,11 +265,14 @@ def log_scorer_model(folder: Path) -> str:
         raise RuntimeError("log_scorer_model() needs an active run: call it inside `with registry.start_run(...)`")
     scorer = LearnedScorer.from_pretrained(folder)
     example = input_example()
-    info = mlflow.pyfunc.log_model(
-        name="scorer_model", python_model=ScorerModel(), artifacts={"scorer": str(folder)},
-        signature=infer_signature(example, predict_frame(scorer, example)), input_example=example,
-        pip_requirements=_requirements(scorer.spec.embedder_id),
-    )
+    with tempfile.TemporaryDirectory(prefix="ctxscore-pyfunc-") as tmp:
+        code = Path(tmp) / "scorer_model.py"
+        code.write_text(MODEL_CODE, encoding="utf-8")
+        info = mlflow.pyfunc.log_model(
+            name="scorer_model", python_model=str(code), artifacts={"scorer": str(folder)},
+            signature=infer_signature(example, predict_frame(scorer, example)), input_example=example,
+            pip_requirements=_requirements(scorer.spec.embedder_id),
+        )
     return info.model_uri
 
 
@@ -411,7 +427,7 @@ def download_scorer(ref: str | Any = "candidate", dst: str | os.PathLike[str] | 
     for i, uri in enumerate(u for u in (getattr(version, "source", None), f"models:/{version.name}/{version.version}") if u):
         try:
             local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst / f"u{i}")))
-        except MlflowException as exc:
+        except (MlflowException, OSError) as exc:  # try the next location
             tried.append(f"{uri}: {exc}")
             continue
         found = _packaged_folder(local)
@@ -425,7 +441,7 @@ def download_scorer(ref: str | Any = "candidate", dst: str | os.PathLike[str] | 
             if found:
                 return found
             tried.append(f"run {version.run_id}: no packaged scorer in its artifacts")
-        except MlflowException as exc:
+        except (MlflowException, OSError) as exc:
             tried.append(f"run {version.run_id}: {exc}")
     raise FileNotFoundError(
         f"model {version.name} version {version.version}: no packaged scorer folder found; tried " + "; ".join(tried)
