@@ -13,6 +13,7 @@ is O(1) per build.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date
 from enum import StrEnum
 from typing import Any
 
@@ -66,6 +67,7 @@ class Entry:
         constraints: its hard-constraint sentences: kept byte-exact in every compressed form, and the
             entry is never archived.
         pin: why it is pinned, or ``None``.
+        date_from: index of the message whose date governs this one (a session's date marker), or ``None``.
         static: value factors that do not change with time (base, density ...), for explanations.
         confirmed: the user confirmed it right after.
         tier: its current tier.
@@ -85,6 +87,7 @@ class Entry:
     task: int = 0
     constraints: tuple[str, ...] = ()
     pin: Pin | None = None
+    date_from: int | None = None
     static: dict[str, float] = field(default_factory=dict)
     confirmed: bool = False
     tier: Tier = Tier.VERBATIM
@@ -132,6 +135,8 @@ class History:
         self.call_owner: dict[str, int] = {}  # tool_call_id -> index of the assistant message
         self.turn_no = 0
         self.task_no = 0
+        self.today: date | None = None  # the session's date, when a message gave one
+        self.date_source: int | None = None  # index of the message that gave it
         self.task_starts: list[int] = [0]  # index of the first entry of each task
         self.active_pins: list[int] = []  # entries pinned as instructions of the active task
         self.total_tokens = 0
@@ -177,7 +182,7 @@ class History:
         pinned = pin is not None
         e = Entry(msg=msg, text=text, tokens=tokens, pred=pred, entities=entities,
                   unit=idx if unit is None else unit, turn_no=self.turn_no, pinned=pinned, task=self.task_no,
-                  constraints=constraints, pin=pin, cur_tokens=tokens)
+                  constraints=constraints, pin=pin, date_from=self.date_source, cur_tokens=tokens)
         if pin == Pin.INSTRUCTION:
             self.active_pins.append(idx)
         self.entries.append(e)

@@ -3,7 +3,8 @@
 The planner takes the query's search hits (best first), drops those below the relevance floor (no
 query term in them and an embedding similarity under ``page_in_floor``), and shows up to
 ``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
-answer replies to, the answer a question got) when that fits. When a hit does not fit within
+answer replies to, the answer a question got) and by the message that gave its date (a session's
+date marker) when they fit. When a hit does not fit within
 ``page_in_limit`` of the budget, the lowest-value evictable units (not pinned, not recent) are
 shown as stubs for this build to make room: the best hit may displace anything evictable, later
 hits only units worth less than themselves; when even that is not enough, the best hit's unit is
@@ -129,8 +130,9 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         forms_of.update(tiers)
         occ += delta
         units_done.add(u)
-        nb = _neighbour(history, hit)
-        if nb is not None and nb not in units_done:
+        for nb in (_neighbour(history, hit), _date_source(history, hit)):
+            if nb is None or nb in units_done:
+                continue
             extra = sum(entries[i].tokens - entries[i].cur_tokens for i in history.units[nb] if i not in shown)
             if occ + extra <= limit:
                 for i in history.units[nb]:
@@ -152,6 +154,16 @@ def _neighbour(history: History, i: int) -> int | None:
     if e.msg.role != want or all(entries[k].tier == Tier.VERBATIM for k in history.units[e.unit]):
         return None
     return e.unit
+
+
+def _date_source(history: History, i: int) -> int | None:
+    """The unit of the message whose date marker governs entry ``i`` ("[8 May 2023] ..."), when it is
+    not verbatim: a page-in then carries the date the hit happened on."""
+    j = history.entries[i].date_from
+    if j is None or j == i:
+        return None
+    u = history.entries[j].unit
+    return None if all(history.entries[k].tier == Tier.VERBATIM for k in history.units[u]) else u
 
 
 def _structured(members: list[int], hit: int, forms: Forms, history: History, occ: int, limit: float,
