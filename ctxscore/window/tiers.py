@@ -39,6 +39,8 @@ from .result import WarningKind, WindowWarning
 
 #: Allowance for the line that collapses the oldest stubs, in tokens (occupancy estimate).
 COLLAPSED_LINE_TOKENS = 40
+#: Compressed forms prepared ahead of need per build (:func:`prepare_forms`).
+PREPARE_PER_BUILD = 2
 #: A user correction longer than this many characters is an ordinary message, not pinned.
 CORRECTION_MAX_CHARS = 400
 
@@ -78,8 +80,8 @@ class Forms:
         :func:`ctxscore.compress.base.compress_verified`). Messages with media parts and empty ones
         are never compressed; a message longer than :data:`~ctxscore.compress.blocks.BLOCK_MIN_CHARS`
         characters is compacted block by block (its head, errors, key blocks and tail kept
-        byte-exact, the other blocks archived in place), unless its verified structured summary
-        (up to ``max_compress_chars``) is at most half as long."""
+        byte-exact, the other blocks archived in place); a long JSON message keeps its verified
+        structured summary instead when that (up to ``max_compress_chars``) is at most half as long."""
         if tier == Tier.VERBATIM:
             return Form(e.msg.content, e.tokens, Tier.VERBATIM)
         got = e.forms.get(tier)
@@ -92,12 +94,12 @@ class Forms:
                 got = Form(content, e.tokens, Tier.VERBATIM)
             else:
                 got = None
-                if len(content) <= self.max_compress_chars:
-                    got = self._compressed(e, tier)
+                long = len(content) > BLOCK_MIN_CHARS
+                if len(content) <= self.max_compress_chars and (not long or content.lstrip()[:1] in "[{"):
+                    got = self._compressed(e, tier)  # long prose and logs go straight to blocks
                     if got is None:
                         return Form(content, e.tokens, Tier.VERBATIM, pending=True)
-                if len(content) > BLOCK_MIN_CHARS and (got is None or got.tier == Tier.VERBATIM
-                                                       or len(got.text) * 2 > len(content)):
+                if long and (got is None or got.tier == Tier.VERBATIM or len(got.text) * 2 > len(content)):
                     got = self._blocked(e)
                 got = got or Form(content, e.tokens, Tier.VERBATIM)
             e.forms[tier] = got
@@ -123,7 +125,7 @@ class Forms:
         blocks = self.blocks(e)
         if len(blocks) < 3:
             return Form(content, e.tokens, Tier.VERBATIM)
-        text = blocked_form(content, blocks, key_blocks(content, blocks, config=self.config), e.msg.id or "")
+        text = blocked_form(content, blocks, key_blocks(content, blocks), e.msg.id or "")
         return Form(text, self.counter.count_message(e.msg, content=text), Tier.COMPRESSED)
 
     def query_form(self, e: Entry, terms: list[str], limit_tokens: int) -> Form | None:
@@ -308,23 +310,21 @@ def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: 
     return CompactionPlan(changes=ov.changes, stuck=not ov.changes)
 
 
-def prepare_forms(history: History, forms: Forms, start: int, recent_turns: int) -> int:
-    """Compute the compressed forms of the entries that have left the recent turns, from index
-    ``start`` on, and return the index to start from next time.
+def prepare_forms(history: History, forms: Forms, start: int, recent_turns: int, limit: int = PREPARE_PER_BUILD) -> int:
+    """Compute the compressed forms of up to ``limit`` entries that have left the recent turns, from
+    index ``start`` on, and return the index to start from next time.
 
-    Spreads the cost of compression over the turns between compactions (amortised about one
-    message per turn), so a compaction pass mostly switches tiers.
+    Spreads the cost of compression over the turns between compactions (a few messages per build),
+    so a compaction pass mostly switches tiers; a form not prepared yet is computed when needed.
     """
     cutoff = history.turn_no - recent_turns
     entries = history.entries
-    i = start
-    while i < len(entries) and entries[i].turn_no <= cutoff:
+    i, done = start, 0
+    while i < len(entries) and entries[i].turn_no <= cutoff and done < limit:
         e = entries[i]
-        if not e.pinned:
-            if e.tier_category == Category.REASONING:
-                forms.get(e, Tier.COMPRESSED)
-            elif e.tier_category == Category.KEY_STATE:
-                forms.get(e, Tier.STRUCTURED)
+        if not e.pinned and e.tier_category in (Category.REASONING, Category.KEY_STATE):
+            forms.get(e, Tier.COMPRESSED if e.tier_category == Category.REASONING else Tier.STRUCTURED)
+            done += 1
         i += 1
     return i
 
