@@ -2,7 +2,8 @@
 #   make run    build data, train + register the scorer, evaluate against baselines, promote, export
 #   make feedback   one turn of the recall-failure feedback loop (then `make run` again)
 #   make test   the test suite (what CI runs)
-# Both create .venv on first use (torch==2.13.0 CPU first, then the package with its extras).
+# Both create .venv on first use (torch==2.13.0 CPU first, then the package with its extras:
+# train, dev, and llm, serve, langchain for the LLM path, the proxy and the LangChain tests).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e ".[train,dev]"
+	$(PY) -m pip install -e ".[train,dev,llm,serve,langchain]"
 	touch $(STAMP)
 
 install: $(STAMP)
