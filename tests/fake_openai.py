@@ -32,6 +32,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Responder = Callable[[dict[str, Any]], "str | dict[str, Any]"]
+#: The ``created`` time of every answer (fixed, so that two answers to one script are byte-identical).
+CREATED = 1_700_000_000
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -134,6 +136,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence the access log
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay between writes
+
     def handle(self) -> None:
         try:
             super().handle()
@@ -196,7 +202,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return
-        reply = fault["reply"] if "reply" in fault else self.owner.responder(body)
+        try:
+            reply = fault["reply"] if "reply" in fault else self.owner.responder(body)
+        except Exception as exc:  # noqa: BLE001 - a broken responder is a test bug: say so in a 500
+            self._send_json(500, {"error": {"message": f"fake responder failed: {exc!r}", "type": "server_error"}})
+            return
         if isinstance(reply, str):
             reply = {"content": reply}
         if body.get("stream"):
@@ -214,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.get("tool_calls"):
             msg["tool_calls"] = reply["tool_calls"]
         out: dict[str, Any] = {
-            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": CREATED,
             "model": body.get("model", "fake-model"),
             "choices": [{"index": 0, "message": msg,
                          "finish_reason": reply.get("finish_reason") or ("tool_calls" if reply.get("tool_calls") else "stop")}],
@@ -228,7 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": CREATED,
                 "model": body.get("model", "fake-model")}
 
         def event(delta: dict[str, Any], finish: str | None = None) -> None:
@@ -253,3 +263,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
+
+
+def main() -> None:
+    """``python tests/fake_openai.py [--port N]``: serve the echo responder until interrupted (prints the URL)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    args = p.parse_args()
+    fake = FakeOpenAI()
+    fake._server = ThreadingHTTPServer(("127.0.0.1", args.port), type("H", (_Handler,), {"owner": fake}))
+    fake._server.daemon_threads = True
+    print(fake.url, flush=True)
+    try:
+        fake._server.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
