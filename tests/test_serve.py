@@ -369,3 +369,18 @@ def test_the_proxy_with_the_llm_compressor(upstream):
     assert all(window_tokens(r["messages"]) <= 1200 for r in agent_calls)
     assert any(m["content"].startswith("facts: ") for r in agent_calls for m in r["messages"] if m.get("content"))
     comp.close()
+
+
+def test_least_recently_used_sessions_are_closed_and_come_back_whole(upstream):
+    with Background(create_app(upstream.url, 2000, scorer="rules", max_sessions=2)) as srv:
+        histories = {}
+        for name in ("a", "b", "c"):
+            c = client_for(srv, name)
+            histories[name] = [{"role": "user", "content": f"Hello #1 from {name}"}]
+            chat(c, histories[name], stream=False)
+        assert set(stats(srv)["sessions"]) == {"b", "c"}  # "a" was the least recently used
+        histories["a"].append({"role": "user", "content": "Hello #3 again from a"})
+        chat(client_for(srv, "a"), histories["a"], stream=False)
+        s = stats(srv, "a")
+    assert s["requests"] == 1 and s["messages"] == 4  # the resent history rebuilt the session
+    assert upstream.chat_requests()[-1]["messages"][0] == {"role": "user", "content": "Hello #1 from a"}

@@ -164,6 +164,8 @@ class _Session:
         self.stats = SessionStats()
         #: The history as the normalized dicts it was made from (``None``: unknown, sync in full).
         self.known: list[dict[str, Any]] | None = None
+        #: Requests holding or waiting for this session (it is never closed while any does).
+        self.users = 0
 
 
 class Sessions:
@@ -177,19 +179,26 @@ class Sessions:
         self._lock = threading.Lock()
 
     def get(self, sid: str) -> _Session:
+        """The session ``sid`` (made on first use), counted as in use until :meth:`done`."""
         with self._lock:
             s = self._by_id.get(sid)
             if s is not None:
                 self._by_id.move_to_end(sid)
-                return s
-            s = self._by_id[sid] = _Session(sid, self.factory(sid))
-            if len(self._by_id) > self.max_sessions:
-                for old_id, old in list(self._by_id.items()):
-                    if old is not s and not old.lock.locked():
-                        del self._by_id[old_id]
-                        old.cm.close()
-                        break
+            else:
+                s = self._by_id[sid] = _Session(sid, self.factory(sid))
+                if len(self._by_id) > self.max_sessions:
+                    for old_id, old in list(self._by_id.items()):
+                        if old is not s and old.users == 0:
+                            del self._by_id[old_id]
+                            old.cm.close()
+                            break
+            s.users += 1
             return s
+
+    def done(self, s: _Session) -> None:
+        """A request is finished with ``s``."""
+        with self._lock:
+            s.users -= 1
 
     def find(self, sid: str) -> _Session | None:
         with self._lock:
@@ -446,8 +455,12 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str |
         if not sid.strip() or len(sid) > 256:
             return JSONResponse(error_body(f"{proxy.session_header} must be 1-256 characters"), status_code=400)
         sess = proxy.sessions.get(sid)
-        await sess.lock.acquire()
         handed_off = False
+        try:
+            await sess.lock.acquire()
+        except BaseException:
+            proxy.sessions.done(sess)
+            raise
         try:
             try:
                 window, received, forwarded, warns = await run_in_threadpool(proxy.prepare, sess, messages,
@@ -529,6 +542,7 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str |
                 if not released:
                     released = True
                     sess.lock.release()
+                    proxy.sessions.done(sess)
 
             handed_off = True
             return _Stream(events(), close, status_code=200, headers=down,
@@ -536,6 +550,7 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str |
         finally:
             if not handed_off:
                 sess.lock.release()
+                proxy.sessions.done(sess)
 
     @app.get("/v1/ctxscore/stats")
     async def stats_all() -> dict[str, Any]:
