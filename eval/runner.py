@@ -23,11 +23,11 @@ from .policies import (
     ALL_POLICIES,
     MANAGED,
     CachedScorer,
-    ContextPolicy,
     FullContext,
     Managed,
     SlidingTurns,
     TrimMessages,
+    WindowStrategy,
 )
 from .replay import Trace, full_context_tokens, replay
 from .retention import key_span_retention
@@ -92,7 +92,7 @@ class EvalResult:
 
 
 def _make_policy(name: str, session_id: str, counter: TokenCounter, cfg: EvalConfig,
-                 cached: CachedScorer | None) -> ContextPolicy:
+                 cached: CachedScorer | None) -> WindowStrategy:
     if name == "full":
         return FullContext(counter)
     if name == "sliding_turns":
@@ -104,6 +104,67 @@ def _make_policy(name: str, session_id: str, counter: TokenCounter, cfg: EvalCon
     if name == "learned":
         return Managed("learned", cached, session_id, encoding=cfg.encoding, **cfg.manager_kwargs)
     raise ValueError(f"unknown policy {name!r}")
+
+
+def _replay_session(sess: EvalSession, policies: Sequence[str], cfg: EvalConfig, counter: TokenCounter,
+                    cached: CachedScorer | None, traces: dict[tuple[str, str], list[Trace]],
+                    misses: list[dict[str, Any]], policy_s: dict[str, float]) -> None:
+    """Replay one session through every policy at every budget; appends to ``traces`` and
+    ``misses`` and adds each policy's seconds to ``policy_s``. A budget-independent policy is
+    replayed once and its trace reused for the other budgets."""
+    full = full_context_tokens(sess, counter)
+    if cached is not None:
+        t0 = time.perf_counter()
+        cached.warm(sess.messages)
+        policy_s["learned"] += time.perf_counter() - t0
+    for name in policies:
+        t0 = time.perf_counter()
+        first: Trace | None = None
+        for b in cfg.budgets:
+            if first is not None:  # budget-independent policy: reuse the replay
+                traces[(name, b.key)].append(first.with_budget(b))
+                continue
+            pol = _make_policy(name, sess.session_id, counter, cfg, cached)
+            try:
+                tr = replay(sess, pol, b, full, probe_every=cfg.probe_every, pagein=cfg.pagein,
+                            record_misses=name in MANAGED)
+            finally:
+                pol.close()
+            traces[(name, b.key)].append(tr)
+            misses.extend(tr.misses)
+            if pol.budget_independent:
+                first = tr
+        policy_s[name] += time.perf_counter() - t0
+
+
+def _run_info(sessions: Sequence[EvalSession], cfg: EvalConfig, policies: list[str], skipped: dict[str, str],
+              runtime: float, policy_s: dict[str, float], retention_s: float,
+              cached: CachedScorer | None) -> dict[str, Any]:
+    """The ``run`` block of the summary: timings, session counts and lengths, settings, model, platform."""
+    return {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "runtime_s": round(runtime, 2),
+        "policy_runtime_s": {k: round(v, 2) for k, v in policy_s.items()},
+        "retention_runtime_s": round(retention_s, 2),
+        "learned_scoring_ms": round(cached.score_ms, 1) if cached is not None else None,
+        "sessions": len(sessions),
+        "messages": sum(len(s.messages) for s in sessions),
+        "key_facts": sum(len(s.key_facts) for s in sessions),
+        "superseded_facts": sum(1 for s in sessions for f in s.key_facts if f.superseded),
+        "sessions_hash": sessions_hash(sessions),
+        "session_lengths": {"min": min((len(s.messages) for s in sessions), default=0),
+                            "max": max((len(s.messages) for s in sessions), default=0)},
+        "validator_notes": sum(len(s.notes) for s in sessions),
+        "budgets": [{"kind": b.kind, "value": b.value, "label": b.label, "key": b.key} for b in cfg.budgets],
+        "min_budget_tokens": cfg.budgets[0].min_tokens,
+        "policies": policies,
+        "skipped_policies": skipped,
+        "probe_every": cfg.probe_every,
+        "pagein": cfg.pagein,
+        "encoding": cfg.encoding,
+        "model": cfg.model,
+        "platform": platform.platform(),
+    }
 
 
 def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
@@ -134,32 +195,8 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
     traces: dict[tuple[str, str], list[Trace]] = defaultdict(list)
     misses: list[dict[str, Any]] = []
     policy_s: dict[str, float] = defaultdict(float)
-    it = progress(sessions) if progress else sessions
-    for sess in it:
-        full = full_context_tokens(sess, counter)
-        if cached is not None:
-            t0 = time.perf_counter()
-            cached.warm(sess.messages)
-            policy_s["learned"] += time.perf_counter() - t0
-        for name in policies:
-            t0 = time.perf_counter()
-            budgets = cfg.budgets
-            first: Trace | None = None
-            for b in budgets:
-                if first is not None:  # budget-independent policy: reuse the replay
-                    traces[(name, b.key)].append(first.with_budget(b))
-                    continue
-                pol = _make_policy(name, sess.session_id, counter, cfg, cached)
-                try:
-                    tr = replay(sess, pol, b, full, probe_every=cfg.probe_every, pagein=cfg.pagein,
-                                record_misses=name in MANAGED)
-                finally:
-                    pol.close()
-                traces[(name, b.key)].append(tr)
-                misses.extend(tr.misses)
-                if pol.budget_independent:
-                    first = tr
-            policy_s[name] += time.perf_counter() - t0
+    for sess in progress(sessions) if progress else sessions:
+        _replay_session(sess, policies, cfg, counter, cached, traces, misses, policy_s)
     results = []
     for name in policies:
         for b in cfg.budgets:
@@ -169,35 +206,8 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
     t_ret = time.perf_counter()
     retention = key_span_retention(sessions, cfg.labels, counter)
     retention_s = time.perf_counter() - t_ret
-    runtime = time.perf_counter() - t_start
-    summary = {
-        "run": {
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "runtime_s": round(runtime, 2),
-            "policy_runtime_s": {k: round(v, 2) for k, v in policy_s.items()},
-            "retention_runtime_s": round(retention_s, 2),
-            "learned_scoring_ms": round(cached.score_ms, 1) if cached is not None else None,
-            "sessions": len(sessions),
-            "messages": sum(len(s.messages) for s in sessions),
-            "key_facts": sum(len(s.key_facts) for s in sessions),
-            "superseded_facts": sum(1 for s in sessions for f in s.key_facts if f.superseded),
-            "sessions_hash": sessions_hash(sessions),
-            "session_lengths": {"min": min((len(s.messages) for s in sessions), default=0),
-                                "max": max((len(s.messages) for s in sessions), default=0)},
-            "validator_notes": sum(len(s.notes) for s in sessions),
-            "budgets": [{"kind": b.kind, "value": b.value, "label": b.label, "key": b.key} for b in cfg.budgets],
-            "min_budget_tokens": cfg.budgets[0].min_tokens,
-            "policies": policies,
-            "skipped_policies": skipped,
-            "probe_every": cfg.probe_every,
-            "pagein": cfg.pagein,
-            "encoding": cfg.encoding,
-            "model": cfg.model,
-            "platform": platform.platform(),
-        },
-        "results": results,
-        "retention": retention,
-    }
+    run = _run_info(sessions, cfg, policies, skipped, time.perf_counter() - t_start, policy_s, retention_s, cached)
+    summary = {"run": run, "results": results, "retention": retention}
     summary["targets"] = check_targets(summary)
     return EvalResult(summary=summary, traces=dict(traces), misses=misses)
 

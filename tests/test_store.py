@@ -166,3 +166,33 @@ def test_open_store_arguments(tmp_path):
     assert open_store(f"sqlite:///{tmp_path / 'u.db'}").path == tmp_path / "u.db"
     with pytest.raises(Exception, match="unsupported store URL"):
         open_store("mysql://localhost/x")
+
+
+def test_stemmed_search_finds_other_word_forms():
+    s = SQLiteStore()
+    s.add("s", [rec("m0", "user", "My favourite car is the Ferrari from my uncle."),
+                rec("m1", "user", "The booking was made yesterday for two people."),
+                rec("m2", "user", "Unrelated small talk about the weather.")])
+    assert s.search("s", "which Ferraris did I mention?")[0].id == "m0"
+    hit = s.search("s", "when was it booked?")[0]
+    assert hit.id == "m1" and "stem" in hit.lists and hit.lexical
+
+
+def test_a_version_2_file_is_upgraded_with_its_stemmed_index(tmp_path):
+    path = tmp_path / "v2.db"
+    s = SQLiteStore(path)
+    s.add("s", [rec("m0", "user", "The bookings for Cambridge are confirmed.")])
+    s._db.executescript("DROP TABLE messages_stem; UPDATE meta SET value='2' WHERE key='schema_version';")
+    s.close()
+    again = SQLiteStore(path)
+    assert again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert again.search("s", "booking")[0].id == "m0" and "stem" in again.search("s", "booking")[0].lists
+
+
+def test_hits_carry_their_lists_and_similarity():
+    s = SQLiteStore()
+    s.add("s", [rec("m0", "user", "alpha beta", np.array([1, 0], dtype=np.float32)),
+                rec("m1", "user", "gamma delta", np.array([0, 1], dtype=np.float32))])
+    hits = {h.id: h for h in s.search("s", "alpha", query_embedding=np.array([0.0, 1.0], dtype=np.float32))}
+    assert hits["m0"].lexical and not hits["m1"].lexical
+    assert hits["m1"].lists == {"vector"} and hits["m1"].similarity == pytest.approx(1.0)

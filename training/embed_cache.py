@@ -17,12 +17,10 @@ from pathlib import Path
 
 from ctxscore.scoring.embedders import CachedEmbedder, get_embedder, resolve_model_id
 
-#: Repository root (``training/embed_cache.py`` -> one level up from ``training/``).
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from .paths import CACHE_DIR as DEFAULT_CACHE_DIR
+
 #: Environment variable overriding the cache folder.
 CACHE_ENV = "CTXSCORE_EMBED_CACHE"
-#: Default cache folder.
-DEFAULT_CACHE_DIR = REPO_ROOT / "data" / "cache" / "embeddings"
 
 
 def cache_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -46,9 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dataset", default=None, help="dataset folder (default: data/processed/dataset)")
     ap.add_argument("--cache-dir", default=None, help="cache folder (default: data/cache/embeddings)")
     args = ap.parse_args(argv)
-    from training.train import load_dataset  # local import: the training stack is heavier
+    from .data import load_dataset_dict  # local import: needs the train extra (datasets)
 
-    ds = load_dataset(args.dataset)
+    ds = load_dataset_dict(args.dataset)
     texts = sorted({t for split in ds.values() for t in split["text"]})
     for model_id in args.embedder or ["use"]:
         emb = cached_embedder(model_id, args.cache_dir)

@@ -2,10 +2,13 @@
 
 Storage: stdlib ``sqlite3`` in WAL mode with a 5 s busy timeout, so several processes may share a
 file. Tables: ``meta`` (schema version), ``messages`` (the original OpenAI-style message as JSON, its
-rendered text, the scorer's prediction, the current tier and the embedding) and ``messages_fts``, an
+rendered text, the scorer's prediction, the current tier and the embedding), ``messages_fts``, an
 FTS5 index with the trigram tokenizer over the rendered text and a context column (the start of the
-previous messages, weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT` in bm25)
-(https://www.sqlite.org/fts5.html#the_trigram_tokenizer), so Chinese text matches without a segmenter.
+previous messages and the message's facts, weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`
+in bm25) (https://www.sqlite.org/fts5.html#the_trigram_tokenizer), so Chinese text matches without a
+segmenter, and ``messages_stem``, the same columns with FTS5's Porter stemmer for English words.
+Schema version 3; a version 2 file is upgraded in place (the stemmed index is built from the
+stored rows) the first time it is opened.
 
 Writes are atomic: :meth:`SQLiteStore.add` allocates turns and automatic ids inside one
 ``BEGIN IMMEDIATE`` transaction, so two managers or processes appending to one session never
@@ -34,7 +37,16 @@ import numpy as np
 from ..errors import InputError, StoreError
 from ..messages import Message, Tier
 from .base import NewRecord, StoredMessage
-from .retrieval import CONTEXT_WEIGHT, Hit, RankedList, fts_match_expression, fuse, like_pattern, query_terms
+from .retrieval import (
+    CONTEXT_WEIGHT,
+    Hit,
+    RankedList,
+    fts_match_expression,
+    fuse,
+    like_pattern,
+    query_terms,
+    stem_terms,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions(session_id TEXT PRIMARY KEY, created REAL, state TEXT);
@@ -47,6 +59,8 @@ CREATE TABLE IF NOT EXISTS messages(
 CREATE INDEX IF NOT EXISTS messages_turn ON messages(session_id, turn);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
     text, context, content='messages', content_rowid='rowid', tokenize='trigram');
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_stem USING fts5(
+    text, context, content='messages', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2');
 """
 _COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
 
@@ -63,7 +77,7 @@ class SQLiteStore:
             has another schema version, or cannot be opened; the file is left untouched.
     """
 
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path in (None, ":memory:") else Path(path)
@@ -94,10 +108,16 @@ class SQLiteStore:
         db = self._db
         db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
         row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is not None and str(row[0]) != str(self.SCHEMA_VERSION):
-            raise StoreError(f"schema version {row[0]} != {self.SCHEMA_VERSION}")
+        version = None if row is None else str(row[0])
+        if version not in (None, "2", str(self.SCHEMA_VERSION)):
+            raise StoreError(f"schema version {version} is not one this ctxscore reads (2 or {self.SCHEMA_VERSION})")
+        stem_missing = db.execute("SELECT 1 FROM sqlite_master WHERE name='messages_stem'").fetchone() is None
         db.executescript(_SCHEMA)
-        db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
+        db.execute("BEGIN IMMEDIATE")
+        if version == "2" and stem_missing:  # upgrade: build the stemmed index from the stored rows
+            db.execute("INSERT INTO messages_stem(rowid, text, context) SELECT rowid, text, context FROM messages")
+        db.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
+        db.execute("COMMIT")
 
     @contextmanager
     def _guard(self, what: str, transaction: bool = False) -> Iterator[sqlite3.Connection]:
@@ -150,8 +170,9 @@ class SQLiteStore:
                         f"message id {mid!r} already exists in session {session_id!r}; give each message a unique id "
                         "(or none: automatic ids skip the used ones)"
                     ) from None
-                db.execute("INSERT INTO messages_fts(rowid, text, context) VALUES(?, ?, ?)",
-                           (cur.lastrowid, rec.text, rec.context))
+                for table in ("messages_fts", "messages_stem"):
+                    db.execute(f"INSERT INTO {table}(rowid, text, context) VALUES(?, ?, ?)",
+                               (cur.lastrowid, rec.text, rec.context))
                 out.append(StoredMessage(msg, rec.text, rec.prediction, Tier.VERBATIM, rec.embedding))
             if out and last == self._last_turn.get(session_id, -1):
                 self._last_turn[session_id] = out[-1].turn  # nothing unseen in between
@@ -258,13 +279,20 @@ class SQLiteStore:
             Up to ``k`` hits, best first.
         """
         fts_terms, short_terms = query_terms(query)
+        stems = stem_terms(query)
         lists: list[RankedList] = []
+        similarity: dict[str, float] = {}
         with self._guard("search") as db:
             if fts_terms:
                 lists.append(("keyword", db.execute(
                     "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_fts f JOIN messages m ON m.rowid = f.rowid "
                     "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts, 1.0, ?) LIMIT ?",
                     (fts_match_expression(fts_terms), session_id, CONTEXT_WEIGHT, limit)).fetchall()))
+            if stems:
+                lists.append(("stem", db.execute(
+                    "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_stem f JOIN messages m ON m.rowid = f.rowid "
+                    "WHERE messages_stem MATCH ? AND m.session_id = ? ORDER BY bm25(messages_stem, 1.0, ?) LIMIT ?",
+                    (fts_match_expression(stems), session_id, CONTEXT_WEIGHT, limit)).fetchall()))
             for term in short_terms:
                 lists.append(("short", db.execute(
                     "SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id = ? AND text LIKE ? ESCAPE '\\' "
@@ -274,12 +302,14 @@ class SQLiteStore:
                 if vecs:
                     ids = list(vecs)
                     sims = np.stack([vecs[i] for i in ids]) @ np.asarray(query_embedding, dtype=np.float32)
-                    top = [ids[i] for i in np.argsort(-sims)[:limit]]
+                    order = np.argsort(-sims)[:limit]
+                    top = [ids[i] for i in order]
+                    similarity = {ids[i]: float(sims[i]) for i in order}
                     meta = {r[0]: (r[1], r[2]) for r in db.execute(
                         f"SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id=? "
                         f"AND id IN ({','.join('?' * len(top))})", (session_id, *top))}
                     lists.append(("vector", [(i, *meta[i]) for i in top if i in meta]))
-        return fuse(lists, k=k, only=only)
+        return fuse(lists, k=k, only=only, similarity=similarity)
 
     def close(self) -> None:
         """Checkpoint the WAL and close the database (a second call does nothing)."""

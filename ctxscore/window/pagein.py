@@ -1,10 +1,14 @@
 """Page-in: which archived or compressed messages come back verbatim for the current query.
 
-The planner takes the query's search hits (best first) and shows up to ``page_in_k`` units verbatim
-for this build only. When a hit does not fit within ``page_in_limit`` of the budget, the
-lowest-value evictable units (not pinned, not recent) are shown as stubs for this build to make
-room: the best hit may displace anything evictable, later hits only units worth less than
-themselves. Tiers do not change: the next build without a query is the same as before.
+The planner takes the query's search hits (best first), drops those below the relevance floor (no
+query term in them and an embedding similarity under ``page_in_floor``), and shows up to
+``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
+answer replies to, the answer a question got) and by the message that gave its date (a session's
+date marker) when they fit. When a hit does not fit within
+``page_in_limit`` of the budget, the lowest-value evictable units (not pinned, not recent) are
+shown as stubs for this build to make room: the best hit may displace anything evictable, later
+hits only units worth less than themselves; when even that is not enough, the best hit's unit is
+shown in its structured form. Tiers do not change: the next build without a query is the same.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..config import Policy
-from ..messages import Tier
+from ..messages import Role, Tier
 from ..store.base import Store
 from ..store.retrieval import Hit
 from .history import History
@@ -37,15 +41,18 @@ class PageInPlan:
     """What one build pages in.
 
     Attributes:
-        shown: entry index -> id of the hit it is shown verbatim for (a unit's members share it),
-            in the order the hits ranked.
+        shown: entry index -> id of the hit it is shown for (a unit's members share it), in the order
+            the hits ranked.
         evicted: entries shown as stubs for this build to make room.
         unplaced: hits that had no room even after eviction (ids, best first).
+        forms: entries of ``shown`` that are shown in a compressed tier rather than verbatim (the
+            best hit's unit did not fit verbatim), entry index -> tier.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
     evicted: frozenset[int] = frozenset()
     unplaced: tuple[str, ...] = ()
+    forms: dict[int, Tier] = field(default_factory=dict)
 
     def without_last(self) -> PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay)."""
@@ -53,7 +60,8 @@ class PageInPlan:
         if not order:
             return self
         drop = order[-1]
-        return PageInPlan({i: h for i, h in self.shown.items() if h != drop}, self.evicted, (*self.unplaced, drop))
+        shown = {i: h for i, h in self.shown.items() if h != drop}
+        return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown})
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
@@ -71,9 +79,11 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     """
     entries, ids = history.entries, history.ids
     limit = policy.page_in_limit * budget
+    hits = [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)]
     cands = [h for h in hits if h.id in ids and entries[ids[h.id]].tier != Tier.VERBATIM]
     cands = cands[: policy.page_in_k * CANDIDATES_PER_SLOT]
     shown: dict[int, str] = {}
+    forms_of: dict[int, Tier] = {}
     unplaced: list[str] = []
     occ = occupancy
     evicted: set[int] = set()
@@ -92,12 +102,13 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
             continue
         members = history.units[u]
         delta = sum(entries[i].tokens - entries[i].cur_tokens for i in members)
+        tiers: dict[int, Tier] = {}
         if occ + delta > limit:
             if evictable is None:
                 evictable = history.eligible_units(policy.recent_turns)
             room = sorted(
                 (m for uu, m in evictable.items()
-                 if uu != u and uu not in units_done and not evicted.intersection(m)
+                 if uu != u and uu not in units_done and not evicted.intersection(m) and history.archivable(m)
                  and any(entries[i].tier != Tier.ARCHIVED for i in m)),
                 key=unit_value,
             )
@@ -109,14 +120,65 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
                 occ -= sum(entries[i].cur_tokens - forms.get(entries[i], Tier.ARCHIVED).tokens
                            for i in m if entries[i].tier != Tier.ARCHIVED)
                 evicted.update(m)
+            if occ + delta > limit and not units_done:  # the best hit: its structured form rather than nothing
+                delta, tiers = _structured(members, hit, forms, history, occ, limit, delta)
             if occ + delta > limit:
                 unplaced.append(h.id)
                 continue
         for i in members:
             shown[i] = h.id
+        forms_of.update(tiers)
         occ += delta
         units_done.add(u)
-    return PageInPlan(shown=shown, evicted=frozenset(evicted - set(shown)), unplaced=tuple(unplaced))
+        for nb in (_neighbour(history, hit), _date_source(history, hit)):
+            if nb is None or nb in units_done:
+                continue
+            extra = sum(entries[i].tokens - entries[i].cur_tokens for i in history.units[nb] if i not in shown)
+            if occ + extra <= limit:
+                for i in history.units[nb]:
+                    shown.setdefault(i, h.id)
+                occ += extra
+    return PageInPlan(shown=shown, evicted=frozenset(evicted - set(shown)), unplaced=tuple(unplaced), forms=forms_of)
+
+
+def _neighbour(history: History, i: int) -> int | None:
+    """The unit of the message that pairs with entry ``i`` as question and answer (the user message an
+    assistant reply answers, or the assistant reply to a user message), when it is not verbatim."""
+    entries = history.entries
+    role = entries[i].msg.role
+    j = entries[i].unit - 1 if role == Role.ASSISTANT else (i + 1 if role == Role.USER else None)
+    if j is None or not 0 <= j < len(entries):
+        return None
+    e = entries[j]
+    want = Role.USER if role == Role.ASSISTANT else Role.ASSISTANT
+    if e.msg.role != want or all(entries[k].tier == Tier.VERBATIM for k in history.units[e.unit]):
+        return None
+    return e.unit
+
+
+def _date_source(history: History, i: int) -> int | None:
+    """The unit of the message whose date marker governs entry ``i`` ("[8 May 2023] ..."), when it is
+    not verbatim: a page-in then carries the date the hit happened on."""
+    j = history.entries[i].date_from
+    if j is None or j == i:
+        return None
+    u = history.entries[j].unit
+    return None if all(history.entries[k].tier == Tier.VERBATIM for k in history.units[u]) else u
+
+
+def _structured(members: list[int], hit: int, forms: Forms, history: History, occ: int, limit: float,
+                delta: int) -> tuple[int, dict[int, Tier]]:
+    """The cheapest way to show a unit that does not fit verbatim: the hit verbatim and the other
+    members structured, else every member structured; ``(tokens added, tiers)`` of the first that
+    fits, else the verbatim figures."""
+    entries = history.entries
+    for keep in (hit, None):
+        tiers = {i: forms.reached(entries[i], Tier.STRUCTURED) for i in members if i != keep}
+        d = sum((forms.get(entries[i], tiers[i]).tokens if i in tiers else entries[i].tokens) - entries[i].cur_tokens
+                for i in members)
+        if occ + d <= limit:
+            return d, {i: t for i, t in tiers.items() if t != Tier.VERBATIM}
+    return delta, {}
 
 
 def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> list[Hit]:

@@ -27,12 +27,13 @@ import numpy as np
 
 from ..compress.base import Compressor, compress_verified
 from ..compress.extractive import archive_stub
+from ..compress.verify import key_spans
 from ..config import Policy
 from ..messages import Category, Message, Role, Tier
 from ..scoring.base import Prediction
 from ..scoring.rules import RuleConfig
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
-from .history import Entry, Form, History
+from .history import Entry, Form, History, Pin
 from .result import WarningKind, WindowWarning
 
 #: Allowance for the line that collapses the oldest stubs, in tokens (occupancy estimate).
@@ -41,15 +42,18 @@ COLLAPSED_LINE_TOKENS = 40
 CORRECTION_MAX_CHARS = 400
 
 
-def is_pinned(msg: Message, pred: Prediction, entities: tuple[str, ...], config: RuleConfig) -> bool:
-    """Pinned messages are never compressed or archived: system messages, instructions, and user
-    corrections (a short user message with a value and a ``correction`` keyword of the rule file:
-    it restates a requirement, so the new value is never archived while the old request stays)."""
-    if msg.role == Role.SYSTEM or pred.category == Category.INSTRUCTION:
-        return True
+def pin_reason(msg: Message, pred: Prediction, entities: tuple[str, ...], config: RuleConfig) -> Pin | None:
+    """Why a new message is pinned, or ``None``: system messages; instructions (of the active task:
+    :meth:`History.start_task` unpins them when the task ends); user corrections (a short user
+    message with a value and a ``correction`` keyword of the rule file: it restates a requirement, so
+    the new value is never archived while the old request stays)."""
+    if msg.role == Role.SYSTEM:
+        return Pin.SYSTEM
+    if pred.category == Category.INSTRUCTION:
+        return Pin.INSTRUCTION
     if msg.role != Role.USER or not entities or len(msg.content) > CORRECTION_MAX_CHARS or "correction" not in config.keywords:
-        return False
-    return config.keyword_counts(msg.content).get("correction", 0) > 0
+        return None
+    return Pin.CORRECTION if config.keyword_counts(msg.content).get("correction", 0) > 0 else None
 
 
 class Forms:
@@ -82,7 +86,8 @@ class Forms:
             elif not e.msg.content.strip() or len(e.msg.content) > self.max_compress_chars or e.msg.has_media:
                 got = Form(e.msg.content, e.tokens, Tier.VERBATIM)
             else:
-                res = compress_verified(self.compressor, e.msg.content, tier, config=self.config)
+                spans = [*key_spans(e.msg.content, self.config), *e.constraints] if e.constraints else None
+                res = compress_verified(self.compressor, e.msg.content, tier, spans=spans, config=self.config)
                 got = Form(res.text, self.counter.count_message(e.msg, content=res.text), res.tier)
                 if res.pending:  # an asynchronous compressor has no form yet: verbatim now, ask again later
                     return Form(e.msg.content, e.tokens, Tier.VERBATIM, pending=True)
@@ -190,7 +195,7 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
         for members in units.values():
             for i in members:
                 e = h.entries[i]
-                if e.category == category and ov.tier(i) == Tier.VERBATIM and not e.no_compress:
+                if e.tier_category == category and ov.tier(i) == Tier.VERBATIM and not e.no_compress:
                     ov.set(i, tier)
 
     def stub(u: int) -> int:
@@ -211,7 +216,8 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
                 ov.set(i, Tier.ARCHIVED)
 
     def live() -> list[int]:
-        return [u for u, m in units.items() if any(ov.tier(i) != Tier.ARCHIVED for i in m)]
+        """Units that may still be archived (not all archived; no hard constraint)."""
+        return [u for u, m in units.items() if h.archivable(m) and any(ov.tier(i) != Tier.ARCHIVED for i in m)]
 
     if relaxed:
         compress_all(Category.REASONING, Tier.COMPRESSED)
@@ -264,9 +270,9 @@ def prepare_forms(history: History, forms: Forms, start: int, recent_turns: int)
     while i < len(entries) and entries[i].turn_no <= cutoff:
         e = entries[i]
         if not e.pinned:
-            if e.category == Category.REASONING:
+            if e.tier_category == Category.REASONING:
                 forms.get(e, Tier.COMPRESSED)
-            elif e.category == Category.KEY_STATE:
+            elif e.tier_category == Category.KEY_STATE:
                 forms.get(e, Tier.STRUCTURED)
         i += 1
     return i
