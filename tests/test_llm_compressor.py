@@ -283,3 +283,17 @@ def test_bad_settings_are_refused(fake):
     for kw in ({"every": 0}, {"timing": "later"}, {"batch_size": 0}, {"miss_delay": 0}):
         with pytest.raises(ConfigError):
             make(fake, **kw)
+
+
+def test_hard_constraint_sentences_of_users_are_kept_whole(fake):
+    text = ("Hi again! So about the trip, I was thinking a lot. I want flight options to Seattle on May 20. "
+            "It must arrive before 6pm because of a dinner. Thanks so much, you are great.")
+    kept = "goal: flights to Seattle, May 20\nIt must arrive before 6pm because of a dinner."
+    paraphrased = "goal: flights to Seattle, May 20; constraint: must arrive before 6pm (dinner)"
+    for form, ok in ((kept, True), (paraphrased, False)):
+        fake.responder = answering(lambda t, f=form: f)
+        comp = make(fake)
+        comp.submit([(text, Tier.STRUCTURED, "user")])
+        assert comp.wait(10)
+        assert (comp.compress(text, Tier.STRUCTURED) == form) is ok
+    assert "It must arrive before 6pm because of a dinner." in comp.rejections[-1]["missing"]

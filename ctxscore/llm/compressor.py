@@ -18,8 +18,8 @@ How it works:
   yet answers ``None``: the window shows the message verbatim and asks again at the next build (a
   text never seen is queued and sent with the next batch, or after ``miss_delay`` seconds).
 - **Verified**: every LLM form goes through the shared verifier (:func:`ctxscore.compress.verify.verify`:
-  every entity, number and negation of the original present, no entity or negation invented,
-  shorter) and two checks of the rules' meaning clauses (:func:`meaning_problems`: uncertainty kept,
+  every entity, number and negation of the original present, and the hard-constraint sentences of
+  user and system messages byte-exact, no entity or negation invented, shorter) and two checks of the rules' meaning clauses (:func:`meaning_problems`: uncertainty kept,
   no "confirmed" / "booked" / "done" the original does not say). A rejected, missing or malformed
   form, or a batch whose request failed, falls back to the extractive compressor's form for that
   tier (which the window verifies again, falling back to gentler tiers as for any compressor).
@@ -42,10 +42,10 @@ from typing import Any
 
 from ..compress.base import Compressor
 from ..compress.extractive import ExtractiveCompressor
-from ..compress.verify import verify
+from ..compress.verify import key_spans, verify
 from ..errors import ConfigError
 from ..messages import Category, Role, Tier
-from ..scoring.rules import RuleConfig, default_config
+from ..scoring.rules import RuleConfig, default_config, hard_constraints
 from ..window.history import Entry
 from ..window.layers import Layer, LayerContext
 from .client import LLMClient, LLMError
@@ -56,6 +56,10 @@ log = logging.getLogger("ctxscore")
 #: The tier a message of each category is compressed to when it leaves the recent turns.
 TIER_OF = {Category.KEY_STATE: Tier.STRUCTURED, Category.REASONING: Tier.COMPRESSED}
 TIMINGS = ("immediate", "deferred")
+#: User and system messages up to this many characters have their hard-constraint sentences kept
+#: byte-exact in every form (the window's rule, :mod:`ctxscore.window.ingest`); a text of unknown
+#: role is held to it too.
+CONSTRAINT_MAX_CHARS = 4000
 
 _HEDGES = re.compile(
     r"(?<![\w'])(?:maybe|might|perhaps|probably|possibly|likely|unlikely|not sure|unsure|uncertain|unclear|"
@@ -306,7 +310,10 @@ class LLMCompressor:
     def _accept(self, it: _Item, form: str) -> str | None:
         """``form`` if it passes the shared verifier and the meaning checks, else ``None`` (logged)."""
         form = form.strip()
-        verdict = verify(it.text, form, None, self.config)
+        spans = key_spans(it.text, self.config)
+        if it.role in ("user", "system", "") and len(it.text) <= CONSTRAINT_MAX_CHARS:
+            spans += hard_constraints(it.text, self.config)  # what the window's verifier asks too (ingest)
+        verdict = verify(it.text, form, spans, self.config)
         problems = meaning_problems(it.text, form)
         if verdict.ok and not problems:
             return form

@@ -44,8 +44,9 @@ COMPRESSOR_RULES = (
     "7. Never turn an assistant's guess into a fact the user confirmed.\n"
     "8. Keep hard constraints and the user's denials explicitly.\n"
     "Copy character for character: every ID, name, number with its unit, amount, date, time, address, "
-    "path, code identifier and quoted string, and every negation with the word after it (\"not allowed\", "
-    "\"never book\", \"don't want\", \"no garage\", 不要, 没有). Add nothing that is not in the input: no new "
+    "path, code identifier and quoted string, every negation with the word after it (\"not allowed\", "
+    "\"never book\", \"don't want\", \"no garage\", 不要, 没有), and every hard-constraint sentence of a user "
+    "or system message (never / must / at most / budget / deadline / 必须 / 不超过 ...) whole. Add nothing that is not in the input: no new "
     "names, numbers or dates, no \"confirmed\" or \"done\" the input does not say. Write in the language of "
     "the input. Each form must be shorter than its input.\n\n"
     "Original rules (Chinese):\n" + COMPRESSOR_RULES_ZH

@@ -43,6 +43,7 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,7 +144,15 @@ class SessionStats:
     modes: Counter[str] = field(default_factory=Counter)
     overhead_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMINGS_KEPT))
 
+    def count(self, received: int, forwarded: int) -> None:
+        """One request's tokens."""
+        self.requests += 1
+        self.tokens_received += received
+        self.tokens_forwarded += forwarded
+        self.last_received, self.last_forwarded = received, forwarded
+
     def as_dict(self, cm: ContextManager) -> dict[str, Any]:
+        """A JSON-ready summary (``overhead_ms``: the proxy's own time per request, upstream excluded)."""
         xs = list(self.overhead_ms)
         return {
             "requests": self.requests, "messages": len(cm), "budget": cm.budget,
@@ -383,6 +392,177 @@ class Proxy:
         if known is not None:
             sess.known = [*known, msg]
 
+    # ------------------------------------------------------------------ the routes
+    async def chat(self, request: Request) -> Response:
+        """``POST /v1/chat/completions`` (see the module docstring)."""
+        t0 = time.perf_counter()
+        body, problem = _read_chat_body(await request.body())
+        if problem is not None:
+            return problem
+        sid = request.headers.get(self.session_header) or derive_session_id(body["messages"])
+        if not sid.strip() or len(sid) > 256:
+            return JSONResponse(error_body(f"{self.session_header} must be 1-256 characters"), status_code=400)
+        sess = self.sessions.get(sid)
+        try:
+            await sess.lock.acquire()
+        except BaseException:
+            self.sessions.done(sess)
+            raise
+        release = _Release(sess, self.sessions)
+        try:
+            try:
+                window, received, forwarded, warns = await run_in_threadpool(self.prepare, sess, body["messages"],
+                                                                              body.get("tools"))
+            except InputError as exc:
+                return JSONResponse(error_body(str(exc), param="messages"), status_code=400)
+            except CtxScoreError as exc:
+                return JSONResponse(error_body(str(exc), kind="server_error"), status_code=500)
+            sess.stats.count(received, forwarded)
+            ctx = {"x-ctxscore-session": sid, "x-ctxscore-tokens-received": str(received),
+                   "x-ctxscore-tokens-forwarded": str(forwarded)}
+            if warns:
+                ctx["x-ctxscore-warnings"] = ",".join(warns)
+            fwd = {**body, "messages": window}
+            if body.get("stream"):
+                return await self._stream(request, sess, fwd, ctx, time.perf_counter() - t0, release)
+            return await self._plain(request, sess, fwd, ctx, time.perf_counter() - t0)
+        finally:
+            if not release.handed_off:
+                await release()
+
+    async def _send(self, request: Request, fwd: dict[str, Any], stream: bool) -> Any:
+        """The upstream's response, or an error :class:`Response` (502 unreachable, 504 timeout)."""
+        url = self.upstream + "/chat/completions"
+        try:
+            req = self.http().build_request("POST", url, json=fwd, headers=self.headers_up(request, stream=stream))
+            return await self.http().send(req, stream=stream)
+        except httpx.TimeoutException as exc:
+            return JSONResponse(error_body(f"the upstream {self.upstream} did not answer in time ({exc!r})",
+                                           kind="upstream_timeout"), status_code=504)
+        except httpx.HTTPError as exc:
+            return JSONResponse(error_body(f"the upstream {self.upstream} is unreachable ({exc!r})",
+                                           kind="upstream_error"), status_code=502)
+
+    async def _plain(self, request: Request, sess: _Session, fwd: dict[str, Any], ctx: dict[str, str],
+                     spent: float) -> Response:
+        r = await self._send(request, fwd, stream=False)
+        st = sess.stats
+        if isinstance(r, Response):
+            st.upstream_errors += 1
+            r.headers.update(ctx)
+            return r
+        if r.status_code != 200:
+            st.upstream_errors += 1
+        else:
+            t1 = time.perf_counter()
+            try:
+                reply = r.json()["choices"][0]["message"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                reply = None
+            if isinstance(reply, dict):
+                await self.record(sess, reply)
+            spent += time.perf_counter() - t1
+        st.overhead_ms.append(spent * 1000.0)
+        return Response(r.content, status_code=r.status_code, headers={**self.headers_down(r.headers), **ctx})
+
+    async def _stream(self, request: Request, sess: _Session, fwd: dict[str, Any], ctx: dict[str, str],
+                      spent: float, release: _Release) -> Response:
+        r = await self._send(request, fwd, stream=True)
+        st = sess.stats
+        if isinstance(r, Response):
+            st.upstream_errors += 1
+            r.headers.update(ctx)
+            return r
+        down = {**self.headers_down(r.headers), **ctx}
+        if r.status_code != 200:
+            content = await r.aread()
+            await r.aclose()
+            st.upstream_errors += 1
+            st.overhead_ms.append(spent * 1000.0)
+            return Response(content, status_code=r.status_code, headers=down)
+
+        async def events() -> AsyncIterator[bytes]:
+            nonlocal spent
+            acc = _Accumulator()
+            recorded = False
+            async for chunk in r.aiter_bytes():
+                if acc.feed(chunk) and not recorded:
+                    t1 = time.perf_counter()
+                    recorded = True
+                    await self.record(sess, acc.message())  # before the client sees the end
+                    spent += time.perf_counter() - t1
+                yield chunk
+            if not recorded and acc.finished:  # an upstream that sends no [DONE]
+                await self.record(sess, acc.message())
+            st.overhead_ms.append(spent * 1000.0)
+
+        async def close() -> None:
+            await r.aclose()
+            await release()
+
+        release.handed_off = True
+        return _Stream(events(), close, status_code=200, headers=down,
+                       media_type=r.headers.get("content-type", "text/event-stream"))
+
+    async def passthrough(self, path: str, request: Request) -> Response:
+        """Any other ``/v1/{path}``: sent upstream as it is, the answer streamed back as it is."""
+        url = f"{self.upstream}/{path}"
+        if request.url.query:
+            url += "?" + request.url.query
+        req = self.http().build_request(request.method, url, content=await request.body(),
+                                        headers=self.headers_up(request, stream=True))
+        try:
+            r = await self.http().send(req, stream=True)
+        except httpx.TimeoutException as exc:
+            return JSONResponse(error_body(f"the upstream did not answer in time ({exc!r})", kind="upstream_timeout"),
+                                status_code=504)
+        except httpx.HTTPError as exc:
+            return JSONResponse(error_body(f"the upstream is unreachable ({exc!r})", kind="upstream_error"),
+                                status_code=502)
+
+        async def close() -> None:
+            await r.aclose()
+
+        return _Stream(r.aiter_raw(), close, status_code=r.status_code, headers=self.headers_down(r.headers))
+
+    def stats(self) -> dict[str, Any]:
+        """``GET /v1/ctxscore/stats``: every session's figures and the totals."""
+        rows = {s.id: s.stats.as_dict(s.cm) for s in self.sessions.all()}
+        received = sum(r["tokens_received"] for r in rows.values())
+        forwarded = sum(r["tokens_forwarded"] for r in rows.values())
+        return {"upstream": self.upstream, "budget": self.budget, "sessions": rows,
+                "totals": {"sessions": len(rows), "requests": sum(r["requests"] for r in rows.values()),
+                           "tokens_received": received, "tokens_forwarded": forwarded,
+                           "forwarded_share": round(forwarded / received, 4) if received else None}}
+
+
+class _Release:
+    """Releases a session's lock and use count once, whoever calls it first (the handler or the stream)."""
+
+    def __init__(self, sess: _Session, sessions: Sessions) -> None:
+        self.sess, self.sessions = sess, sessions
+        self.handed_off = False  # the stream releases it when it closes
+        self._done = False
+
+    async def __call__(self) -> None:
+        if not self._done:
+            self._done = True
+            self.sess.lock.release()
+            self.sessions.done(self.sess)
+
+
+def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
+    """The request body as a dict with a non-empty ``messages`` list, or a 400 response."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
+    if not isinstance(body, dict):
+        return {}, JSONResponse(error_body("the request body must be a JSON object"), status_code=400)
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        return {}, JSONResponse(error_body("'messages' must be a non-empty list", param="messages"), status_code=400)
+    return body, None
+
 
 def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str | None = None,
                policy: Policy | None = None, encoding: str = "cl100k_base",
@@ -427,8 +607,6 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str |
     proxy = Proxy(upstream, budget, manager_factory or default_factory, upstream_api_key=upstream_api_key,
                   timeout=timeout, max_sessions=max_sessions, session_header=session_header, query_writer=query_writer)
 
-    from contextlib import asynccontextmanager  # noqa: PLC0415
-
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
@@ -438,129 +616,11 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str |
 
     app = FastAPI(title="ctxscore proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.proxy = proxy
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        t0 = time.perf_counter()
-        try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            return JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
-        if not isinstance(body, dict):
-            return JSONResponse(error_body("the request body must be a JSON object"), status_code=400)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return JSONResponse(error_body("'messages' must be a non-empty list", param="messages"), status_code=400)
-        sid = request.headers.get(proxy.session_header) or derive_session_id(messages)
-        if not sid.strip() or len(sid) > 256:
-            return JSONResponse(error_body(f"{proxy.session_header} must be 1-256 characters"), status_code=400)
-        sess = proxy.sessions.get(sid)
-        handed_off = False
-        try:
-            await sess.lock.acquire()
-        except BaseException:
-            proxy.sessions.done(sess)
-            raise
-        try:
-            try:
-                window, received, forwarded, warns = await run_in_threadpool(proxy.prepare, sess, messages,
-                                                                              body.get("tools"))
-            except InputError as exc:
-                return JSONResponse(error_body(str(exc), param="messages"), status_code=400)
-            except CtxScoreError as exc:
-                return JSONResponse(error_body(str(exc), kind="server_error"), status_code=500)
-            st = sess.stats
-            st.requests += 1
-            st.tokens_received += received
-            st.tokens_forwarded += forwarded
-            st.last_received, st.last_forwarded = received, forwarded
-            fwd = dict(body)
-            fwd["messages"] = window
-            ctx_headers = {"x-ctxscore-session": sid, "x-ctxscore-tokens-received": str(received),
-                           "x-ctxscore-tokens-forwarded": str(forwarded)}
-            if warns:
-                ctx_headers["x-ctxscore-warnings"] = ",".join(warns)
-            url = proxy.upstream + "/chat/completions"
-            stream = bool(body.get("stream"))
-            spent = time.perf_counter() - t0
-            try:
-                if not stream:
-                    r = await proxy.http().post(url, json=fwd, headers=proxy.headers_up(request))
-                else:
-                    req = proxy.http().build_request("POST", url, json=fwd, headers=proxy.headers_up(request, stream=True))
-                    r = await proxy.http().send(req, stream=True)
-            except httpx.TimeoutException as exc:
-                st.upstream_errors += 1
-                return JSONResponse(error_body(f"the upstream {proxy.upstream} did not answer in time ({exc!r})",
-                                               kind="upstream_timeout"), status_code=504, headers=ctx_headers)
-            except httpx.HTTPError as exc:
-                st.upstream_errors += 1
-                return JSONResponse(error_body(f"the upstream {proxy.upstream} is unreachable ({exc!r})",
-                                               kind="upstream_error"), status_code=502, headers=ctx_headers)
-            down = {**proxy.headers_down(r.headers), **ctx_headers}
-            if not stream:
-                if r.status_code != 200:
-                    st.upstream_errors += 1
-                else:
-                    t1 = time.perf_counter()
-                    try:
-                        reply = r.json()["choices"][0]["message"]
-                    except (ValueError, KeyError, IndexError, TypeError):
-                        reply = None
-                    if isinstance(reply, dict):
-                        await proxy.record(sess, reply)
-                    spent += time.perf_counter() - t1
-                st.overhead_ms.append(spent * 1000.0)
-                return Response(r.content, status_code=r.status_code, headers=down)
-            if r.status_code != 200:
-                content = await r.aread()
-                await r.aclose()
-                st.upstream_errors += 1
-                st.overhead_ms.append(spent * 1000.0)
-                return Response(content, status_code=r.status_code, headers=down)
-
-            async def events() -> AsyncIterator[bytes]:
-                nonlocal spent
-                acc = _Accumulator()
-                recorded = False
-                async for chunk in r.aiter_bytes():
-                    if acc.feed(chunk) and not recorded:
-                        t1 = time.perf_counter()
-                        recorded = True
-                        await proxy.record(sess, acc.message())  # before the client sees the end
-                        spent += time.perf_counter() - t1
-                    yield chunk
-                if not recorded and acc.finished:  # an upstream that sends no [DONE]
-                    await proxy.record(sess, acc.message())
-                st.overhead_ms.append(spent * 1000.0)
-
-            released = False
-
-            async def close() -> None:
-                nonlocal released
-                await r.aclose()
-                if not released:
-                    released = True
-                    sess.lock.release()
-                    proxy.sessions.done(sess)
-
-            handed_off = True
-            return _Stream(events(), close, status_code=200, headers=down,
-                           media_type=r.headers.get("content-type", "text/event-stream"))
-        finally:
-            if not handed_off:
-                sess.lock.release()
-                proxy.sessions.done(sess)
+    app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])
 
     @app.get("/v1/ctxscore/stats")
     async def stats_all() -> dict[str, Any]:
-        rows = {s.id: s.stats.as_dict(s.cm) for s in proxy.sessions.all()}
-        received = sum(r["tokens_received"] for r in rows.values())
-        forwarded = sum(r["tokens_forwarded"] for r in rows.values())
-        return {"upstream": proxy.upstream, "budget": proxy.budget, "sessions": rows,
-                "totals": {"sessions": len(rows), "requests": sum(r["requests"] for r in rows.values()),
-                           "tokens_received": received, "tokens_forwarded": forwarded,
-                           "forwarded_share": round(forwarded / received, 4) if received else None}}
+        return proxy.stats()
 
     @app.get("/v1/ctxscore/stats/{session_id}")
     async def stats_one(session_id: str) -> Response:
@@ -573,25 +633,5 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str |
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "sessions": len(proxy.sessions.all())}
 
-    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
-    async def passthrough(path: str, request: Request) -> Response:
-        url = f"{proxy.upstream}/{path}"
-        if request.url.query:
-            url += "?" + request.url.query
-        req = proxy.http().build_request(request.method, url, content=await request.body(),
-                                         headers=proxy.headers_up(request, stream=True))
-        try:
-            r = await proxy.http().send(req, stream=True)
-        except httpx.TimeoutException as exc:
-            return JSONResponse(error_body(f"the upstream did not answer in time ({exc!r})", kind="upstream_timeout"),
-                                status_code=504)
-        except httpx.HTTPError as exc:
-            return JSONResponse(error_body(f"the upstream is unreachable ({exc!r})", kind="upstream_error"),
-                                status_code=502)
-
-        async def close() -> None:
-            await r.aclose()
-
-        return _Stream(r.aiter_raw(), close, status_code=r.status_code, headers=proxy.headers_down(r.headers))
-
+    app.add_api_route("/v1/{path:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     return app
