@@ -6,7 +6,7 @@ answers), ``ctxscore serve`` and this client (the official ``openai`` package), 
 conversation of ``--turns`` user turns (every other one streamed; a tool call and its result every
 fourth turn) resending the whole history each time. The proxy's own time per request (parse, sync,
 build, forward, record; the upstream's time excluded) and the token totals come from its stats
-endpoint.
+endpoint; its CPU time per request (from ``/proc``) does not grow when other jobs share the machine.
 
 Usage: ``python benchmarks/proxy.py [--turns 300] [--budget 3000] [--model rules|auto]``
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -41,6 +42,15 @@ def wait_up(url: str, timeout: float = 60.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux ``/proc``), seconds; NaN elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def user_turn(i: int) -> str:
@@ -71,6 +81,7 @@ def main() -> None:
         client = openai.OpenAI(base_url=base + "/v1", api_key="sk-bench", default_headers={"X-Session-Id": "bench"})
         msgs: list = [{"role": "system", "content": "You are a travel agent. Never book without explicit confirmation."}]
         t0 = time.perf_counter()
+        cpu0 = cpu_seconds(proxy.pid)
         for i in range(1, args.turns + 1):
             msgs.append({"role": "user", "content": user_turn(i)})
             if i % 2:
@@ -86,6 +97,7 @@ def main() -> None:
                 msgs.append({"role": "tool", "tool_call_id": f"c{i}",
                              "content": json.dumps({"flight": f"HAT{i}", "depart": "09:40", "fare": "212.50"})})
         wall = time.perf_counter() - t0
+        cpu = cpu_seconds(proxy.pid) - cpu0
         s = json.loads(urllib.request.urlopen(base + "/v1/ctxscore/stats/bench").read())
     finally:
         proxy.terminate()
@@ -95,6 +107,7 @@ def main() -> None:
     o = s["overhead_ms"]
     print(f"{args.turns} turns, {s['requests']} requests, {s['messages']} messages, budget {args.budget}, scorer {args.model}")
     print(f"proxy time per request: p50 {o['p50']:.2f} ms, p95 {o['p95']:.2f} ms, max {o['max']:.2f} ms")
+    print(f"proxy CPU per request: {cpu / s['requests'] * 1000:.2f} ms (user + system, all its threads)")
     print(f"tokens received {s['tokens_received']:,} vs forwarded {s['tokens_forwarded']:,} "
           f"({s['forwarded_share']:.1%}); last request {s['last_received']:,} -> {s['last_forwarded']:,}")
     print(f"end to end: {wall / s['requests'] * 1000:.1f} ms per request (client, proxy and fake upstream)")
