@@ -105,6 +105,10 @@ class LLMClassifier:
             self._count(malformed=len(msgs))
             log.warning("llm classifier: malformed answer for %d messages (%s); kept the first-path predictions", len(msgs), exc)
             return [None] * len(msgs)
+        except Exception:  # noqa: BLE001 - the second path must never break adding messages
+            self._count(failed=len(msgs))
+            log.exception("llm classifier: unexpected error for %d messages; kept the first-path predictions", len(msgs))
+            return [None] * len(msgs)
         out: list[Prediction | None] = []
         for i in range(len(msgs)):
             pred, why = _parse_item(got.get(str(i)))

@@ -226,6 +226,9 @@ class LLMClient:
                     openai.APIResponseValidationError) as exc:  # a body that is not a completion
                 kind, retry = "malformed", True
                 err = LLMResponseError(f"LLM endpoint sent a malformed completion ({exc})", 200, attempt)
+            except openai.OpenAIError as exc:  # anything else the client raises: not retried
+                kind, retry = "client", False
+                err = LLMError(f"LLM request failed ({type(exc).__name__}: {exc})", None, attempt)
             else:
                 return self._account(out, messages, attempt, time.perf_counter() - t0)
             self._count(status=kind)

@@ -87,6 +87,10 @@ class LLMQueryWriter:
             self.failures += 1
             log.warning("llm query writer: %s; searching with the request alone", exc)
             return Queries(request)
+        except Exception:  # noqa: BLE001 - page-in must never fail for the query writer's sake
+            self.failures += 1
+            log.exception("llm query writer: unexpected error; searching with the request alone")
+            return Queries(request)
         return Queries(request, tuple(kws), tuple(paras), ok=True)
 
     def expand(self, request: str, context: Sequence[str] = ()) -> str:
