@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -64,8 +65,10 @@ def test_default_export_goes_to_out_not_into_the_package():
 def test_make_run_exports_to_out_and_only_ship_writes_the_package():
     def commands(target: str) -> list[str]:
         # -n: print the recipe without running it; -o: never remake the venv stamp
-        proc = subprocess.run(["make", "-n", target, f"VENV={sys.prefix}", "-o", f"{sys.prefix}/.installed"],
-                              cwd=REPO, capture_output=True, text=True, check=True)
+        # --no-print-directory and a clean MAKEFLAGS: the same output when the tests run under `make test`
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+        proc = subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={sys.prefix}", "-o",
+                               f"{sys.prefix}/.installed"], cwd=REPO, capture_output=True, text=True, check=True, env=env)
         return [line for line in proc.stdout.splitlines() if line.strip()]
 
     run = commands("run")

@@ -6,7 +6,8 @@ Sources, in order (:func:`extract_facts`):
 2. JSON content (tool results): scalar leaves, slot = their key path (``reservations.0``,
    ``flights.1.flight_number``), values as written (``12.50`` stays ``12.50``), at most
    :data:`MAX_JSON_FACTS` per message, shallow leaves first;
-3. text: the rule file's entity patterns, the slot named by the words before the value in its
+3. text (its first and last 1,200 characters when longer): the rule file's entity patterns, the
+   slot named by the words before the value in its
    sentence (``reference number is Q1XUDH9Y`` -> ``reference number``), else by the unit of a number
    (``4 people`` -> ``people``), else by the kind of entity (``date``, ``time``, ``money``, ``id`` ...);
 4. a pluggable extractor (the learned key-span extractor): ``extractor(text) -> [(slot, value)]``,
@@ -29,7 +30,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from ..messages import Message, Role
-from ..scoring.rules import RuleConfig, sentences
+from ..scoring.rules import RuleConfig, scan_text, sentences
 
 #: A learned extractor: ``text -> [(slot, value)]`` with each value a substring of ``text``.
 Extractor = Callable[[str], Sequence[tuple[str, str]]]
@@ -252,7 +253,7 @@ def extract_facts(msg: Message, task: int, ctx: FactContext) -> tuple[Fact, ...]
         scope = f"{msg.name}." if msg.role == Role.TOOL and msg.name else ""
         found += [(scope + path, value, "json") for _, path, value in leaves if value in msg.content]
     elif msg.content and msg.role != Role.SYSTEM:
-        found += _text_facts(msg.content, ctx)
+        found += _text_facts(scan_text(msg.text()), ctx)  # the scorer's scan text: one entity scan, bounded
     status = _status(msg, ctx.config)
     seen: set[tuple[str, str]] = set()
     facts = []

@@ -63,6 +63,17 @@ CREATE VIRTUAL TABLE IF NOT EXISTS messages_stem USING fts5(
     text, context, content='messages', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2');
 """
 _COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
+#: The full-text indexes hold at most the first ``INDEX_HEAD`` and last ``INDEX_TAIL`` characters of a
+#: message (a multi-KB tool dump costs about 1 ms per 10 KB to index); the message is stored whole.
+INDEX_HEAD = 10_000
+INDEX_TAIL = 2_000
+
+
+def index_text(text: str) -> str:
+    """The part of a message's text the full-text indexes hold (see :data:`INDEX_HEAD`)."""
+    if len(text) <= INDEX_HEAD + INDEX_TAIL:
+        return text
+    return text[:INDEX_HEAD] + "\n" + text[-INDEX_TAIL:]
 
 
 class SQLiteStore:
@@ -170,9 +181,10 @@ class SQLiteStore:
                         f"message id {mid!r} already exists in session {session_id!r}; give each message a unique id "
                         "(or none: automatic ids skip the used ones)"
                     ) from None
+                indexed = index_text(rec.text)
                 for table in ("messages_fts", "messages_stem"):
                     db.execute(f"INSERT INTO {table}(rowid, text, context) VALUES(?, ?, ?)",
-                               (cur.lastrowid, rec.text, rec.context))
+                               (cur.lastrowid, indexed, rec.context))
                 out.append(StoredMessage(msg, rec.text, rec.prediction, Tier.VERBATIM, rec.embedding))
             if out and last == self._last_turn.get(session_id, -1):
                 self._last_turn[session_id] = out[-1].turn  # nothing unseen in between

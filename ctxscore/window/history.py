@@ -74,6 +74,7 @@ class Entry:
         cur_tokens: tokens in the current tier (stub tokens when archived).
         forms: cached forms per tier.
         no_compress: compression fell back to verbatim; do not retry.
+        blocks: the semantic blocks of a long message, once computed.
     """
 
     msg: Message
@@ -94,6 +95,7 @@ class Entry:
     cur_tokens: int = 0
     forms: dict[Tier, Form] = field(default_factory=dict)
     no_compress: bool = False
+    blocks: list[Any] | None = None
 
     @property
     def category(self) -> str:

@@ -19,7 +19,7 @@ from ..messages import Message, Tier
 from ..scoring.base import Scorer
 from ..scoring.rules import RuleClassifier
 from ..store.base import Store
-from ..store.retrieval import Hit
+from ..store.retrieval import Hit, query_terms
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
 from .assemble import PostBuildHook, Section, assemble, make_view
@@ -114,7 +114,7 @@ class SessionState:
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
         occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
-        plan = plan_page_in(hits, h, vals, self.forms, pol, B, occ) if hits else PageInPlan()
+        plan = plan_page_in(hits, h, vals, self.forms, pol, B, occ, _terms(query)) if hits else PageInPlan()
         window = self._assemble(query, B, plan, vals, rel, warns)
         if (not plan.shown and not plan.evicted and window.tokens >= pol.t_archive * B
                 and self.stuck != (len(h), B)):
@@ -170,3 +170,11 @@ class SessionState:
         for hook in self.hooks:
             hook(window, view)
         return window
+
+
+def _terms(query: str | None) -> list[str]:
+    """The words of a query that page-in looks for inside long messages."""
+    if not query:
+        return []
+    fts, short = query_terms(query)
+    return [*fts, *short]
