@@ -3,7 +3,8 @@
 #   make ship   copy the champion into the package (ctxscore/models/default): the only target that changes tracked files
 #   make feedback   one turn of the recall-failure feedback loop (then `make run` again)
 #   make test   the test suite (what CI runs)
-# Both create .venv on first use (torch==2.13.0 CPU first, then the package with its extras).
+# Both create .venv on first use (torch==2.13.0 CPU first, then the package with its extras:
+# train, dev, and llm, serve, langchain for the LLM path, the proxy and the LangChain tests).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e ".[train,dev]"
+	$(PY) -m pip install -e ".[train,dev,llm,serve,langchain]"
 	touch $(STAMP)
 
 install: $(STAMP)

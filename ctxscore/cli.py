@@ -1,4 +1,4 @@
-"""Command line: ``ctxscore compress | score | inspect``.
+"""Command line: ``ctxscore compress | score | inspect | serve``.
 
 Input files: JSONL with one OpenAI-style message per line (``role``, ``content``, optional ``id``,
 ``name``, ``tool_calls``, ``tool_call_id``), a JSON array of messages, or (``score``) the evaluation's
@@ -19,6 +19,7 @@ from typing import Any
 from .config import Policy
 from .errors import CtxScoreError, InputError
 from .io import Conversation, read_sessions
+from .scoring.rules import RuleConfig
 from .window.manager import ContextManager
 
 _BIG_BUDGET = 10_000_000
@@ -130,6 +131,46 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``ctxscore serve``: the OpenAI-compatible proxy (extra ``serve``; see :mod:`ctxscore.serve.app`)."""
+    import os  # noqa: PLC0415
+
+    try:
+        from .serve import create_app, run  # noqa: PLC0415
+    except ImportError as exc:
+        raise CtxScoreError(str(exc)) from None
+    key = os.environ.get(args.upstream_key_env) if args.upstream_key_env else None
+    if args.upstream_key_env and not key:
+        raise CtxScoreError(f"--upstream-key-env {args.upstream_key_env}: the variable is not set")
+    if args.query_writer and not args.llm_model:
+        raise CtxScoreError("--query-writer needs --llm-model (the model that writes the queries)")
+    comp = writer = None
+    if args.llm_model:
+        try:
+            from .llm import LLMClient, LLMCompressor, LLMQueryWriter  # noqa: PLC0415
+        except ImportError as exc:
+            raise CtxScoreError(str(exc)) from None
+        client = LLMClient(base_url=args.llm_base_url or args.upstream, model=args.llm_model)
+        comp = LLMCompressor(client, every=args.summary_every, timing=args.summary_timing)
+        writer = LLMQueryWriter(client) if args.query_writer else None
+    policy = Policy(recent_turns=args.recent_turns) if args.recent_turns is not None else None
+    scorer = _scorer_arg(args.model)  # loaded once for every session
+    rules = RuleConfig.load(args.rules) if args.rules else None
+
+    def factory(sid: str) -> ContextManager:
+        return ContextManager(budget=args.budget, scorer=scorer, rules=rules, encoding=args.encoding, policy=policy,
+                              store=args.store, session_id=sid, compressor=comp,
+                              layers=[comp.layer()] if comp is not None else [])
+
+    app = create_app(args.upstream, args.budget, manager_factory=factory, upstream_api_key=key,
+                     timeout=args.timeout, max_sessions=args.max_sessions, query_writer=writer)
+    logging.getLogger("ctxscore").setLevel(logging.WARNING)
+    print(f"ctxscore proxy on http://{args.host}:{args.port}/v1 -> {args.upstream} (budget {args.budget} tokens)",
+          file=sys.stderr, flush=True)
+    run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def _positive_int(s: str) -> int:
     try:
         v = int(s)
@@ -177,6 +218,29 @@ def build_parser() -> argparse.ArgumentParser:
     common(i)
     i.add_argument("--budget", type=_positive_int, required=True, help="token budget")
     i.set_defaults(func=cmd_inspect)
+
+    v = sub.add_parser("serve", help="OpenAI-compatible proxy: clients send their full history, the upstream gets the window")
+    v.add_argument("--upstream", required=True, help="upstream API base including /v1, e.g. https://api.openai.com/v1")
+    v.add_argument("--budget", type=_positive_int, required=True, help="token budget of each forwarded window")
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    v.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    v.add_argument("--model", default="auto", help="scorer: 'auto', 'rules' or a packaged scorer folder")
+    v.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
+    v.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
+    v.add_argument("--recent-turns", type=_count, default=None, help="last K turns kept verbatim (default 3)")
+    v.add_argument("--store", default=None, help="SQLite file keeping every session (default: in memory)")
+    v.add_argument("--upstream-key-env", default=None,
+                   help="environment variable holding the upstream key (default: forward the client's Authorization)")
+    v.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream (default 600)")
+    v.add_argument("--max-sessions", type=_positive_int, default=1000, help="sessions kept in memory (default 1000)")
+    v.add_argument("--llm-model", default=None, help="summarise with this model (the LLM compressor; extra 'llm')")
+    v.add_argument("--llm-base-url", default=None, help="endpoint of --llm-model (default: the upstream)")
+    v.add_argument("--summary-every", type=_positive_int, default=3, help="turns between summary batches (default 3)")
+    v.add_argument("--summary-timing", default="immediate", choices=["immediate", "deferred"],
+                   help="batch at turn KxN (immediate) or when turn KxN+1 begins (deferred)")
+    v.add_argument("--query-writer", action="store_true", help="let --llm-model write the page-in queries")
+    v.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    v.set_defaults(func=cmd_serve)
     return p
 
 

@@ -1,8 +1,11 @@
 """The shared verifier: every compressor's output is checked the same way before it enters a window.
 
 A compressed form passes when (1) every key span of the original occurs in it, byte-exact after
-collapsing whitespace, (2) it invents no entity: every entity the rule patterns find in the output
-occurs in the original, and (3) it is shorter than the original. A form that fails is never shown;
+collapsing whitespace, (2) every negation of the original (:func:`negation_spans`: "not allowed",
+"never book", "don't want", "no garage", 不要, 没有 ...) occurs in it as a whole phrase, case aside,
+(3) it invents no entity (every entity the rule patterns find in the output occurs in the original)
+and no negation (a form that negates where the original negates nothing, in that language), and
+(4) it is shorter than the original. A form that fails is never shown;
 the caller falls back to a gentler tier (see :func:`ctxscore.compress.base.compress_verified`).
 """
 
@@ -20,6 +23,53 @@ _QUOTES = "\"'`“”「」《》‘’"
 
 def _norm(text: str) -> str:
     return _WS.sub(" ", text)
+
+
+# A negation cue and the word after it (English), or a Chinese negation character and the one after
+# it. Pleasantries and fillers ("no problem", "no worries", "nothing else") and transitions
+# ("not only", 不过, 不但 ...) are not negations; 非常 / 无论 are not either.
+_EN_NEG = re.compile(
+    r"(?<![\w'’])(?!no (?:problem|problems|worries)\b|not only\b|nothing else\b)"
+    r"(?P<cue>not|never|no|nor|none|nothing|nobody|neither|cannot|no longer"
+    r"|(?:do|does|did|is|are|was|were|have|has|had|would|should|could|must|need)n[’']t|can[’']t|won[’']t)"
+    r"(?![\w'’])(?:[ \t]+[A-Za-z0-9][\w-]*)?", re.IGNORECASE)
+_ZH_NEG = re.compile(r"(?P<cue>不|没|别|勿|未|无|禁止)(?!过|但|仅|断|久|少|错|管|论|同|然|客气)[\u4e00-\u9fff]")
+
+
+def negation_spans(text: str) -> list[str]:
+    """The negations of ``text`` a compressed form must keep: an English negation cue with the word
+    after it ("not allowed", "never book", "don't want", "No" before a comma), or a Chinese negation
+    character with the character after it (不要, 没有, 别用); distinct, in order of appearance."""
+    out: dict[str, None] = {}
+    for rx in (_EN_NEG, _ZH_NEG):
+        for m in rx.finditer(text):
+            out.setdefault(_norm(m.group(0)), None)
+    return list(out)
+
+
+def _negated(text: str) -> set[str]:
+    """The languages (``"en"``, ``"zh"``) in which ``text`` negates anything."""
+    return {lang for lang, rx in (("en", _EN_NEG), ("zh", _ZH_NEG)) if rx.search(text)}
+
+
+_CONTRACTIONS = ((re.compile(r"\bcan(?:'t|not)\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"),
+                 (re.compile(r"(?<=\w)n't\b"), " not"))
+
+
+def _neg_norm(text: str) -> str:
+    """Lower case, one space, contractions spelled out ("don't" -> "do not", "cannot" -> "can not")."""
+    t = _norm(text).lower().replace("’", "'")
+    for rx, sub in _CONTRACTIONS:
+        t = rx.sub(sub, t)
+    return t
+
+
+def _has_phrase(phrase: str, text: str) -> bool:
+    """``phrase`` occurs in ``text``: English as whole words, case, whitespace and contractions aside
+    ("don't book" matches "do not book"); Chinese as is."""
+    if _ZH_NEG.match(phrase):
+        return phrase in text
+    return re.search(r"(?<![\w'])" + re.escape(_neg_norm(phrase)) + r"(?![\w'])", _neg_norm(text)) is not None
 
 
 def key_spans(text: str, config: RuleConfig | None = None) -> list[str]:
@@ -41,8 +91,9 @@ class Verdict:
 
     Attributes:
         ok: the form may be shown.
-        missing: key spans of the original absent from the form.
-        invented: entities of the form that the original does not contain.
+        missing: key spans and negations (:func:`negation_spans`) of the original absent from the form.
+        invented: entities of the form that the original does not contain, and negations of the form
+            where the original negates nothing (in that language).
         longer: the form is not shorter than the original.
     """
 
@@ -66,9 +117,13 @@ def verify(original: str, form: str, spans: Sequence[str] | None = None,
     want = key_spans(original, cfg) if spans is None else list(spans)
     norm_form, norm_orig = _norm(form), _norm(original)
     missing = tuple(s for s in want if _norm(s) not in norm_form)
+    missing += tuple(s for s in negation_spans(original) if s not in missing and not _has_phrase(s, norm_form))
     # a line that is a substring of the original cannot hold an invented entity: scan only the others
-    novel = [line for line in form.split("\n") if line.strip() and _norm(line).strip() not in norm_orig]
-    invented = tuple(s for s in key_spans("\n".join(novel), cfg) if _norm(s) not in norm_orig) if novel else ()
+    novel = "\n".join(line for line in form.split("\n") if line.strip() and _norm(line).strip() not in norm_orig)
+    invented: tuple[str, ...] = ()
+    if novel:
+        invented = tuple(s for s in key_spans(novel, cfg) if _norm(s) not in norm_orig)
+        invented += tuple(s for s in negation_spans(novel) if (_ZH_NEG.match(s) and "zh" or "en") not in _negated(original))
     longer = len(form) >= len(original)
     return Verdict(ok=bool(form.strip()) and not missing and not invented and not longer,
                    missing=missing, invented=invented, longer=longer)

@@ -1,0 +1,1 @@
+"""Integrations with agent frameworks (LangChain: :mod:`ctxscore.integrations.langchain`)."""

@@ -1,0 +1,637 @@
+"""The OpenAI-compatible proxy: clients keep sending their whole history; the upstream model sees a
+window that fits the budget.
+
+``POST /v1/chat/completions``:
+
+1. the session is the ``X-Session-Id`` header, else derived from the conversation's first messages
+   (the system messages and the first user message: :func:`derive_session_id`); one
+   :class:`~ctxscore.ContextManager` per session, requests of one session are served one at a time,
+   sessions in parallel;
+2. the resent history is synced (:meth:`ContextManager.sync`: only new messages are added; a
+   trimmed or edited history is followed, nothing is lost), and the window is built for the last
+   user message as the query, within the budget less the tokens of the request's ``tools``;
+3. the request goes upstream with the window as ``messages`` and every other parameter as the
+   client sent it, and the same headers (``Authorization`` included, unless the proxy has its own
+   upstream key), hop-by-hop ones aside;
+4. the answer comes back unchanged: a JSON body with the upstream's status, or the server-sent
+   events as they arrive; an upstream error keeps its status and body; an unreachable upstream is
+   502, a timeout 504 (OpenAI-style error bodies);
+5. the assistant's reply (choice 0: content and tool calls, accumulated from the stream's deltas)
+   is recorded in the session before the client sees the end of the answer, so its next request
+   finds it in place (a client that goes on with another choice, or edits the reply, is followed:
+   the sync rebases). Tool calls and their results stay one unit in every window.
+
+Other ``/v1/...`` routes (``GET /v1/models``, embeddings ...) are passed through as they are.
+``GET /v1/ctxscore/stats`` (and ``/v1/ctxscore/stats/{session_id}``) give per session the tokens
+received (the messages of the client's full history) vs forwarded (the messages of the window; the
+``tools`` definitions, sent as they are, are in neither), requests, sync modes, upstream errors and
+the proxy's own time per request (p50 / p95 ms, upstream time excluded).
+
+Responses carry ``X-Ctxscore-Session``, ``X-Ctxscore-Tokens-Received``, ``X-Ctxscore-Tokens-Forwarded``
+and, when the window had any, ``X-Ctxscore-Warnings`` (the kinds, comma-separated: for example
+``pinned_over_budget`` when the pinned instructions alone exceed the budget; the window is then
+forwarded anyway, over budget, and the warning is logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._optional import require
+
+fastapi = require("fastapi", "serve", "ctxscore.serve")
+httpx = require("httpx", "serve", "ctxscore.serve")
+
+from fastapi import FastAPI, Request  # noqa: E402
+from starlette.concurrency import run_in_threadpool  # noqa: E402
+from starlette.responses import JSONResponse, Response, StreamingResponse  # noqa: E402
+
+from ..config import Policy, check_budget  # noqa: E402
+from ..errors import ConfigError, CtxScoreError, InputError  # noqa: E402
+from ..messages import Message, Role  # noqa: E402
+from ..tokens import REPLY_PRIMING_TOKENS  # noqa: E402
+from ..window.manager import ContextManager  # noqa: E402
+
+log = logging.getLogger("ctxscore.serve")
+
+#: Request headers never forwarded upstream (hop-by-hop, or recomputed by the HTTP client).
+HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
+                         "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding"})
+#: Response headers never passed back (hop-by-hop, or no longer true of the body sent).
+HOP_RESPONSE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding",
+                                  "trailer", "upgrade", "date", "server"})
+#: The message fields of the chat-completions API that ctxscore keeps (others, like ``refusal`` or
+#: ``annotations`` of a resent answer, are dropped before syncing).
+MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+#: Proxy timings kept per session for the percentiles.
+TIMINGS_KEPT = 10_000
+
+
+def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    """An OpenAI-style error body ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def derive_session_id(messages: list[Any]) -> str:
+    """The session of a request without ``X-Session-Id``: ``auto-`` and 16 hex digits of the sha256 of
+    the conversation's leading system messages and its first user message (role and content).
+
+    Two conversations that open with the same system prompt and the same first user message share a
+    session: send ``X-Session-Id`` to keep them apart.
+    """
+    head = []
+    for m in messages:
+        if not isinstance(m, dict):
+            break
+        head.append([m.get("role"), m.get("content")])
+        if m.get("role") not in ("system", "developer"):
+            break
+    digest = hashlib.sha256(json.dumps(head, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
+    return "auto-" + digest[:16]
+
+
+def normalize_message(m: Any, i: int) -> dict[str, Any]:
+    """A client's message as ctxscore takes it: the fields of :data:`MESSAGE_FIELDS` that are not null,
+    ``developer`` mapped to ``system``.
+
+    Raises:
+        InputError: not an object (the window is never built from a list it cannot read).
+    """
+    if not isinstance(m, dict):
+        raise InputError(f"messages[{i}]: expected an object with 'role' and 'content', got {type(m).__name__}")
+    if m.get("function_call") is not None:
+        raise InputError(f"messages[{i}]: the legacy 'function_call' field is not supported; send 'tool_calls'")
+    out = {k: m[k] for k in MESSAGE_FIELDS if m.get(k) is not None}
+    if out.get("role") == "developer":
+        out["role"] = "system"
+    if out.get("tool_calls") == []:
+        del out["tool_calls"]
+    return out
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+@dataclass
+class SessionStats:
+    """What the proxy measured for one session (tokens as the session's counter counts them)."""
+
+    requests: int = 0
+    tokens_received: int = 0
+    tokens_forwarded: int = 0
+    last_received: int = 0
+    last_forwarded: int = 0
+    replies_recorded: int = 0
+    upstream_errors: int = 0
+    modes: Counter[str] = field(default_factory=Counter)
+    overhead_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMINGS_KEPT))
+
+    def count(self, received: int, forwarded: int) -> None:
+        """One request's tokens."""
+        self.requests += 1
+        self.tokens_received += received
+        self.tokens_forwarded += forwarded
+        self.last_received, self.last_forwarded = received, forwarded
+
+    def as_dict(self, cm: ContextManager) -> dict[str, Any]:
+        """A JSON-ready summary (``overhead_ms``: the proxy's own time per request, upstream excluded)."""
+        xs = list(self.overhead_ms)
+        return {
+            "requests": self.requests, "messages": len(cm), "budget": cm.budget,
+            "tokens_received": self.tokens_received, "tokens_forwarded": self.tokens_forwarded,
+            "forwarded_share": round(self.tokens_forwarded / self.tokens_received, 4) if self.tokens_received else None,
+            "last_received": self.last_received, "last_forwarded": self.last_forwarded,
+            "replies_recorded": self.replies_recorded, "upstream_errors": self.upstream_errors,
+            "sync_modes": dict(self.modes),
+            "overhead_ms": {"p50": round(_percentile(xs, 0.5), 3), "p95": round(_percentile(xs, 0.95), 3),
+                            "max": round(max(xs), 3) if xs else 0.0, "n": len(xs)},
+        }
+
+
+class _Session:
+    def __init__(self, sid: str, cm: ContextManager) -> None:
+        self.id, self.cm = sid, cm
+        self.lock = asyncio.Lock()
+        self.stats = SessionStats()
+        #: The history as the normalized dicts it was made from (``None``: unknown, sync in full).
+        self.known: list[dict[str, Any]] | None = None
+        #: Requests holding or waiting for this session (it is never closed while any does).
+        self.users = 0
+
+
+class Sessions:
+    """One :class:`ContextManager` per session id, at most ``max_sessions`` (the least recently used
+    idle one is closed first; a client that comes back resends its history and is synced from scratch,
+    or resumed from the store when it is a file)."""
+
+    def __init__(self, factory: Callable[[str], ContextManager], max_sessions: int) -> None:
+        self.factory, self.max_sessions = factory, max_sessions
+        self._by_id: OrderedDict[str, _Session] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, sid: str) -> _Session:
+        """The session ``sid`` (made on first use), counted as in use until :meth:`done`."""
+        with self._lock:
+            s = self._by_id.get(sid)
+            if s is not None:
+                self._by_id.move_to_end(sid)
+            else:
+                s = self._by_id[sid] = _Session(sid, self.factory(sid))
+                if len(self._by_id) > self.max_sessions:
+                    for old_id, old in list(self._by_id.items()):
+                        if old is not s and old.users == 0:
+                            del self._by_id[old_id]
+                            old.cm.close()
+                            break
+            s.users += 1
+            return s
+
+    def done(self, s: _Session) -> None:
+        """A request is finished with ``s``."""
+        with self._lock:
+            s.users -= 1
+
+    def find(self, sid: str) -> _Session | None:
+        with self._lock:
+            return self._by_id.get(sid)
+
+    def all(self) -> list[_Session]:
+        with self._lock:
+            return list(self._by_id.values())
+
+    def close(self) -> None:
+        with self._lock:
+            for s in self._by_id.values():
+                s.cm.close()
+            self._by_id.clear()
+
+
+class _Accumulator:
+    """Reads an SSE chat-completions stream and accumulates choice 0's message."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.done = False
+        self.finished = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """Read ``chunk``; True once ``data: [DONE]`` was seen."""
+        self.buf += chunk
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                continue
+            for ch in obj.get("choices") or ():
+                if not isinstance(ch, dict) or ch.get("index", 0) != 0:
+                    continue
+                if ch.get("finish_reason"):
+                    self.finished = True
+                d = ch.get("delta") or {}
+                if isinstance(d.get("content"), str):
+                    self.content.append(d["content"])
+                for tc in d.get("tool_calls") or ():
+                    c = self.calls.setdefault(int(tc.get("index", 0)),
+                                              {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                    c["id"] = tc.get("id") or c["id"]
+                    fn = tc.get("function") or {}
+                    c["function"]["name"] += fn.get("name") or ""
+                    c["function"]["arguments"] += fn.get("arguments") or ""
+        return self.done
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        if self.calls:
+            msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return msg
+
+
+class _Stream(StreamingResponse):
+    """A streaming response that runs ``on_close`` however it ends (finished, failed, client gone)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Any], **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+def _last_user_text(msgs: list[dict[str, Any]]) -> str | None:
+    for m in reversed(msgs):
+        if m.get("role") == Role.USER:
+            c = m.get("content")
+            if isinstance(c, list):
+                return "\n".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text") or None
+            return c or None
+    return None
+
+
+class Proxy:
+    """The proxy's state: the sessions, the upstream client and the settings (see :func:`create_app`)."""
+
+    def __init__(self, upstream: str, budget: int, factory: Callable[[str], ContextManager], *,
+                 upstream_api_key: str | None, timeout: float, max_sessions: int, session_header: str,
+                 query_writer: Any) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.budget = budget
+        self.sessions = Sessions(factory, max_sessions)
+        self.upstream_api_key = upstream_api_key
+        self.timeout = timeout
+        self.session_header = session_header
+        self.query_writer = query_writer
+        self.client: Any = None
+        self._tools_tokens: OrderedDict[str, int] = OrderedDict()
+        self._tools_lock = threading.Lock()  # prepare() runs in worker threads, many sessions at once
+
+    # ------------------------------------------------------------------ helpers
+    def http(self) -> Any:
+        if self.client is None:
+            self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                                            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        return self.client
+
+    def headers_up(self, request: Request, stream: bool = False) -> dict[str, str]:
+        skip = HOP_HEADERS | {self.session_header.lower()}
+        h = {k: v for k, v in request.headers.items() if k.lower() not in skip}
+        if self.upstream_api_key:
+            h = {k: v for k, v in h.items() if k.lower() != "authorization"}
+            h["authorization"] = f"Bearer {self.upstream_api_key}"
+        if stream:
+            h["accept-encoding"] = "identity"
+        return h
+
+    @staticmethod
+    def headers_down(headers: Any) -> dict[str, str]:
+        return {k: v for k, v in headers.items() if k.lower() not in HOP_RESPONSE_HEADERS}
+
+    def tools_tokens(self, cm: ContextManager, tools: Any) -> int:
+        """Tokens of a request's ``tools`` definitions (their JSON), reserved from the budget; cached."""
+        if not tools:
+            return 0
+        text = json.dumps(tools, ensure_ascii=False, sort_keys=True)
+        with self._tools_lock:
+            n = self._tools_tokens.get(text)
+        if n is None:
+            n = cm.counter.count(text)
+            with self._tools_lock:
+                self._tools_tokens[text] = n
+                while len(self._tools_tokens) > 256:
+                    self._tools_tokens.popitem(last=False)
+        return n
+
+    def prepare(self, sess: _Session, messages: list[Any], tools: Any) -> tuple[list[dict[str, Any]], int, int, list[str]]:
+        """Sync and build (runs in a worker thread): ``(window messages, tokens received, tokens
+        forwarded, the window's warning kinds)``."""
+        cm = sess.cm
+        msgs = [normalize_message(m, i) for i, m in enumerate(messages)]
+        known = sess.known
+        if known is not None and len(cm) == len(known) <= len(msgs) and msgs[:len(known)] == known:
+            mode = "append"  # the client resent the history as it is: add the rest (what sync would do, faster)
+            sess.known = None
+            cm.extend(msgs[len(known):])
+        else:
+            sess.known = None
+            mode = cm.sync(msgs).mode
+        sess.known = msgs if mode != "trimmed" else None
+        sess.stats.modes[mode] += 1
+        if mode == "trimmed":
+            received = sum(cm.counter.count_message(Message.from_dict(m)) for m in msgs) + REPLY_PRIMING_TOKENS
+        else:
+            received = cm.total_tokens
+        query = _last_user_text(msgs)
+        if query and self.query_writer is not None:
+            query = self.query_writer.expand(query)
+        reserve = self.tools_tokens(cm, tools)
+        window = cm.build(query=query, budget=max(1, self.budget - reserve))
+        return window.messages, received, window.tokens, sorted({str(w.kind) for w in window.warnings})
+
+    async def record(self, sess: _Session, message: dict[str, Any]) -> None:
+        """Add the assistant's reply to the session (an empty or invalid reply is skipped, logged)."""
+        msg = normalize_message(message, 0)
+        if not (msg.get("content") or msg.get("tool_calls")):
+            return
+        known, sess.known = sess.known, None
+        try:
+            await run_in_threadpool(sess.cm.add, msg)
+            sess.stats.replies_recorded += 1
+        except CtxScoreError as exc:
+            log.warning("session %s: the reply was not recorded (%s)", sess.id, exc)
+            return
+        if known is not None:
+            sess.known = [*known, msg]
+
+    # ------------------------------------------------------------------ the routes
+    async def chat(self, request: Request) -> Response:
+        """``POST /v1/chat/completions`` (see the module docstring)."""
+        t0 = time.perf_counter()
+        body, problem = _read_chat_body(await request.body())
+        if problem is not None:
+            return problem
+        sid = request.headers.get(self.session_header) or derive_session_id(body["messages"])
+        if not sid.strip() or len(sid) > 256:
+            return JSONResponse(error_body(f"{self.session_header} must be 1-256 characters"), status_code=400)
+        sess = self.sessions.get(sid)
+        try:
+            await sess.lock.acquire()
+        except BaseException:
+            self.sessions.done(sess)
+            raise
+        release = _Release(sess, self.sessions)
+        try:
+            try:
+                window, received, forwarded, warns = await run_in_threadpool(self.prepare, sess, body["messages"],
+                                                                              body.get("tools"))
+            except InputError as exc:
+                return JSONResponse(error_body(str(exc), param="messages"), status_code=400)
+            except CtxScoreError as exc:
+                return JSONResponse(error_body(str(exc), kind="server_error"), status_code=500)
+            sess.stats.count(received, forwarded)
+            ctx = {"x-ctxscore-session": sid, "x-ctxscore-tokens-received": str(received),
+                   "x-ctxscore-tokens-forwarded": str(forwarded)}
+            if warns:
+                ctx["x-ctxscore-warnings"] = ",".join(warns)
+            fwd = {**body, "messages": window}
+            if body.get("stream"):
+                return await self._stream(request, sess, fwd, ctx, time.perf_counter() - t0, release)
+            return await self._plain(request, sess, fwd, ctx, time.perf_counter() - t0)
+        finally:
+            if not release.handed_off:
+                await release()
+
+    async def _send(self, request: Request, fwd: dict[str, Any], stream: bool) -> Any:
+        """The upstream's response, or an error :class:`Response` (502 unreachable, 504 timeout)."""
+        url = self.upstream + "/chat/completions"
+        try:
+            req = self.http().build_request("POST", url, json=fwd, headers=self.headers_up(request, stream=stream))
+            return await self.http().send(req, stream=stream)
+        except httpx.TimeoutException as exc:
+            return JSONResponse(error_body(f"the upstream {self.upstream} did not answer in time ({exc!r})",
+                                           kind="upstream_timeout"), status_code=504)
+        except httpx.HTTPError as exc:
+            return JSONResponse(error_body(f"the upstream {self.upstream} is unreachable ({exc!r})",
+                                           kind="upstream_error"), status_code=502)
+
+    async def _plain(self, request: Request, sess: _Session, fwd: dict[str, Any], ctx: dict[str, str],
+                     spent: float) -> Response:
+        r = await self._send(request, fwd, stream=False)
+        st = sess.stats
+        if isinstance(r, Response):
+            st.upstream_errors += 1
+            r.headers.update(ctx)
+            return r
+        if r.status_code != 200:
+            st.upstream_errors += 1
+        else:
+            t1 = time.perf_counter()
+            try:
+                reply = r.json()["choices"][0]["message"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                reply = None
+            if isinstance(reply, dict):
+                await self.record(sess, reply)
+            spent += time.perf_counter() - t1
+        st.overhead_ms.append(spent * 1000.0)
+        return Response(r.content, status_code=r.status_code, headers={**self.headers_down(r.headers), **ctx})
+
+    async def _stream(self, request: Request, sess: _Session, fwd: dict[str, Any], ctx: dict[str, str],
+                      spent: float, release: _Release) -> Response:
+        r = await self._send(request, fwd, stream=True)
+        st = sess.stats
+        if isinstance(r, Response):
+            st.upstream_errors += 1
+            r.headers.update(ctx)
+            return r
+        down = {**self.headers_down(r.headers), **ctx}
+        if r.status_code != 200:
+            content = await r.aread()
+            await r.aclose()
+            st.upstream_errors += 1
+            st.overhead_ms.append(spent * 1000.0)
+            return Response(content, status_code=r.status_code, headers=down)
+
+        async def events() -> AsyncIterator[bytes]:
+            nonlocal spent
+            acc = _Accumulator()
+            recorded = False
+            async for chunk in r.aiter_bytes():
+                if acc.feed(chunk) and not recorded:
+                    t1 = time.perf_counter()
+                    recorded = True
+                    await self.record(sess, acc.message())  # before the client sees the end
+                    spent += time.perf_counter() - t1
+                yield chunk
+            if not recorded and acc.finished:  # an upstream that sends no [DONE]
+                await self.record(sess, acc.message())
+            st.overhead_ms.append(spent * 1000.0)
+
+        async def close() -> None:
+            await r.aclose()
+            await release()
+
+        release.handed_off = True
+        return _Stream(events(), close, status_code=200, headers=down,
+                       media_type=r.headers.get("content-type", "text/event-stream"))
+
+    async def passthrough(self, path: str, request: Request) -> Response:
+        """Any other ``/v1/{path}``: sent upstream as it is, the answer streamed back as it is."""
+        url = f"{self.upstream}/{path}"
+        if request.url.query:
+            url += "?" + request.url.query
+        req = self.http().build_request(request.method, url, content=await request.body(),
+                                        headers=self.headers_up(request, stream=True))
+        try:
+            r = await self.http().send(req, stream=True)
+        except httpx.TimeoutException as exc:
+            return JSONResponse(error_body(f"the upstream did not answer in time ({exc!r})", kind="upstream_timeout"),
+                                status_code=504)
+        except httpx.HTTPError as exc:
+            return JSONResponse(error_body(f"the upstream is unreachable ({exc!r})", kind="upstream_error"),
+                                status_code=502)
+
+        async def close() -> None:
+            await r.aclose()
+
+        return _Stream(r.aiter_raw(), close, status_code=r.status_code, headers=self.headers_down(r.headers))
+
+    def stats(self) -> dict[str, Any]:
+        """``GET /v1/ctxscore/stats``: every session's figures and the totals."""
+        rows = {s.id: s.stats.as_dict(s.cm) for s in self.sessions.all()}
+        received = sum(r["tokens_received"] for r in rows.values())
+        forwarded = sum(r["tokens_forwarded"] for r in rows.values())
+        return {"upstream": self.upstream, "budget": self.budget, "sessions": rows,
+                "totals": {"sessions": len(rows), "requests": sum(r["requests"] for r in rows.values()),
+                           "tokens_received": received, "tokens_forwarded": forwarded,
+                           "forwarded_share": round(forwarded / received, 4) if received else None}}
+
+
+class _Release:
+    """Releases a session's lock and use count once, whoever calls it first (the handler or the stream)."""
+
+    def __init__(self, sess: _Session, sessions: Sessions) -> None:
+        self.sess, self.sessions = sess, sessions
+        self.handed_off = False  # the stream releases it when it closes
+        self._done = False
+
+    async def __call__(self) -> None:
+        if not self._done:
+            self._done = True
+            self.sess.lock.release()
+            self.sessions.done(self.sess)
+
+
+def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
+    """The request body as a dict with a non-empty ``messages`` list, or a 400 response."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
+    if not isinstance(body, dict):
+        return {}, JSONResponse(error_body("the request body must be a JSON object"), status_code=400)
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        return {}, JSONResponse(error_body("'messages' must be a non-empty list", param="messages"), status_code=400)
+    return body, None
+
+
+def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str | None = None,
+               policy: Policy | None = None, encoding: str = "cl100k_base",
+               manager_factory: Callable[[str], ContextManager] | None = None, upstream_api_key: str | None = None,
+               timeout: float = 600.0, max_sessions: int = 1000, session_header: str = "X-Session-Id",
+               query_writer: Any = None) -> FastAPI:
+    """The proxy as a FastAPI app (serve it with uvicorn; see the module docstring).
+
+    Args:
+        upstream: the upstream API base, including ``/v1`` (``https://api.openai.com/v1``).
+        budget: the window's token budget (messages and the request's tool definitions), > 0.
+        scorer: the sessions' scorer (``"auto"``, ``"rules"``, a packaged scorer folder or a scorer).
+        store: a SQLite file for every session's messages (sessions then survive restarts), or
+            ``None`` for a private in-memory store per session.
+        policy: the tier policy (default :class:`~ctxscore.Policy`).
+        encoding: the tiktoken encoding of the budget.
+        manager_factory: ``factory(session_id) -> ContextManager``, replacing the settings above
+            (an LLM compressor, layers, a shared store ...).
+        upstream_api_key: sent upstream instead of the client's ``Authorization``.
+        timeout: seconds to wait for the upstream (connect: at most 10).
+        max_sessions: sessions kept in memory (least recently used closed first).
+        session_header: the header naming the session.
+        query_writer: an object with ``expand(request) -> str`` (:class:`ctxscore.llm.LLMQueryWriter`)
+            used on the page-in query; ``None`` (default) uses the request as it is.
+
+    Raises:
+        ConfigError: a bad budget, upstream URL or count.
+    """
+    budget = check_budget(budget)
+    if not isinstance(upstream, str) or not upstream.startswith(("http://", "https://")):
+        raise ConfigError(f"upstream must be an http(s) URL such as https://api.openai.com/v1, got {upstream!r}")
+    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+        raise ConfigError(f"max_sessions must be a positive integer, got {max_sessions!r}")
+    if scorer not in ("auto", "rules", None) and isinstance(scorer, str):
+        from ..scoring.learned import LearnedScorer  # noqa: PLC0415
+
+        scorer = LearnedScorer.from_pretrained(scorer)  # loaded once for every session
+
+    def default_factory(sid: str) -> ContextManager:
+        return ContextManager(budget=budget, scorer=scorer, store=store, policy=policy, encoding=encoding, session_id=sid)
+
+    proxy = Proxy(upstream, budget, manager_factory or default_factory, upstream_api_key=upstream_api_key,
+                  timeout=timeout, max_sessions=max_sessions, session_header=session_header, query_writer=query_writer)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if proxy.client is not None:
+            await proxy.client.aclose()
+        proxy.sessions.close()
+
+    app = FastAPI(title="ctxscore proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.proxy = proxy
+    app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])
+
+    @app.get("/v1/ctxscore/stats")
+    async def stats_all() -> dict[str, Any]:
+        return proxy.stats()
+
+    @app.get("/v1/ctxscore/stats/{session_id}")
+    async def stats_one(session_id: str) -> Response:
+        s = proxy.sessions.find(session_id)
+        if s is None:
+            return JSONResponse(error_body(f"no session {session_id!r}", code="session_not_found"), status_code=404)
+        return JSONResponse(s.stats.as_dict(s.cm))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True, "sessions": len(proxy.sessions.all())}
+
+    app.add_api_route("/v1/{path:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    return app

@@ -1,0 +1,185 @@
+"""LangChain: message conversion both ways, the v1 agent middleware (the model sees the window) and
+trim_messages, with langchain-core's fake chat models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel  # noqa: E402
+from langchain_core.messages import (  # noqa: E402
+    AIMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+
+from ctxscore import Message, TokenCounter  # noqa: E402
+from ctxscore.errors import InputError  # noqa: E402
+from ctxscore.integrations.langchain import ContextMiddleware, to_langchain, to_openai_dicts, trim_messages  # noqa: E402
+
+COUNTER = TokenCounter()
+SYSTEM = "You are a parcel agent. Never share a customer's home address."
+
+
+def tokens(dicts) -> int:
+    return sum(COUNTER.count_message(Message.from_dict(d)) for d in dicts) + 3
+
+
+def test_conversion_both_ways():
+    msgs = [
+        SystemMessage("sys"),
+        HumanMessage([{"type": "text", "text": "look at this"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]),
+        AIMessage("", tool_calls=[{"name": "track", "args": {"parcel": 7, "note": "café"}, "id": "c1"}]),
+        ToolMessage("shipped", tool_call_id="c1", name="track"),
+        AIMessage([{"type": "text", "text": "It shipped"}, {"type": "reasoning", "reasoning": "hidden"}]),
+        ChatMessage(role="developer", content="be brief"),
+    ]
+    d = to_openai_dicts(msgs)
+    assert d == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": [{"type": "text", "text": "look at this"},
+                                     {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "track", "arguments": '{"parcel": 7, "note": "café"}'}}]},
+        {"role": "tool", "content": "shipped", "tool_call_id": "c1", "name": "track"},
+        {"role": "assistant", "content": "It shipped"},
+        {"role": "system", "content": "be brief"},
+    ]
+    back = to_langchain(d)
+    assert [type(m).__name__ for m in back] == ["SystemMessage", "HumanMessage", "AIMessage", "ToolMessage", "AIMessage",
+                                                "SystemMessage"]
+    assert back[2].tool_calls == [{"name": "track", "args": {"parcel": 7, "note": "café"}, "id": "c1", "type": "tool_call"}]
+    assert back[1].content == d[1]["content"] and back[3].tool_call_id == "c1" and back[3].name == "track"
+    assert to_openai_dicts(back)[:5] == d[:5]  # a round trip is the identity
+
+
+def test_raw_argument_strings_survive_and_invalid_calls_are_kept():
+    raw = '{"parcel":7,  "when": "12.50"}'  # spacing kept byte for byte
+    ai = AIMessage("", tool_calls=[{"name": "track", "args": {"parcel": 7, "when": "12.50"}, "id": "c1"}],
+                   additional_kwargs={"tool_calls": [{"id": "c1", "type": "function",
+                                                      "function": {"name": "track", "arguments": raw}}]})
+    assert to_openai_dicts([ai])[0]["tool_calls"][0]["function"]["arguments"] == raw
+    broken = to_langchain([{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c2", "type": "function", "function": {"name": "track", "arguments": "{parcel: 7"}}]}])[0]
+    assert broken.tool_calls == [] and broken.invalid_tool_calls[0]["args"] == "{parcel: 7"
+    assert to_openai_dicts([broken])[0]["tool_calls"][0]["function"]["arguments"] == "{parcel: 7"
+
+
+def test_conversion_errors():
+    with pytest.raises(InputError, match="has no chat-completions role"):
+        to_openai_dicts([FunctionMessage(content="x", name="f")])
+    with pytest.raises(InputError, match="unknown role"):
+        to_langchain([{"role": "function", "content": "x"}])
+    with pytest.raises(InputError, match="expected a LangChain message"):
+        to_openai_dicts([42])  # type: ignore[list-item]
+
+
+def test_trim_messages_keeps_what_matters():
+    history = [SystemMessage(SYSTEM), HumanMessage("Track parcel PX-4411 for me; it must not be left with a neighbour.")]
+    for i in range(40):
+        history += [AIMessage(f"Day {i}: the weather looks cloudy with light wind and some sun in the afternoon."),
+                    HumanMessage(f"ok, thanks for day {i}")]
+    history.append(HumanMessage("So where is my parcel?"))
+    window = trim_messages(history, max_tokens=600)
+    dicts = to_openai_dicts(window)
+    assert tokens(dicts) <= 600 and dicts[0]["content"].startswith(SYSTEM)
+    assert dicts[-1] == {"role": "user", "content": "So where is my parcel?"}
+    assert "must not be left with a neighbour" in json.dumps(dicts)  # the constraint is pinned
+    from langchain_core.messages import trim_messages as lc_trim
+
+    lc = lc_trim(history, max_tokens=600, token_counter=lambda ms: tokens(to_openai_dicts(ms)), strategy="last",
+                 include_system=True, start_on="human")
+    assert "must not be left with a neighbour" not in json.dumps(to_openai_dicts(lc))  # the newest messages only
+
+
+class Fake(FakeMessagesListChatModel):
+    """langchain-core's fake chat model, with tool binding and a record of what it was sent."""
+
+    seen: list = []
+
+    def bind_tools(self, tools, **kw):
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        self.seen.append(list(messages))
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+def _agent(budget: int, n: int):
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    @tool
+    def track(parcel: str) -> str:
+        """Track a parcel."""
+        return json.dumps({"parcel": parcel, "status": "in transit", "depot": "Leeds", "eta": "Friday 14:00",
+                           "weight_kg": "2.5", "history": ["York 08:10", "Leeds 11:45"]})
+
+    responses = []
+    for i in range(n):
+        responses += [AIMessage("", tool_calls=[{"name": "track", "args": {"parcel": f"PX-{i:04d}"}, "id": f"call_{i}"}]),
+                      AIMessage(f"Parcel PX-{i:04d} is in transit via Leeds and arrives Friday at 14:00.")]
+    model = Fake(responses=responses)
+    model.seen = []
+    mw = ContextMiddleware(budget=budget, scorer="rules")
+    agent = create_agent(model, tools=[track], system_prompt=SYSTEM, middleware=[mw], checkpointer=InMemorySaver())
+    return agent, model, mw
+
+
+def test_the_model_sees_the_window_and_the_state_keeps_everything():
+    pytest.importorskip("langchain")
+    agent, model, mw = _agent(700, 30)
+    cfg = {"configurable": {"thread_id": "alice"}}
+    for i in range(30):
+        out = agent.invoke({"messages": [HumanMessage(f"Where is parcel PX-{i:04d}?")]}, cfg)
+    assert len(out["messages"]) == 30 * 4  # human, tool call, tool result, answer
+    assert len(model.seen) == 60
+    for seen in model.seen:
+        dicts = to_openai_dicts(seen)
+        assert tokens(dicts) <= 700
+        assert dicts[0]["role"] == "system" and dicts[0]["content"].startswith(SYSTEM)
+        assert sum(d["role"] == "system" for d in dicts) == 1  # the archive note joined into the system message
+        calls = [i for i, d in enumerate(dicts) if d.get("tool_calls")]
+        results = [i for i, d in enumerate(dicts) if d["role"] == "tool"]
+        assert [i + 1 for i in calls] == results  # every call right before its result: the units stay whole
+    last = to_openai_dicts(model.seen[-1])
+    assert last[-1]["role"] == "tool" and last[-1]["tool_call_id"] == "call_29"
+    assert "[archived" in last[0]["content"]  # older turns were swapped out ...
+    assert len(model.seen[-1]) < len(out["messages"])  # ... so the model saw fewer messages than the state holds
+    # the last model call synced the system prompt and every state message but the final answer
+    assert list(mw._managers) == ["alice"] and len(mw.manager("alice")) == 1 + 30 * 4 - 1
+
+
+def test_threads_have_their_own_contexts():
+    pytest.importorskip("langchain")
+    agent, model, mw = _agent(2000, 4)
+    for i, thread in enumerate(["alice", "bob", "alice", "bob"]):
+        agent.invoke({"messages": [HumanMessage(f"I am {thread}. Where is parcel PX-{i:04d}?")]},
+                     {"configurable": {"thread_id": thread}})
+    assert set(mw._managers) == {"alice", "bob"}
+    for seen in model.seen:
+        blob = json.dumps(to_openai_dicts(seen))
+        assert ("I am alice" in blob) != ("I am bob" in blob)
+
+
+def test_async_agents():
+    pytest.importorskip("langchain")
+    agent, model, mw = _agent(700, 3)
+
+    async def run():
+        for i in range(3):
+            out = await agent.ainvoke({"messages": [HumanMessage(f"Where is parcel PX-{i:04d}?")]},
+                                      {"configurable": {"thread_id": "t"}})
+        return out
+
+    out = asyncio.run(run())
+    assert len(out["messages"]) == 12 and len(model.seen) == 6
+    assert mw.last_window is not None and mw.last_window.tokens <= 700

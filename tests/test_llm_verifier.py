@@ -1,0 +1,37 @@
+"""The negation check of the shared verifier (added for the LLM path; every compressor gets it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxscore.compress import compress, verify
+from ctxscore.compress.verify import negation_spans
+
+
+def test_negation_spans():
+    text = ("No, you cannot smoke here. There is no garage. Sure, no problem! I don't want an aisle seat, "
+            "not only that: nothing else matters. 不要推荐苹果，没有预算。不过可以，非常好。")
+    assert negation_spans(text) == ["No", "cannot smoke", "no garage", "don't want", "不要", "没有"]
+
+
+@pytest.mark.parametrize("original, form, ok", [
+    ("There is no garage. Phone 408-984-8888.", "phone: 408-984-8888\nNo garage", True),   # case aside
+    ("There is no garage. Phone 408-984-8888.", "phone: 408-984-8888", False),            # the denial dropped
+    ("Do not book before I confirm. Flight HAT136.", "HAT136; don't book before confirm", True),  # contraction
+    ("I can't fly on May 3 with HAT136.", "HAT136: cannot fly May 3", True),
+    ("The garage is free. Phone 408-984-8888.", "phone: 408-984-8888\ngarage: not free", False),  # invented
+    ("用户不要推荐苹果手机，预算 3000 元以内。", "预算: 3000 元以内", False),
+    ("用户不要推荐苹果手机，预算 3000 元以内。", "不要推荐苹果; 预算: 3000 元以内", True),
+])
+def test_negations_must_survive_and_not_be_invented(original, form, ok):
+    v = verify(original, form)
+    assert v.ok is ok, v
+    if not ok:
+        assert v.missing or v.invented
+
+
+def test_the_extractive_compressor_falls_back_when_it_would_drop_a_denial():
+    text = ("The visit has been scheduled for May 3 at 10am. There is no garage. "
+            "The phone number is 408-984-8888. Have a great day!")
+    res = compress(text, "structured")
+    assert res.tier == "verbatim" and "no garage" in res.missing  # the summary kept only the entity sentences

@@ -1,0 +1,90 @@
+"""``ctxscore serve``: the proxy from the command line, with and without the LLM compressor."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from fake_openai import FakeOpenAI, echo  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(*args: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "ctxscore.cli", "serve", *args, "--port", str(port)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(url + "/healthz").status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"ctxscore serve did not start: {proc.communicate()}")
+        time.sleep(0.1)
+
+
+def test_serve_with_the_llm_compressor():
+    from ctxscore.compress import key_spans
+    from ctxscore.llm.prompts import COMPRESSOR_RULES
+
+    def responder(body):
+        if body["messages"][0]["content"].startswith(COMPRESSOR_RULES):
+            items = json.loads(body["messages"][1]["content"])["items"]
+            return json.dumps({"items": [{"id": it["id"], "form": "; ".join(key_spans(it["text"]))} for it in items]})
+        return echo(body) + " The booking reference is BK-4471 for flight HAT136, departing 09:40 on May 20, fare $212.50."
+
+    with FakeOpenAI(responder) as f:
+        proc, url = _serve("--upstream", f.url, "--budget", "2000", "--model", "rules", "--llm-model", "summarizer",
+                           "--summary-every", "2", "--summary-timing", "deferred", "--recent-turns", "2")
+        try:
+            c = openai.OpenAI(base_url=url + "/v1", api_key="sk-x", default_headers={"X-Session-Id": "cli"})
+            msgs = [{"role": "system", "content": "You are a travel agent."}]
+            for i in range(8):
+                msgs.append({"role": "user", "content": f"ok, thanks for leg {i}"})
+                r = c.chat.completions.create(model="agent", messages=msgs)
+                msgs.append({"role": "assistant", "content": r.choices[0].message.content})
+            deadline = time.monotonic() + 20
+            while not any(r["model"] == "summarizer" for r in f.chat_requests()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            stats = httpx.get(url + "/v1/ctxscore/stats/cli").json()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+        models = [r["model"] for r in f.chat_requests()]
+    assert models.count("agent") == 8 and "summarizer" in models  # the batches went to --llm-base-url (the upstream)
+    assert stats["requests"] == 8 and stats["sync_modes"] == {"append": 8}
+
+
+def test_serve_cli_refuses_bad_options():
+    r = subprocess.run([sys.executable, "-m", "ctxscore.cli", "serve", "--upstream", "http://127.0.0.1:9/v1",
+                        "--budget", "1000", "--query-writer"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "--query-writer needs --llm-model" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ctxscore.cli", "serve", "--upstream", "ftp://x", "--budget", "1000"],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "upstream must be an http(s) URL" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ctxscore.cli", "serve", "--upstream", "http://x/v1", "--budget", "0"],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "budget must be positive" in r.stderr
+
+
