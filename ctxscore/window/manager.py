@@ -170,11 +170,16 @@ class ContextManager:
             warns: list[WindowWarning] = []
             try:
                 self.state.catch_up()
-                hits = search(self.store, self.session_id, self.scorer, query, SEARCH_HITS) if query else []
+                hits = search(self.store, self.session_id, self.scorer, query, SEARCH_HITS) if query and self._may_page(B) else []
             except StoreError as exc:  # build from memory
                 warns.append(tiers.store_unavailable("be read", exc))
                 hits = []
             return self.state.build(query, B, hits, warns)
+
+    def _may_page(self, B: int) -> bool:
+        """Whether a query can change this build: something is compacted, or compaction is due."""
+        h = self.history
+        return bool(h.n_compacted) or tiers.occupancy(h.msg_tokens, h.stub_tokens, self.policy, B) >= self.policy.t_archive * B
 
     @property
     def messages(self) -> list[Message]:
