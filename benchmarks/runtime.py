@@ -62,9 +62,12 @@ def bundled_messages(n: int) -> list[dict]:
     out: list[dict] = []
     for _, session in iter_jsonl(DEFAULT_BUNDLED):
         msgs = [{k: v for k, v in m.items() if k != "label"} for m in session["messages"]]
+        sfx = len(out)  # call ids repeat across sessions: make them unique, in calls and results alike
         for m in msgs:
             if m.get("tool_calls"):
-                m["tool_calls"] = [dict(c, id=f"{c['id']}-{len(out)}") for c in m["tool_calls"]]
+                m["tool_calls"] = [dict(c, id=f"{c['id']}-{sfx}") for c in m["tool_calls"]]
+            if m.get("tool_call_id"):
+                m["tool_call_id"] = f"{m['tool_call_id']}-{sfx}"
         out.extend(msgs)
         if len(out) >= n:
             break
