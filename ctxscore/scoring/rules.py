@@ -93,6 +93,8 @@ class RuleConfig:
         signal_patterns: signal pattern name -> regex source (``error``, ``returncode``, ``code``, ``question``).
         scores: category -> {signal or "bias": weight}.
         factors: the validated value factors (:class:`ctxscore.config.ValueFactors`).
+        requires: optional prefilters, pattern name -> a string every match contains (``"cjk"``: a
+            CJK character); the pattern is skipped on texts without it.
         path: where the file was read from (``None`` for the packaged default).
     """
 
@@ -102,6 +104,7 @@ class RuleConfig:
     signal_patterns: dict[str, str]
     scores: dict[str, dict[str, float]]
     factors: ValueFactors
+    requires: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -181,6 +184,9 @@ class RuleConfig:
                 if not isinstance(w, int | float):
                     raise ConfigError(f"rule file {where}: scores.{cat}.{key} must be a number")
         factors = ValueFactors.from_table(section("factors"), where=f"rule file {where}")
+        requires = data.get("pattern_requires", {})
+        if not isinstance(requires, dict) or not all(isinstance(v, str) and v and k in patterns for k, v in requires.items()):
+            raise ConfigError(f"rule file {where}: [pattern_requires] maps pattern names of [patterns] to non-empty strings")
         return cls(
             base_weights={c: float(base[c]) for c in CATEGORIES},
             keywords={k: list(v) for k, v in keywords.items()},
@@ -188,6 +194,7 @@ class RuleConfig:
             signal_patterns=dict(signal_patterns),
             scores={c: {k: float(v) for k, v in scores[c].items()} for c in CATEGORIES},
             factors=factors,
+            requires=dict(requires),
             path=path,
             raw=data,
         )
@@ -299,7 +306,11 @@ def typed_entity_spans(text: str, config: RuleConfig | None = None) -> list[tupl
 
 def _scan_typed(text: str, cfg: RuleConfig) -> tuple[tuple[int, int, str], ...]:
     spans: list[tuple[int, int, str]] = []
+    ascii_only = text.isascii()
     for name, rx in zip(cfg.patterns, cfg.entity_regexes, strict=True):
+        need = cfg.requires.get(name)
+        if need is not None and (ascii_only if need == "cjk" else need not in text):
+            continue  # the rule file's prefilter: this pattern cannot match here
         for m in rx.finditer(text):
             s, e = m.span()
             while e > s and text[e - 1] in ".,;:!?)":
@@ -422,7 +433,7 @@ class RuleClassifier:
         # a short message that is only greetings / thanks: after removing pleasantries little is left
         residue = kw["pleasantry"].sub("", text) if pleasantry else text
         pleasantry_only = float(pleasantry > 0 and n_ent == 0 and len(re.sub(r"[\W_]+", "", residue)) <= 12)
-        zh = len(_CJK.findall(text[:2000])) / max(1, min(len(text), 2000))
+        zh = 0.0 if text.isascii() else len(_CJK.findall(text[:2000])) / max(1, min(len(text), 2000))
         sig = {
             "role_system": float(role == "system"),
             "role_user": float(role == "user" and not observation),

@@ -3,6 +3,7 @@ history entries (new messages, resumed sessions and other writers' appends take 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,6 +25,8 @@ from .value import ValueModel
 CONTEXT_CHARS = 200
 #: ... and how many previous messages.
 CONTEXT_MESSAGES = 3
+#: Tool output sent as a user message (mini-SWE-agent observations): no hard constraints are read in it.
+_OBSERVATION = re.compile(r"\s*(?:<returncode>|<output)")
 #: At most this many of a message's facts are indexed with it.
 CONTEXT_FACTS = 12
 
@@ -129,7 +132,9 @@ def append(history: History, values: ValueModel, rules: RuleClassifier, counter:
     day = session_date(msg)
     if day is not None:  # the date this message gives governs the messages after it
         history.today, history.date_source = day, len(history)
-    constraints = hard_constraints(msg.content, cfg) if msg.role in (Role.USER, Role.SYSTEM) and len(msg.content) <= 4000 else ()
+    observation = msg.role == Role.USER and _OBSERVATION.match(msg.content) is not None  # tool output in a user turn
+    constraints = (hard_constraints(msg.content, cfg) if msg.role in (Role.USER, Role.SYSTEM) and not observation
+                   and len(msg.content) <= 4000 else ())
     history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pin_reason(msg, pred, entities, cfg),
                    constraints)
     confirms = msg.role == Role.USER and rules.config.keyword_regexes["confirmation"].search(msg.content) is not None
