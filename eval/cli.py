@@ -1,4 +1,4 @@
-"""Command line: ``python -m eval run | promote | validate | summary``.
+"""Command line: ``python -m eval run | promote | validate | summary | boundaries``.
 
 Examples::
 
@@ -8,6 +8,9 @@ Examples::
     python -m eval run --sessions data/bundled/sessions.jsonl --max-sessions 4 --probe-every 20 --no-mlflow
     python -m eval promote --reference-budget 0.25 --max-recall-drop 0.0 --max-reduction-drop 0.0
     python -m eval summary --out out/eval
+    python -m eval run --sessions data/processed/eval_sessions.jsonl --ledger --policies rules,learned \\
+        --budget 0.25 --budget-tokens 4000 --out out/eval-ledger
+    python -m eval boundaries --sessions data/processed/dev_sessions.jsonl
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from training.extra import require_train_extra
 from training.paths import DEFAULT_OUT, OUT_DIR, REPO_ROOT, corpora_root
 
 from .budgets import DEFAULT_MIN_BUDGET, Budget, parse_budgets
-from .policies import ALL_POLICIES
+from .policies import ALL_POLICIES, KNOWN_POLICIES, with_ledger
 from .sessions import SessionFormatError, load_sessions
 from .tracking import EXPERIMENT as EVAL_EXPERIMENT
 
@@ -35,9 +38,9 @@ DEFAULT_SESSIONS = DEFAULT_OUT / "eval_sessions.jsonl"
 
 def _policies(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
-    bad = [p for p in names if p not in ALL_POLICIES]
+    bad = [p for p in names if p not in KNOWN_POLICIES]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown policy {', '.join(bad) or '(none)'}; choose from {', '.join(ALL_POLICIES)}")
+        raise argparse.ArgumentTypeError(f"unknown policy {', '.join(bad) or '(none)'}; choose from {', '.join(KNOWN_POLICIES)}")
     return list(dict.fromkeys(names))
 
 
@@ -55,8 +58,22 @@ def _positive(text: str) -> int:
     return v
 
 
+def _final_fraction(text: str) -> float:
+    v = float(text)
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"a fraction of the final length must be in (0, 1], got {text}")
+    return v
+
+
+def _non_negative(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (sub-commands ``run``, ``promote``, ``validate``)."""
+    """The argument parser (sub-commands ``run``, ``promote``, ``validate``, ``summary``, ``boundaries``)."""
     ap = argparse.ArgumentParser(prog="python -m eval", description="Evaluate ctxscore context policies on held-out sessions.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -77,11 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=_fraction, action="extend", nargs="+", default=None, metavar="FRACTION",
                    help="budget(s) as a fraction of the full context at each turn (e.g. --budget 0.25 0.5; "
                         "repeatable; default 0.25 0.5)")
+    r.add_argument("--budget-final", type=_final_fraction, action="extend", nargs="+", default=None, metavar="FRACTION",
+                   help="budget(s) as a fraction of the session's final length, fixed for the whole replay (key e0.25, "
+                        "label '25%% of end'; repeatable; default 0.25)")
     r.add_argument("--budget-tokens", type=_positive, action="extend", nargs="+", default=None, metavar="N",
                    help="absolute token budget(s) (e.g. --budget-tokens 2000 4000; repeatable; "
                         "default 2000 4000 8000 16000 128000)")
     r.add_argument("--policies", type=_policies, default=list(ALL_POLICIES),
-                   help=f"comma-separated subset of {','.join(ALL_POLICIES)} (default: all)")
+                   help=f"comma-separated subset of {','.join(KNOWN_POLICIES)} (default: {','.join(ALL_POLICIES)})")
+    r.add_argument("--ledger", action="store_true",
+                   help="also run each managed policy with the fact ledger layer, as rules_ledger / learned_ledger "
+                        "(ledger tokens and precision in the report)")
     r.add_argument("--model", default="auto",
                    help="learned scorer: auto (registry candidate, then champion, then the shipped default), default, "
                         "none, an alias, a version number, or a packaged-scorer folder")
@@ -113,7 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("summary", help="print the headline of an earlier run (its metrics.json) and the targets")
     s.add_argument("--out", type=Path, default=OUT_DIR / "eval", help="the run's output folder (default %(default)s)")
-    s.add_argument("--budget-key", default=None, help="only this budget (e.g. f0.25, t4000); default: all")
+    s.add_argument("--budget-key", default=None, help="only this budget (e.g. f0.25, e0.25, t4000); default: all")
+
+    bd = sub.add_parser("boundaries", help="task-boundary detection against the chained sessions' real boundaries")
+    bd.add_argument("--sessions", type=Path, default=DEFAULT_SESSIONS,
+                    help="session JSONL file, LoCoMo JSON file, or a folder of them (default: %(default)s)")
+    bd.add_argument("--max-sessions", type=_positive, default=None, help="only the first N sessions")
+    bd.add_argument("--tolerance", type=_non_negative, default=0,
+                    help="a detected boundary at most this many messages from a real one matches it (default 0)")
+    bd.add_argument("--json", type=Path, default=None, help="also write the figures and per-session rows here")
     return ap
 
 
@@ -159,7 +190,7 @@ def _run_inputs(args: argparse.Namespace) -> tuple[list, list[Budget]]:
     """
     try:
         sessions = load_sessions(args.sessions, args.max_sessions)
-        budgets = parse_budgets(args.budget, args.budget_tokens, args.min_budget)
+        budgets = parse_budgets(args.budget, args.budget_tokens, args.min_budget, args.budget_final)
     except (SessionFormatError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -177,7 +208,7 @@ def _learned_model(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str |
     """
     from .models import ModelUnavailable, resolve_learned
 
-    if "learned" not in args.policies:
+    if not any(p.startswith("learned") for p in args.policies):
         return None, {}, None
     try:
         return resolve_learned(args.model, use_mlflow=not args.no_mlflow)
@@ -250,6 +281,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .runner import EvalConfig, run_eval
     from .sessions import sessions_hash
 
+    if args.ledger:
+        args.policies = with_ledger(args.policies)
     try:
         sessions, budgets = _run_inputs(args)
         scorer, model, skip = _learned_model(args)
@@ -347,7 +380,8 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
           f"in {run['runtime_s']} s -> {out}/report.md")
     for r in summary["results"]:
         print(f"  {r['policy']:<14} {r['budget']['label']:>5}  recall {r['recall']}  page-in {r['recall_pagein']}  "
-              f"tokens/full {r['token_ratio']}  util peak {r['util_peak']}  build p95 {r['build_ms_p95']} ms")
+              f"tokens/full {r['token_ratio']}  cache reuse {r.get('cache_reuse')}  util peak {r['util_peak']}  "
+              f"build p95 {r['build_ms_p95']} ms")
     for pol, why in run.get("skipped_policies", {}).items():
         print(f"  {pol} skipped: {why}")
     if summary.get("run_id"):
@@ -464,6 +498,30 @@ def cmd_promote(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_boundaries(args: argparse.Namespace) -> int:
+    """``python -m eval boundaries``: feed each session to a rules ``ContextManager`` and print the
+    precision and recall of its task boundaries against the real ones, per source and overall
+    (:mod:`eval.boundaries`). Exit status 0, or 2 on bad input."""
+    import json
+
+    from .boundaries import boundary_figures, boundary_table, detect_tasks, session_row
+
+    try:
+        sessions = load_sessions(args.sessions, args.max_sessions)
+    except (SessionFormatError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger("ctxscore").setLevel(logging.ERROR)
+    rows = [session_row(s, detect_tasks(s), args.tolerance) for s in sessions]
+    fig = boundary_figures(rows, args.tolerance)
+    print(f"task boundaries of {len(sessions)} sessions in {args.sessions} (tolerance {args.tolerance} messages)")
+    print("\n".join(boundary_table(fig)))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({**fig, "sessions": rows}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m eval``; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -474,4 +532,6 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     if args.cmd == "summary":
         return cmd_summary(args)
+    if args.cmd == "boundaries":
+        return cmd_boundaries(args)
     return cmd_promote(args)

@@ -4,7 +4,9 @@ All rates are micro-averages over the pooled checks of all sessions (each (probe
 is one check); token figures are sums over every turn of every session.
 
 - ``recall`` / ``recall_pagein``: fraction of checks where the fact value was present without /
-  with page-in. ``recall_end*``: the same on the final probe of each session only.
+  with page-in. ``recall_end`` / ``recall_end_pagein``: the same on the final probe of each session
+  only (``end_checks`` of them). ``recall_by_kind`` and ``recall_by_source`` give the four figures
+  (and ``checks``, ``end_checks``) per fact kind and per session source.
 - ``leakage`` / ``leakage_pagein``: over checks of facts that superseded an older value, the fraction
   where the old value was present while the new one was missing.
 - ``cum_tokens``: sum over turns of the window tokens (the prompt tokens of an LLM call after every
@@ -21,6 +23,16 @@ is one check); token figures are sums over every turn of every session.
   at every turn (``sessions_fit_128k`` counts such sessions).
 - ``build_ms_p50`` / ``build_ms_p95``: per-turn build latency percentiles (numpy ``percentile``,
   linear interpolation); ``add_ms_*`` for ``add``, ``pagein_ms_*`` for the query builds at probes.
+- ``cache_reuse``: share of window tokens that repeat the previous turn's identical message prefix,
+  pooled over turns (weighted by window tokens); ``effective_token_ratio``: cumulative tokens with
+  the reused ones priced at 0.1, over cumulative full-context tokens (:mod:`eval.cache`; ``None``
+  when the replay had no counter).
+- ``ledger_tokens_mean``: mean tokens per turn of the fact ledger's section; ``ledger_share``: its
+  tokens / all window tokens; ``ledger_lines``: shown (turn, line) pairs; ``ledger_precision``:
+  share of them whose value occurs byte-exact in the cited source message and whose slot words
+  occur in that message or the one before it; ``ledger_value_ok`` / ``ledger_slot_ok``: the share
+  meeting each condition; ``ledger_unmatched``: lines matching no current fact (:mod:`eval.ledger`;
+  all ``None`` for a policy without a ledger).
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from .cache import cache_figures
 from .replay import Trace
 
 WINDOW_128K = 128_000
@@ -44,30 +57,65 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 4) if values else None
 
 
+def _tally(row: list[int], present: bool, present_p: bool, is_end: bool) -> None:
+    """Add one check to ``row`` = [checks, hit, hit page-in, end checks, end hit, end hit page-in]."""
+    row[0] += 1
+    row[1] += present
+    row[2] += present_p
+    if is_end:
+        row[3] += 1
+        row[4] += present
+        row[5] += present_p
+
+
+def _recall_block(row: list[int]) -> dict[str, Any]:
+    """The recall figures of one tally row (see :func:`_tally`)."""
+    return {"checks": row[0], "recall": _rate(row[1], row[0]), "recall_pagein": _rate(row[2], row[0]),
+            "end_checks": row[3], "recall_end": _rate(row[4], row[3]), "recall_end_pagein": _rate(row[5], row[3])}
+
+
 def _recall_counts(traces: list[Trace]) -> dict[str, Any]:
-    """Pooled counts of the probe checks: all, at the end of each session, superseded, per fact kind."""
-    c: dict[str, Any] = dict.fromkeys(("checks", "hit", "hit_p", "end_n", "end_hit", "end_hit_p", "sup_n", "leak",
-                                       "leak_p"), 0)
-    by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    """Pooled tallies of the probe checks: all, per fact kind, per session source, and the superseded ones."""
+    c: dict[str, Any] = {"all": [0] * 6, "sup_n": 0, "leak": 0, "leak_p": 0}
+    by_kind: dict[str, list[int]] = defaultdict(lambda: [0] * 6)
+    by_source: dict[str, list[int]] = defaultdict(lambda: [0] * 6)
     for tr in traces:
         for p in tr.probes:
-            c["checks"] += 1
-            c["hit"] += p.present
-            c["hit_p"] += p.present_pagein
-            k = by_kind[p.kind]
-            k[0] += 1
-            k[1] += p.present
-            k[2] += p.present_pagein
-            if p.is_end:
-                c["end_n"] += 1
-                c["end_hit"] += p.present
-                c["end_hit_p"] += p.present_pagein
+            for row in (c["all"], by_kind[p.kind], by_source[tr.source]):
+                _tally(row, p.present, p.present_pagein, p.is_end)
             if p.superseded:
                 c["sup_n"] += 1
                 c["leak"] += p.leak
                 c["leak_p"] += p.leak_pagein
-    c["by_kind"] = by_kind
+    c["by_kind"], c["by_source"] = by_kind, by_source
     return c
+
+
+def _ledger_figures(traces: list[Trace]) -> dict[str, Any]:
+    """Ledger figures of the traces that carry a ledger (see the module docstring); ``None`` values without one."""
+    led = [tr for tr in traces if tr.ledger_tokens]
+    names = ("ledger_tokens_mean", "ledger_share", "ledger_lines", "ledger_precision", "ledger_value_ok",
+             "ledger_slot_ok", "ledger_unmatched")
+    if not led:
+        return dict.fromkeys(names)
+    turns = sum(len(tr.ledger_tokens) for tr in led)
+    tokens = sum(sum(tr.ledger_tokens) for tr in led)
+    window = sum(sum(tr.tokens) for tr in led)
+    lines = sum(tr.ledger_lines for tr in led)
+    return {"ledger_tokens_mean": round(tokens / turns, 2), "ledger_share": _rate(tokens, window), "ledger_lines": lines,
+            "ledger_precision": _rate(sum(tr.ledger_precise for tr in led), lines),
+            "ledger_value_ok": _rate(sum(tr.ledger_value_ok for tr in led), lines),
+            "ledger_slot_ok": _rate(sum(tr.ledger_slot_ok for tr in led), lines),
+            "ledger_unmatched": sum(tr.ledger_unmatched for tr in led)}
+
+
+def _cache(traces: list[Trace]) -> dict[str, float | None]:
+    """``cache_reuse`` and ``effective_token_ratio`` pooled over the traces with per-turn reuse figures."""
+    with_cache = [tr for tr in traces if tr.cached]
+    if not with_cache:
+        return {"cache_reuse": None, "effective_token_ratio": None}
+    return cache_figures([x for tr in with_cache for x in tr.tokens], [x for tr in with_cache for x in tr.cached],
+                         [x for tr in with_cache for x in tr.full])
 
 
 def _turn_figures(traces: list[Trace]) -> dict[str, Any]:
@@ -108,14 +156,11 @@ def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
     c = _recall_counts(traces)
     f = _turn_figures(traces)
     util, util_feasible, turns, cum, cum_full = f["util"], f["util_feasible"], f["turns"], f["cum"], f["cum_full"]
+    overall = _recall_block(c["all"])
     return {
         "sessions": len(traces),
         "messages": turns,
-        "checks": c["checks"],
-        "recall": _rate(c["hit"], c["checks"]),
-        "recall_pagein": _rate(c["hit_p"], c["checks"]),
-        "recall_end": _rate(c["end_hit"], c["end_n"]),
-        "recall_end_pagein": _rate(c["end_hit_p"], c["end_n"]),
+        **overall,
         "superseded_checks": c["sup_n"],
         "leakage": _rate(c["leak"], c["sup_n"]),
         "leakage_pagein": _rate(c["leak_p"], c["sup_n"]),
@@ -140,8 +185,8 @@ def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
         "pagein_ms_p95": _pct(f["pagein_ms"], 95),
         "warning_turns": f["warning_turns"],
         "pinned_overflow_turns": _rate(f["pinned_turns"], turns),
-        "recall_by_kind": {
-            k: {"checks": v[0], "recall": _rate(v[1], v[0]), "recall_pagein": _rate(v[2], v[0])}
-            for k, v in sorted(c["by_kind"].items())
-        },
+        **_cache(traces),
+        **_ledger_figures(traces),
+        "recall_by_kind": {k: _recall_block(v) for k, v in sorted(c["by_kind"].items())},
+        "recall_by_source": {k: _recall_block(v) for k, v in sorted(c["by_source"].items())},
     }

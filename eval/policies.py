@@ -18,6 +18,8 @@ Policies:
   start_on="human", token_counter=<the same counter>)``, the sliding window by tokens.
 - ``rules``: :class:`ctxscore.ContextManager` with the rule classifier only.
 - ``learned``: :class:`ctxscore.ContextManager` with a :class:`ctxscore.learned.LearnedScorer`.
+- ``rules_ledger`` / ``learned_ledger`` (``--ledger``): the same managers with the fact ledger layer,
+  ``ContextManager(layers=[FactLedger()])`` (see :mod:`eval.ledger`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,32 @@ from training.extra import require_train_extra
 BASELINES: tuple[str, ...] = ("full", "sliding_turns", "trim_messages")
 MANAGED: tuple[str, ...] = ("rules", "learned")
 ALL_POLICIES: tuple[str, ...] = BASELINES + MANAGED
+#: Suffix of a managed policy run with the fact ledger layer.
+LEDGER_SUFFIX = "_ledger"
+LEDGER_POLICIES: tuple[str, ...] = tuple(p + LEDGER_SUFFIX for p in MANAGED)
+#: Every policy name the evaluation accepts (the default run is :data:`ALL_POLICIES`).
+KNOWN_POLICIES: tuple[str, ...] = ALL_POLICIES + LEDGER_POLICIES
+
+
+def base_policy(name: str) -> str:
+    """The policy without the ledger: ``"rules_ledger"`` -> ``"rules"``; other names unchanged."""
+    return name.removesuffix(LEDGER_SUFFIX)
+
+
+def with_ledger(policies: Sequence[str]) -> list[str]:
+    """``policies`` with the ledger variant of each plain managed policy right after it (what ``--ledger``
+    runs): ``["full", "rules", "learned"]`` -> ``["full", "rules", "rules_ledger", "learned", "learned_ledger"]``."""
+    out: list[str] = []
+    for p in policies:
+        out.append(p)
+        if p in MANAGED:
+            out.append(p + LEDGER_SUFFIX)
+    return list(dict.fromkeys(out))
+
+
+def is_managed(name: str) -> bool:
+    """Whether ``name`` is a context-manager policy (``rules``, ``learned`` or a ledger variant)."""
+    return base_policy(name) in MANAGED
 
 #: Keys of an OpenAI-style message passed on to the policies (extra fields such as ``index`` or
 #: ``text`` in the session files are dropped).
@@ -62,6 +90,8 @@ class Window:
             are built only when read, e.g. for a feedback record).
         paged_in: ids of messages paged back in for the query.
         warnings: the manager's warnings for this build.
+        ledger_tokens: tokens of the fact ledger's section (0 without a ledger or when it is empty).
+        ledger_text: the ledger note's content (header and lines), or ``None`` when none is shown.
     """
 
     tokens: int
@@ -70,6 +100,8 @@ class Window:
     decisions_fn: Callable[[], list[Decision]] | None = None
     paged_in: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    ledger_tokens: int = 0
+    ledger_text: str | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -106,6 +138,15 @@ class WindowStrategy(abc.ABC):
 
     def predictions(self) -> dict[str, tuple[str, float | None]]:
         """Message id -> (predicted category, predicted intrinsic value), for feedback records."""
+        return {}
+
+    @property
+    def has_ledger(self) -> bool:
+        """Whether the windows carry a fact ledger section (:attr:`Window.ledger_text`)."""
+        return False
+
+    def ledger_facts(self) -> dict[str, Any]:
+        """The ledger's current facts by rendered line (policies with a ledger); ``{}`` otherwise."""
         return {}
 
     def close(self) -> None:  # noqa: B027 - optional hook: most policies hold nothing to release
@@ -257,6 +298,17 @@ def _to_langchain(m: dict[str, Any], index: int) -> Any:
     return cls(content=content, id=str(index))
 
 
+def _ledger_section(win: Any) -> tuple[int, str | None]:
+    """``(tokens, note content or None)`` of the ``"ledger"`` section of a ``ContextWindow`` (its
+    messages are the sections' messages in order)."""
+    at = 0
+    for sec in win.sections:
+        if sec.name == "ledger":
+            return sec.tokens, (win.messages[at].get("content") if sec.messages else None)
+        at += sec.messages
+    return 0, None
+
+
 class CachedScorer:
     """Wraps a scorer with a per-message-id prediction cache filled in one batch per session.
 
@@ -318,18 +370,26 @@ class Managed(WindowStrategy):
     """:class:`ctxscore.ContextManager` (rules or learned scorer) as a policy.
 
     Args:
-        name: ``"rules"`` or ``"learned"``.
+        name: ``"rules"``, ``"learned"`` or a ledger variant (``"rules_ledger"``).
         scorer: ``"rules"`` or a scorer object (usually a :class:`CachedScorer`).
         session_id: the archive session.
+        ledger: add a fresh :class:`ctxscore.memory.ledger.FactLedger` layer (after any ``layers``
+            given in ``manager_kwargs``).
         manager_kwargs: extra keyword arguments for ``ContextManager`` (e.g. ``policy``).
     """
 
     uses_query = True
 
-    def __init__(self, name: str, scorer: Any, session_id: str, **manager_kwargs: Any) -> None:
+    def __init__(self, name: str, scorer: Any, session_id: str, *, ledger: bool = False, **manager_kwargs: Any) -> None:
         from ctxscore import ContextManager
 
         self.name = name
+        self.ledger = None
+        if ledger:
+            from ctxscore.memory.ledger import FactLedger
+
+            self.ledger = FactLedger()
+            manager_kwargs["layers"] = [*manager_kwargs.get("layers", ()), self.ledger]
         self.cm = ContextManager(budget=8000, scorer=scorer, session_id=session_id, **manager_kwargs)
 
     def add(self, message: dict[str, Any]) -> None:
@@ -338,10 +398,32 @@ class Managed(WindowStrategy):
     def build(self, budget: int, query: str | None = None) -> Window:
         win = self.cm.build(query=query, budget=budget)
         msgs = win.messages
+        ledger_tokens, ledger_text = _ledger_section(win)
         return Window(
             tokens=win.tokens, budget=win.budget, messages_fn=lambda: msgs,
             decisions_fn=lambda: win.decisions, paged_in=list(win.paged_in), warnings=list(win.warnings),
+            ledger_tokens=ledger_tokens, ledger_text=ledger_text,
         )
+
+    @property
+    def has_ledger(self) -> bool:
+        return self.ledger is not None
+
+    def ledger_facts(self) -> dict[str, Any]:
+        """The ledger's current facts by their rendered line (``{line: Fact}``); ``{}`` without a ledger."""
+        led = self.ledger
+        if led is None:
+            return {}
+        return {led.rendered(f, None)[0]: f for f in led.current.values()}
+
+    def task_numbers(self) -> list[int]:
+        """The task number the runtime gave each message so far (``Entry.task``), in order."""
+        return [e.task for e in self.cm.history.entries]
+
+    def search_ids(self, query: str, k: int) -> list[str]:
+        """Ids of the best ``k`` stored messages for ``query`` (``ContextManager.search``, the hybrid
+        search page-in uses), best first."""
+        return [h["id"] for h in self.cm.search(query, k=k)]
 
     def predictions(self) -> dict[str, tuple[str, float | None]]:
         return {m.id: (p.category, p.value) for m, p in zip(self.cm.messages, self.cm.predictions(), strict=True)}

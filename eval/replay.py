@@ -10,6 +10,10 @@ originals back in) and the fact is checked in that window. By default (``pagein=
 query build runs only for facts missing from the no-query window, and a fact present without page-in
 counts as present with it; ``pagein="all"`` builds with every probe (slower; for checking that
 assumption). Page-in builds of the same probe at the same turn are shared.
+
+Given a token counter, every no-query window is also compared with the previous one for the
+prompt-cache figures (:mod:`eval.cache`), and a policy with a fact ledger has its section's tokens
+and lines recorded per turn (:mod:`eval.ledger`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from ctxscore.window.result import WarningKind
 
 from .budgets import Budget
-from .policies import WindowStrategy, clean_message
+from .cache import PrefixReuse
+from .ledger import LedgerAudit
+from .policies import Window, WindowStrategy, clean_message
 from .sessions import EvalSession, KeyFact
 from .textnorm import present, window_text
 
@@ -60,13 +66,18 @@ class Trace:
 
     Per-turn lists have one entry per message (index = turn). Tokens are window tokens including
     chat overhead and reply priming; ``full`` is the full-context tokens at that turn; ``budget`` the
-    budget at that turn (tokens); times are milliseconds.
+    budget at that turn (tokens); times are milliseconds. ``cached`` (the reused prefix tokens per
+    turn, :mod:`eval.cache`) is empty when the replay had no token counter; ``ledger_tokens`` (the
+    ledger section's tokens per turn) is empty for a policy without a ledger, and the ``ledger_*``
+    counts pool the shown lines over the turns (:mod:`eval.ledger`). ``source`` is the session's
+    source (:attr:`eval.sessions.EvalSession.source`).
     """
 
     session_id: str
     policy: str
     budget_key: str
     n_messages: int
+    source: str = ""
     tokens: list[int] = field(default_factory=list)
     full: list[int] = field(default_factory=list)
     budget: list[int] = field(default_factory=list)
@@ -78,15 +89,25 @@ class Trace:
     warning_turns: int = 0
     pinned_overflow_turns: int = 0
     infeasible: list[bool] = field(default_factory=list)  # per turn: the policy warned (relaxed recency, over budget)
+    cached: list[int] = field(default_factory=list)
+    ledger_tokens: list[int] = field(default_factory=list)
+    ledger_lines: int = 0
+    ledger_precise: int = 0
+    ledger_value_ok: int = 0
+    ledger_slot_ok: int = 0
+    ledger_unmatched: int = 0
 
     def with_budget(self, budget: Budget) -> Trace:
         """A copy for a budget-independent policy under another budget (only ``budget`` differs)."""
+        final = self.full[-1] if self.full else 0
         return Trace(
             session_id=self.session_id, policy=self.policy, budget_key=budget.key, n_messages=self.n_messages,
-            tokens=self.tokens, full=self.full, budget=[budget.tokens_at(f) for f in self.full],
+            source=self.source, tokens=self.tokens, full=self.full, budget=[budget.tokens_at(f, final) for f in self.full],
             add_ms=self.add_ms, build_ms=self.build_ms, pagein_ms=self.pagein_ms, probes=self.probes,
             misses=[], warning_turns=self.warning_turns, pinned_overflow_turns=self.pinned_overflow_turns,
-            infeasible=self.infeasible,
+            infeasible=self.infeasible, cached=self.cached, ledger_tokens=self.ledger_tokens,
+            ledger_lines=self.ledger_lines, ledger_precise=self.ledger_precise, ledger_value_ok=self.ledger_value_ok,
+            ledger_slot_ok=self.ledger_slot_ok, ledger_unmatched=self.ledger_unmatched,
         )
 
 
@@ -123,6 +144,7 @@ def replay(
     pagein: str = "missed",
     record_misses: bool = False,
     clock: Callable[[], float] = time.perf_counter,
+    counter: TokenCounter | None = None,
 ) -> Trace:
     """Replay ``session`` through ``policy`` at ``budget``.
 
@@ -130,12 +152,15 @@ def replay(
         session: a validated session.
         policy: a fresh policy (it is fed every message of the session).
         budget: the budget rule.
-        full: full-context tokens after each message (:func:`full_context_tokens`).
+        full: full-context tokens after each message (:func:`full_context_tokens`); ``full[-1]`` is
+            the final length a ``final_fraction`` budget takes its fraction of.
         probe_every: probe after every this many messages (and after the last).
         pagein: ``"missed"`` (query builds only for facts missing without a query), ``"all"`` or
             ``"none"`` (no query builds; with-page-in equals without).
         record_misses: collect a feedback record for every fact missing without page-in.
         clock: seconds clock (tests inject a fake).
+        counter: the token counter for the prompt-cache figures (``Trace.cached``); ``None``: not
+            recorded.
 
     Returns:
         The :class:`Trace`.
@@ -146,32 +171,51 @@ def replay(
     if pagein not in ("missed", "all", "none"):
         raise ValueError(f"pagein must be 'missed', 'all' or 'none', got {pagein!r}")
     n = len(session.messages)
-    trace = Trace(session.session_id, policy.name, budget.key, n)
+    trace = Trace(session.session_id, policy.name, budget.key, n, source=session.source)
     probes = set(probe_turns(n, probe_every))
     last = n - 1
     facts = sorted(session.key_facts, key=lambda f: f.source_index)
     seen_miss: set[str] = set()  # one record per fact per trace (policy and budget are fixed)
+    reuse = PrefixReuse(counter) if counter is not None else None
+    audit = LedgerAudit(session) if policy.has_ledger else None
+    final = full[-1] if len(full) else 0
     for t, msg in enumerate(session.messages):
         t0 = clock()
         policy.add(msg)
         t1 = clock()
-        b = budget.tokens_at(full[t])
+        b = budget.tokens_at(full[t], final)
         win = policy.build(b)
         t2 = clock()
-        trace.tokens.append(win.tokens)
         trace.full.append(full[t])
         trace.budget.append(b)
         trace.add_ms.append((t1 - t0) * 1000)
         trace.build_ms.append((t2 - t1) * 1000)
-        trace.infeasible.append(bool(win.warnings))  # the policy said it could not keep to its own limits
-        if win.warnings:
-            trace.warning_turns += 1
-            trace.pinned_overflow_turns += any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in win.warnings)
+        _record_turn(trace, policy, win, reuse, audit)
         due = [f for f in facts if f.source_index < t] if t in probes else []
         if due:
             _probe(session, policy, budget, trace, win, t, due, b, pagein=pagein, is_end=t == last,
                    record_misses=record_misses, seen_miss=seen_miss, clock=clock)
     return trace
+
+
+def _record_turn(trace: Trace, policy: WindowStrategy, win: Window, reuse: PrefixReuse | None,
+                 audit: LedgerAudit | None) -> None:
+    """Append one no-query window's tokens, warnings, reused prefix tokens and ledger figures to ``trace``."""
+    trace.tokens.append(win.tokens)
+    trace.infeasible.append(bool(win.warnings))  # the policy said it could not keep to its own limits
+    if win.warnings:
+        trace.warning_turns += 1
+        trace.pinned_overflow_turns += any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in win.warnings)
+    if reuse is not None:
+        trace.cached.append(min(reuse.update(win.messages), win.tokens))
+    if audit is not None:
+        trace.ledger_tokens.append(win.ledger_tokens)
+        c = audit.check_window(win.ledger_text, policy.ledger_facts)
+        trace.ledger_lines += c.lines
+        trace.ledger_precise += c.precise
+        trace.ledger_value_ok += c.value_ok
+        trace.ledger_slot_ok += c.slot_ok
+        trace.ledger_unmatched += c.unmatched
 
 
 def _probe(session: EvalSession, policy: WindowStrategy, budget: Budget, trace: Trace, win: Any, t: int,

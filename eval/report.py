@@ -7,12 +7,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .boundaries import boundary_table
+from .cache import CACHED_PRICE
+from .policies import base_policy
 from .replay import Trace
 from .runner import REFERENCE_BUDGET_KEY
 
 PLOT_RECALL = "recall_vs_budget.png"
 PLOT_TOKENS = "tokens_per_turn.png"
-POLICY_STYLE = {"full": "C7", "sliding_turns": "C1", "trim_messages": "C2", "rules": "C0", "learned": "C3"}
+POLICY_STYLE = {"full": "C7", "sliding_turns": "C1", "trim_messages": "C2", "rules": "C0", "learned": "C3",
+                "rules_ledger": "C9", "learned_ledger": "C6"}
+_X_LABEL = {"fraction": "budget (fraction of full context per turn)",
+            "final_fraction": "budget (fraction of the session's final length)", "tokens": "budget (tokens)"}
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -42,7 +48,7 @@ def plot_recall(summary: dict[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     results = summary["results"]
-    kinds = [k for k in ("fraction", "tokens") if any(r["budget"]["kind"] == k for r in results)]
+    kinds = [k for k in ("fraction", "final_fraction", "tokens") if any(r["budget"]["kind"] == k for r in results)]
     if not kinds:
         return None
     fig, axes = plt.subplots(1, len(kinds), figsize=(6 * len(kinds), 4.2), squeeze=False)
@@ -57,9 +63,7 @@ def plot_recall(summary: dict[str, Any], path: Path) -> Path | None:
                 ax.plot(xs, [r["recall"] for r in rows], marker=".", ls="--", color=color, label=f"{pol} (no page-in)")
         if kind == "tokens":
             ax.set_xscale("log")
-            ax.set_xlabel("budget (tokens)")
-        else:
-            ax.set_xlabel("budget (fraction of full context per turn)")
+        ax.set_xlabel(_X_LABEL[kind])
         ax.set_ylabel("key-fact recall")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
@@ -159,14 +163,14 @@ def _policy_table(summary: dict[str, Any]) -> list[str]:
               "over the turns where the policy gave no warning (it did not have to relax recency protection or "
               "exceed the budget). Fit 128k: longest session (messages) whose window "
               "stayed within 128k tokens.", "",
-              "| policy | budget | recall | recall page-in | recall end (page-in) | leakage | leakage page-in "
+              "| policy | budget | recall | recall page-in | recall end | recall end page-in | leakage | leakage page-in "
               "| tokens / full | reduction | util mean | util p95 | util peak | peak feasible | over budget | pinned over | fit 128k "
               "| build ms p50 | p95 |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["results"]:
         lines.append(
             f"| {r['policy']} | {r['budget']['label']} | {_f(r['recall'])} | {_f(r['recall_pagein'])} | "
-            f"{_f(r['recall_end_pagein'])} | {_f(r['leakage'])} | {_f(r['leakage_pagein'])} | "
+            f"{_f(r['recall_end'])} | {_f(r['recall_end_pagein'])} | {_f(r['leakage'])} | {_f(r['leakage_pagein'])} | "
             f"{_f(r['token_ratio'])} | {_f(r['token_reduction'])} | {_f(r['util_mean'])} | {_f(r['util_p95'])} | "
             f"{_f(r['util_peak'])} | {_f(r.get('util_peak_feasible'))} | {_f(r['over_budget_turns'])} | {_f(r.get('pinned_overflow_turns'))} | "
             f"{r['longest_fit_128k']} ({r['sessions_fit_128k']}/{r['sessions']}) | "
@@ -213,12 +217,138 @@ def _retention_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _four(fig: dict[str, Any] | None) -> str:
+    """``recall / page-in · end / end page-in`` of one breakdown entry."""
+    if not fig:
+        return "–"
+    return (f"{_f(fig.get('recall'))} / {_f(fig.get('recall_pagein'))} · {_f(fig.get('recall_end'))} / "
+            f"{_f(fig.get('recall_end_pagein'))}")
+
+
+def _rank_of(summary: dict[str, Any], policy: str) -> dict[str, Any]:
+    """The source-rank figures of a policy's scorer (``{}`` for the baselines)."""
+    return (summary.get("source_rank") or {}).get(base_policy(policy)) or {}
+
+
+def _headline_table(summary: dict[str, Any]) -> list[str]:
+    """Per policy x budget: the four recall figures, cost, prompt-cache figures and source ranks."""
+    lines = ["", "## Headline", "",
+             "Recall over all probes and at the session end (the last probe), without / with page-in; tokens / full: "
+             "cumulative window tokens over cumulative full-context tokens; cache reuse: share of window tokens that "
+             "repeat the previous turn's identical message prefix (weighted by tokens); effective ratio: the same "
+             f"cumulative tokens with the reused ones priced at {CACHED_PRICE:g}, over full context; source top-k: "
+             "share of facts whose source message ranks in the top k of the manager's search for the probe (the "
+             "policy's scorer, at the session end; the same at every budget).", "",
+             "| policy | budget | recall | recall page-in | recall end | recall end page-in | tokens / full "
+             "| cache reuse | effective ratio | source top-1 | top-4 | top-10 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["results"]:
+        rk = _rank_of(summary, r["policy"])
+        lines.append(
+            f"| {r['policy']} | {r['budget']['label']} | {_f(r['recall'])} | {_f(r['recall_pagein'])} | "
+            f"{_f(r['recall_end'])} | {_f(r['recall_end_pagein'])} | {_f(r['token_ratio'])} | "
+            f"{_f(r.get('cache_reuse'))} | {_f(r.get('effective_token_ratio'))} | {_f(rk.get('top1'))} | "
+            f"{_f(rk.get('top4'))} | {_f(rk.get('top10'))} |")
+    return lines
+
+
+def _source_recall_table(summary: dict[str, Any]) -> list[str]:
+    """Recall per session source, every policy and budget."""
+    results = summary["results"]
+    sources = sorted({s for r in results for s in r.get("recall_by_source", {})})
+    if not sources:
+        return []
+    lines = ["", "## Recall by source", "",
+             "Each cell: recall / recall with page-in · at the end / at the end with page-in.", "",
+             "| policy | budget | " + " | ".join(sources) + " |", "|---|---|" + "---|" * len(sources)]
+    for r in results:
+        cells = [_four(r.get("recall_by_source", {}).get(src)) for src in sources]
+        lines.append(f"| {r['policy']} | {r['budget']['label']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _kind_tables(summary: dict[str, Any]) -> list[str]:
+    """Recall per fact kind: one table per budget, a column per policy."""
+    results = summary["results"]
+    if not results:
+        return []
+    lines = ["", "## Recall by fact kind", "",
+             "Each cell: recall / recall with page-in · at the end / at the end with page-in; checks: (probe, fact) "
+             "checks of the kind, at the end in brackets."]
+    for key in dict.fromkeys(r["budget"]["key"] for r in results):
+        rows = [r for r in results if r["budget"]["key"] == key]
+        kinds = sorted({k for r in rows for k in r["recall_by_kind"]})
+        lines += ["", f"### Budget {rows[0]['budget']['label']}", "",
+                  "| kind | checks | " + " | ".join(r["policy"] for r in rows) + " |", "|---|---|" + "---|" * len(rows)]
+        for k in kinds:
+            first = next(r["recall_by_kind"][k] for r in rows if k in r["recall_by_kind"])
+            lines.append(f"| {k} | {first['checks']} ({first.get('end_checks', '–')}) | "
+                         + " | ".join(_four(r["recall_by_kind"].get(k)) for r in rows) + " |")
+    return lines
+
+
+def _rank_tables(summary: dict[str, Any]) -> list[str]:
+    """Source rank per scorer: overall, per source, per fact kind."""
+    ranks = summary.get("source_rank") or {}
+    if not ranks:
+        return []
+    lines = ["", "## Source rank of the probe's fact", "",
+             "`ContextManager.search(probe, k=40)` at the session end (the hybrid search page-in uses): the share of "
+             "facts whose source message is the first hit, in the top 4 (the page-in depth), 10, 40; not found: not "
+             "in the top 40; MRR: mean of 1/rank (0 when not found).", "",
+             "| scorer | group | facts | top-1 | top-4 | top-10 | top-40 | not found | MRR |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for scorer, fig in ranks.items():
+        groups = [("**all**", fig), *((f"source {k}", v) for k, v in fig["by_source"].items()),
+                  *((f"kind {k}", v) for k, v in fig["by_kind"].items())]
+        for name, g in groups:
+            lines.append(f"| {scorer} | {name} | {g['facts']} | {_f(g['top1'])} | {_f(g['top4'])} | {_f(g['top10'])} | "
+                         f"{_f(g['top40'])} | {_f(g['not_found'])} | {_f(g['mrr'])} |")
+    return lines
+
+
+def _ledger_table(summary: dict[str, Any]) -> list[str]:
+    """Ledger tokens and precision of the ledger policies, with recall beside the plain policy's."""
+    rows = [r for r in summary["results"] if r.get("ledger_tokens_mean") is not None]
+    if not rows:
+        return []
+    plain = {(r["policy"], r["budget"]["key"]): r for r in summary["results"]}
+    lines = ["", "## Fact ledger", "",
+             "Ledger tokens: the ledger section's tokens per turn (mean) and their share of all window tokens. "
+             "Precision: share of the shown (turn, line) pairs whose value occurs byte-exact in the cited source "
+             "message and whose slot words occur in that message or the one before it (value ok / slot ok: each "
+             "condition alone; unmatched: lines that match no current fact). Recall page-in: the ledger policy "
+             "against the same policy without the ledger at the same budget.", "",
+             "| policy | budget | ledger tokens / turn | share of window | lines shown | precision | value ok | slot ok "
+             "| unmatched | recall page-in | without ledger | tokens / full | without ledger |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        b = plain.get((base_policy(r["policy"]), r["budget"]["key"])) or {}
+        lines.append(
+            f"| {r['policy']} | {r['budget']['label']} | {_f(r['ledger_tokens_mean'], 1)} | {_f(r['ledger_share'])} | "
+            f"{_f(r['ledger_lines'])} | {_f(r['ledger_precision'])} | {_f(r['ledger_value_ok'])} | "
+            f"{_f(r['ledger_slot_ok'])} | {_f(r['ledger_unmatched'])} | {_f(r['recall_pagein'])} | "
+            f"{_f(b.get('recall_pagein'))} | {_f(r['token_ratio'])} | {_f(b.get('token_ratio'))} |")
+    return lines
+
+
+def _boundary_lines(summary: dict[str, Any]) -> list[str]:
+    """Task-boundary detection against the sessions' real boundaries."""
+    bd = summary.get("boundaries")
+    if not bd or not bd.get("by_source"):
+        return []
+    return ["", "## Task boundaries", "",
+            "Real boundary: the member dialogue or trajectory changes (the message id's part before `#`); detected: "
+            "the runtime starts a new task (`Entry.task` changes). Matched: same message index"
+            + (f" (within {bd['tolerance']} messages)" if bd.get("tolerance") else "") + ".", "",
+            *boundary_table(bd)]
+
+
 def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: dict[str, Any] | None = None) -> str:
     """Markdown report: run facts, the policy x budget table, targets, retention, feedback, plots."""
-    lines = [*_run_lines(summary), *_policy_table(summary), *_target_lines(summary), *_retention_lines(summary)]
-    kinds = _kind_table(summary)
-    if kinds:
-        lines += ["", f"## Recall with page-in by fact kind (budget {REFERENCE_BUDGET_KEY})", "", *kinds]
+    lines = [*_run_lines(summary), *_headline_table(summary), *_policy_table(summary), *_target_lines(summary),
+             *_source_recall_table(summary), *_kind_tables(summary), *_rank_tables(summary), *_ledger_table(summary),
+             *_boundary_lines(summary), *_retention_lines(summary)]
     lines += ["", "## Feedback iterations", ""]
     lines += _history_lines(history)
     fb = summary.get("feedback") or {}
@@ -228,19 +358,6 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: d
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
-
-
-def _kind_table(summary: dict[str, Any]) -> list[str]:
-    rows = [r for r in summary["results"] if r["budget"]["key"] == REFERENCE_BUDGET_KEY]
-    if not rows:
-        return []
-    kinds = sorted({k for r in rows for k in r["recall_by_kind"]})
-    out = ["| kind | checks | " + " | ".join(r["policy"] for r in rows) + " |", "|---|---|" + "---|" * len(rows)]
-    for k in kinds:
-        n = next((r["recall_by_kind"][k]["checks"] for r in rows if k in r["recall_by_kind"]), 0)
-        vals = [_f(r["recall_by_kind"].get(k, {}).get("recall_pagein")) for r in rows]
-        out.append(f"| {k} | {n} | " + " | ".join(vals) + " |")
-    return out
 
 
 def _history_lines(history: dict[str, Any] | None) -> list[str]:

@@ -17,10 +17,13 @@ from typing import Any
 
 from ctxscore.tokens import TokenCounter
 
+from .boundaries import boundary_figures, detect_tasks, session_row
 from .budgets import Budget
 from .metrics import aggregate
 from .policies import (
     ALL_POLICIES,
+    KNOWN_POLICIES,
+    LEDGER_SUFFIX,
     MANAGED,
     CachedScorer,
     FullContext,
@@ -28,7 +31,10 @@ from .policies import (
     SlidingTurns,
     TrimMessages,
     WindowStrategy,
+    base_policy,
+    is_managed,
 )
+from .ranks import RANK_K, rank_figures, source_ranks
 from .replay import Trace, full_context_tokens, replay
 from .retention import key_span_retention
 from .sessions import EvalSession, sessions_hash
@@ -45,8 +51,9 @@ class EvalConfig:
     """Settings of one evaluation run.
 
     Attributes:
-        budgets: budget rules (fractions of the full context, absolute tokens).
-        policies: policy names, a subset of :data:`eval.policies.ALL_POLICIES`, in report order.
+        budgets: budget rules (fractions of the full context, of the final length, absolute tokens).
+        policies: policy names, a subset of :data:`eval.policies.KNOWN_POLICIES` (the ledger
+            variants ``rules_ledger`` / ``learned_ledger`` included), in report order.
         probe_every: probe after every this many messages (and after the last).
         pagein: ``"missed"``, ``"all"`` or ``"none"`` (see :func:`eval.replay.replay`).
         encoding: tiktoken encoding for every policy.
@@ -69,9 +76,9 @@ class EvalConfig:
     manager_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = [p for p in self.policies if p not in ALL_POLICIES]
+        unknown = [p for p in self.policies if p not in KNOWN_POLICIES]
         if unknown:
-            raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(ALL_POLICIES)}")
+            raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(KNOWN_POLICIES)}")
         if not self.budgets:
             raise ValueError("at least one budget is needed")
 
@@ -84,11 +91,27 @@ class EvalResult:
         summary: the JSON-ready results (``metrics.json``).
         traces: per (policy, budget key) the per-session traces (for plots).
         misses: feedback records (managed policies' facts missing without page-in).
+        ranks: per managed scorer (``rules``, ``learned``) the source-rank record of every fact
+            (:func:`eval.ranks.source_ranks`).
+        boundaries: one :func:`eval.boundaries.session_row` per session.
     """
 
     summary: dict[str, Any]
     traces: dict[tuple[str, str], list[Trace]]
     misses: list[dict[str, Any]]
+    ranks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    boundaries: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Collect:
+    """What the replays of a run collect: traces, feedback records, source ranks, boundary rows, seconds per policy."""
+
+    traces: dict[tuple[str, str], list[Trace]] = field(default_factory=lambda: defaultdict(list))
+    misses: list[dict[str, Any]] = field(default_factory=list)
+    ranks: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    boundaries: list[dict[str, Any]] = field(default_factory=list)
+    policy_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
 def _make_policy(name: str, session_id: str, counter: TokenCounter, cfg: EvalConfig,
@@ -99,42 +122,60 @@ def _make_policy(name: str, session_id: str, counter: TokenCounter, cfg: EvalCon
         return SlidingTurns(counter)
     if name == "trim_messages":
         return TrimMessages(counter)
-    if name == "rules":
-        return Managed("rules", "rules", session_id, encoding=cfg.encoding, **cfg.manager_kwargs)
-    if name == "learned":
-        return Managed("learned", cached, session_id, encoding=cfg.encoding, **cfg.manager_kwargs)
+    base = base_policy(name)
+    if base in MANAGED:
+        scorer = "rules" if base == "rules" else cached
+        return Managed(name, scorer, session_id, ledger=name.endswith(LEDGER_SUFFIX), encoding=cfg.encoding,
+                       **cfg.manager_kwargs)
     raise ValueError(f"unknown policy {name!r}")
 
 
+def _session_end(sess: EvalSession, pol: Any, col: _Collect, done: set[str]) -> None:
+    """At the end of a managed policy's (a :class:`Managed`) first replay of ``sess``: the source
+    ranks of its scorer (once per scorer and session) and the task boundaries (once per session),
+    read from its manager."""
+    scorer = base_policy(pol.name)
+    if scorer not in done:
+        done.add(scorer)
+        col.ranks[scorer] += source_ranks(sess, pol.search_ids, RANK_K)
+    if "boundaries" not in done:
+        done.add("boundaries")
+        col.boundaries.append(session_row(sess, pol.task_numbers()))
+
+
 def _replay_session(sess: EvalSession, policies: Sequence[str], cfg: EvalConfig, counter: TokenCounter,
-                    cached: CachedScorer | None, traces: dict[tuple[str, str], list[Trace]],
-                    misses: list[dict[str, Any]], policy_s: dict[str, float]) -> None:
-    """Replay one session through every policy at every budget; appends to ``traces`` and
-    ``misses`` and adds each policy's seconds to ``policy_s``. A budget-independent policy is
-    replayed once and its trace reused for the other budgets."""
+                    cached: CachedScorer | None, col: _Collect) -> None:
+    """Replay one session through every policy at every budget, collecting into ``col`` (traces,
+    feedback records of the plain managed policies, source ranks, boundaries, seconds per policy).
+    A budget-independent policy is replayed once and its trace reused for the other budgets."""
     full = full_context_tokens(sess, counter)
     if cached is not None:
         t0 = time.perf_counter()
         cached.warm(sess.messages)
-        policy_s["learned"] += time.perf_counter() - t0
+        col.policy_s["learned"] += time.perf_counter() - t0
+    done: set[str] = set()
     for name in policies:
         t0 = time.perf_counter()
         first: Trace | None = None
         for b in cfg.budgets:
             if first is not None:  # budget-independent policy: reuse the replay
-                traces[(name, b.key)].append(first.with_budget(b))
+                col.traces[(name, b.key)].append(first.with_budget(b))
                 continue
             pol = _make_policy(name, sess.session_id, counter, cfg, cached)
             try:
                 tr = replay(sess, pol, b, full, probe_every=cfg.probe_every, pagein=cfg.pagein,
-                            record_misses=name in MANAGED)
+                            record_misses=name in MANAGED, counter=counter)
+                if is_managed(name) and b is cfg.budgets[0]:
+                    _session_end(sess, pol, col, done)
             finally:
                 pol.close()
-            traces[(name, b.key)].append(tr)
-            misses.extend(tr.misses)
+            col.traces[(name, b.key)].append(tr)
+            col.misses.extend(tr.misses)
             if pol.budget_independent:
                 first = tr
-        policy_s[name] += time.perf_counter() - t0
+        col.policy_s[name] += time.perf_counter() - t0
+    if "boundaries" not in done:  # no managed policy ran: feed the session to a rules manager
+        col.boundaries.append(session_row(sess, detect_tasks(sess)))
 
 
 def _run_info(sessions: Sequence[EvalSession], cfg: EvalConfig, policies: list[str], skipped: dict[str, str],
@@ -185,31 +226,33 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
     policies = list(cfg.policies)
     skipped: dict[str, str] = {}
     cached = None
-    if "learned" in policies:
-        if cfg.learned_scorer is None:
-            skipped["learned"] = cfg.learned_skip_reason or "no learned scorer was available"
-            policies.remove("learned")
-            log.warning("learned policy skipped: %s", skipped["learned"])
-        else:
-            cached = CachedScorer(cfg.learned_scorer)
-    traces: dict[tuple[str, str], list[Trace]] = defaultdict(list)
-    misses: list[dict[str, Any]] = []
-    policy_s: dict[str, float] = defaultdict(float)
+    learned = [p for p in policies if base_policy(p) == "learned"]
+    if learned and cfg.learned_scorer is None:
+        for p in learned:
+            skipped[p] = cfg.learned_skip_reason or "no learned scorer was available"
+            policies.remove(p)
+            log.warning("%s policy skipped: %s", p, skipped[p])
+    elif learned:
+        cached = CachedScorer(cfg.learned_scorer)
+    col = _Collect()
     for sess in progress(sessions) if progress else sessions:
-        _replay_session(sess, policies, cfg, counter, cached, traces, misses, policy_s)
+        _replay_session(sess, policies, cfg, counter, cached, col)
     results = []
     for name in policies:
         for b in cfg.budgets:
-            m = aggregate(traces[(name, b.key)])
+            m = aggregate(col.traces[(name, b.key)])
             results.append({"policy": name, "budget": {"kind": b.kind, "value": b.value, "label": b.label,
                                                        "key": b.key}, **m})
     t_ret = time.perf_counter()
     retention = key_span_retention(sessions, cfg.labels, counter)
     retention_s = time.perf_counter() - t_ret
-    run = _run_info(sessions, cfg, policies, skipped, time.perf_counter() - t_start, policy_s, retention_s, cached)
-    summary = {"run": run, "results": results, "retention": retention}
+    run = _run_info(sessions, cfg, policies, skipped, time.perf_counter() - t_start, col.policy_s, retention_s, cached)
+    summary = {"run": run, "results": results, "retention": retention,
+               "source_rank": {p: rank_figures(col.ranks[p]) for p in MANAGED if p in col.ranks},
+               "boundaries": boundary_figures(col.boundaries)}
     summary["targets"] = check_targets(summary)
-    return EvalResult(summary=summary, traces=dict(traces), misses=misses)
+    return EvalResult(summary=summary, traces=dict(col.traces), misses=col.misses, ranks=dict(col.ranks),
+                      boundaries=col.boundaries)
 
 
 def find_result(summary: dict[str, Any], policy: str, budget_key: str) -> dict[str, Any] | None:

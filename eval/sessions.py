@@ -96,13 +96,16 @@ class EvalSession:
     """A validated session: OpenAI-style messages (each with an ``id``) and its key facts.
 
     ``notes`` holds non-fatal remarks of the validator (e.g. a superseded value that never occurs in
-    the text before its replacement, which therefore cannot leak).
+    the text before its replacement, which therefore cannot leak). ``source`` names the corpus the
+    session comes from (:func:`session_source`); metrics are broken down by it. It is metadata, not
+    part of :meth:`to_dict` (nor of :func:`sessions_hash`).
     """
 
     session_id: str
     messages: list[dict[str, Any]]
     key_facts: list[KeyFact] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    source: str = ""
 
     def message_id(self, index: int) -> str:
         """The id of message ``index`` (its ``id`` field, else ``{session_id}#{index}``)."""
@@ -116,6 +119,22 @@ class EvalSession:
             "messages": self.messages,
             "key_facts": [f.to_dict() for f in self.key_facts],
         }
+
+
+def session_source(obj: dict[str, Any], session_id: str) -> str:
+    """The corpus a session object comes from: its ``source`` field when that is a non-empty string,
+    else the part before the first ``/`` of its first message's ``id`` (ids are
+    ``SOURCE/SESSION#TURN``), else the part of ``session_id`` before its first ``/`` (the whole id
+    when it has none). ``{"source": "sgd", ...}`` -> ``"sgd"``; first id ``"multiwoz/SNG0572#0"`` ->
+    ``"multiwoz"``; session ``"mini/booking"`` without ids -> ``"mini"``."""
+    src = obj.get("source")
+    if isinstance(src, str) and src.strip():
+        return src.strip()
+    msgs = obj.get("messages")
+    first = msgs[0].get("id") if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict) else None
+    if isinstance(first, str) and "/" in first.split("#", 1)[0]:
+        return first.split("/", 1)[0]
+    return session_id.split("/", 1)[0]
 
 
 def _field_errors(f: dict[str, Any], flabel: str, n_messages: int) -> list[str]:
@@ -227,7 +246,8 @@ def _validate_record(obj: Any, where: str, seen_ids: set[str]) -> tuple[EvalSess
         return None, errors
     for i, m in enumerate(msgs):
         m.setdefault("id", f"{sid}#{i}")
-    return EvalSession(session_id=sid, messages=msgs, key_facts=facts, notes=notes), []
+    return EvalSession(session_id=sid, messages=msgs, key_facts=facts, notes=notes,
+                       source=session_source(obj, sid)), []
 
 
 def validate_records(records: Iterable[tuple[str, Any]], path: str | Path = "<memory>") -> list[EvalSession]:

@@ -93,6 +93,14 @@ def test_run_logs_to_mlflow(tmp_path, sqlite_mlflow):
         r["recall_pagein"] for r in metrics["results"] if r["policy"] == "rules" and r["budget"]["key"] == "f0.25")
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"metrics.json", "report.md", "recall_vs_budget.png", "tokens_per_turn.png"} <= arts
+    # the new figures are flat metrics too
+    rules = next(r for r in metrics["results"] if r["policy"] == "rules" and r["budget"]["key"] == "t300")
+    assert run.data.metrics["rules/t300/cache_reuse"] == rules["cache_reuse"]
+    assert run.data.metrics["rules/t300/effective_token_ratio"] == rules["effective_token_ratio"]
+    assert run.data.metrics["rules/t300/recall_end/kind/slot"] == rules["recall_by_kind"]["slot"]["recall_end"]
+    assert run.data.metrics["rules/t300/recall_pagein/source/mini"] == rules["recall_by_source"]["mini"]["recall_pagein"]
+    assert run.data.metrics["rules/source_rank/top4"] == metrics["source_rank"]["rules"]["top4"]
+    assert run.data.metrics["trim_messages/t300/cache_reuse"] > 0
 
 
 def test_run_rejects_bad_input(tmp_path, capsys):
@@ -178,3 +186,111 @@ def test_run_reuse_skips_an_unchanged_evaluation(tmp_path, capsys):
     assert main([*args[:4], "0.5", *args[5:]]) == 0
     assert "reusing" not in capsys.readouterr().out
     assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["run"]["budgets"][0]["key"] == "f0.5"
+
+
+def test_run_final_budget_ledger_and_new_tables(tmp_path):
+    out, fb = tmp_path / "out", tmp_path / "fb"
+    assert main(["run", "--sessions", str(MINI), "--budget-final", "0.25", "--budget-tokens", "400", "--ledger",
+                 "--policies", "trim_messages,rules", "--model", "none", "--probe-every", "4", "--out", str(out),
+                 "--no-mlflow", "--feedback-dir", str(fb), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    combos = {(r["policy"], r["budget"]["key"]) for r in metrics["results"]}
+    assert combos == {(p, b) for p in ("trim_messages", "rules", "rules_ledger") for b in ("e0.25", "t400")}
+    assert metrics["run"]["budgets"][0] == {"kind": "final_fraction", "value": 0.25, "label": "25% of end", "key": "e0.25"}
+    assert metrics["run"]["policies"] == ["trim_messages", "rules", "rules_ledger"]
+    by = {(r["policy"], r["budget"]["key"]): r for r in metrics["results"]}
+    for r in metrics["results"]:
+        assert 0 <= r["cache_reuse"] <= 1 and 0 < r["effective_token_ratio"] <= r["token_ratio"]
+        assert set(r["recall_by_source"]) == {"mini"} and r["recall_by_source"]["mini"]["checks"] == r["checks"]
+        assert (r["ledger_tokens_mean"] is None) == (r["policy"] != "rules_ledger")
+    # the trip session is compacted at 400 tokens, so the ledger shows lines
+    assert by[("rules_ledger", "t400")]["ledger_lines"] > 0 and by[("rules_ledger", "t400")]["ledger_precision"] is not None
+    # one source-rank entry per scorer (22 facts), boundaries of both sessions (their ids name one member each)
+    assert list(metrics["source_rank"]) == ["rules"] and metrics["source_rank"]["rules"]["facts"] == 22
+    assert metrics["boundaries"]["overall"]["sessions"] == 2 and metrics["boundaries"]["overall"]["real"] == 0
+    # feedback records come from the plain managed policy only
+    rows = [json.loads(x) for x in (fb / "recall_failures.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert rows and {r["policy"] for r in rows} == {"rules"}
+    report = (out / "report.md").read_text(encoding="utf-8")
+    for head in ("## Headline", "## Recall by source", "## Recall by fact kind", "### Budget 25% of end",
+                 "## Source rank of the probe's fact", "## Fact ledger", "## Task boundaries", "## Policies x budgets"):
+        assert head in report
+    assert "| rules_ledger | 25% of end |" in report and "| rules | **all** | 22 |" in report
+
+
+def test_run_rejects_bad_new_options(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--sessions", str(MINI), "--budget-final", "1.5"])
+    assert exc.value.code == 2 and "fraction of the final length must be in (0, 1]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--sessions", str(MINI), "--policies", "rules_ledgers"])
+    # the learned ledger variant is skipped with the learned policy when no model is available
+    out = tmp_path / "o"
+    assert main(["run", "--sessions", str(MINI), "--budget-tokens", "400", "--policies", "full,learned_ledger",
+                 "--model", "none", "--out", str(out), "--no-mlflow", "--no-feedback", "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["run"]["skipped_policies"] == {"learned_ledger": "disabled with --model none"}
+    assert metrics["source_rank"] == {} and metrics["boundaries"]["overall"]["sessions"] == 2
+
+
+def _chained(tmp_path: Path) -> Path:
+    """Two chained sessions: real boundaries at 4 (t/b starts) and none; see the comments below."""
+    texts = [("system", "You are a travel agent."), ("user", "I need a hotel in Paris."),
+             ("assistant", "Booked the Hotel Lumiere. Anything else?"), ("user", "No, that's all. Thanks, bye!"),
+             ("assistant", "Have a good day!"), ("user", "Hi, I need a taxi to the airport."),
+             ("assistant", "Sure, when?"), ("user", "At 5pm.")]
+    members = ["t/a"] * 4 + ["t/b"] * 4
+    one = {"session_id": "c/1", "source": "demo", "key_facts": [],
+           "messages": [{"role": r, "content": c, "id": f"{members[i]}#{i}"} for i, (r, c) in enumerate(texts)]}
+    two = {"session_id": "c/2", "source": "other", "key_facts": [],
+           "messages": [{"role": "user", "content": "Hello", "id": "o/x#0"}, {"role": "assistant", "content": "Hi", "id": "o/x#1"}]}
+    path = tmp_path / "chained.jsonl"
+    path.write_text(json.dumps(one) + "\n" + json.dumps(two) + "\n", encoding="utf-8")
+    return path
+
+
+def test_boundaries_command(tmp_path, capsys):
+    path = _chained(tmp_path)
+    # c/1: real boundary at 4; the runtime starts a task at 5 (a request right after "that's all", "bye"
+    # and "have a good"); c/2: none of either
+    assert main(["boundaries", "--sessions", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "| demo | 1 | 1 | 1 | 0 | 0.000 | 0.000 | 0.000 |" in printed
+    assert "| other | 1 | 0 | 0 | 0 | – | – | – |" in printed
+    assert "| **all** | 2 | 1 | 1 | 0 | 0.000 | 0.000 | 0.000 |" in printed
+    js = tmp_path / "b" / "bd.json"
+    assert main(["boundaries", "--sessions", str(path), "--tolerance", "1", "--json", str(js)]) == 0
+    assert "| **all** | 2 | 1 | 1 | 1 | 1.000 | 1.000 | 1.000 |" in capsys.readouterr().out
+    data = json.loads(js.read_text(encoding="utf-8"))
+    assert data["tolerance"] == 1 and data["overall"]["tp"] == 1
+    assert data["sessions"][0] == {"session_id": "c/1", "source": "demo", "real": 1, "detected": 1, "tp": 1}
+    assert main(["boundaries", "--sessions", str(tmp_path / "none.jsonl")]) == 2
+    assert "no such session file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["boundaries", "--sessions", str(path), "--tolerance", "-1"])
+
+
+def test_flat_metrics_of_the_new_figures():
+    from eval.tracking import flat_metrics
+
+    summary = {
+        "run": {"runtime_s": 1.5},
+        "results": [{"policy": "rules_ledger", "budget": {"key": "e0.25"}, "recall": 0.5, "cache_reuse": 0.8,
+                     "effective_token_ratio": 0.2, "ledger_precision": 0.9, "ledger_tokens_mean": None,
+                     "recall_by_kind": {"slot value": {"recall": 0.25, "recall_end_pagein": 1.0}},
+                     "recall_by_source": {"sgd": {"recall_pagein": 0.75}}}],
+        "source_rank": {"rules": {"top1": 0.1, "top4": 0.4, "top10": 0.5, "top40": 0.9, "mrr": 0.3,
+                                  "by_source": {"sgd": {"top4": 0.2}}, "by_kind": {"slot(x)": {"top1": 0.0}}}},
+        "boundaries": {"overall": {"precision": 0.9, "recall": 0.8, "f1": None},
+                       "by_source": {"sgd": {"precision": 1.0, "recall": 0.5, "f1": 0.6667}}},
+    }
+    m = flat_metrics(summary)
+    assert m["rules_ledger/e0.25/cache_reuse"] == 0.8 and m["rules_ledger/e0.25/effective_token_ratio"] == 0.2
+    assert m["rules_ledger/e0.25/ledger_precision"] == 0.9 and "rules_ledger/e0.25/ledger_tokens_mean" not in m
+    assert m["rules_ledger/e0.25/recall/kind/slot value"] == 0.25
+    assert m["rules_ledger/e0.25/recall_end_pagein/kind/slot value"] == 1.0
+    assert m["rules_ledger/e0.25/recall_pagein/source/sgd"] == 0.75
+    assert m["rules/source_rank/top4"] == 0.4 and m["rules/source_rank/source/sgd/top4"] == 0.2
+    assert m["rules/source_rank/kind/slot_x_/top1"] == 0.0  # characters MLflow refuses become "_"
+    assert m["boundaries/precision"] == 0.9 and "boundaries/f1" not in m
+    assert m["boundaries/sgd/f1"] == 0.6667 and m["eval_runtime_s"] == 1.5

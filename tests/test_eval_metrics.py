@@ -91,8 +91,17 @@ def test_hand_made_session_metrics(booking):
     assert m["util_mean"] == round(456 / 480, 4)
     assert m["over_budget_turns"] == 0.75
     assert m["longest_fit_128k"] == 12 and m["sessions_fit_128k"] == 1
-    # slot facts: restaurant (checked at 3, 7, 11; present at 3, 7), phone (7, 11; page-in only), party (11)
-    assert m["recall_by_kind"]["slot"] == {"checks": 6, "recall": round(2 / 6, 4), "recall_pagein": round(4 / 6, 4)}
+    # slot facts: restaurant (checked at 3, 7, 11; present at 3, 7), phone (7, 11; page-in only), party (11);
+    # at the end (t=11) restaurant, phone and party are missing, phone comes back with page-in
+    assert m["recall_by_kind"]["slot"] == {"checks": 6, "recall": round(2 / 6, 4), "recall_pagein": round(4 / 6, 4),
+                                           "end_checks": 3, "recall_end": 0.0, "recall_end_pagein": round(1 / 3, 4)}
+    # tool_result: table (checked at 7 and 11, present both times)
+    assert m["recall_by_kind"]["tool_result"] == {"checks": 2, "recall": 1.0, "recall_pagein": 1.0, "end_checks": 1,
+                                                  "recall_end": 1.0, "recall_end_pagein": 1.0}
+    # one source (the session id's first part: the fixture has no source field and no ids)
+    assert m["recall_by_source"] == {"mini": {"checks": 11, "recall": round(6 / 11, 4), "recall_pagein": round(8 / 11, 4),
+                                              "end_checks": 6, "recall_end": round(2 / 6, 4),
+                                              "recall_end_pagein": round(3 / 6, 4)}}
     # page-in builds only for the missing facts, one per distinct probe per probe point: 1 at t=7, 4 at t=11
     assert len(tr.pagein_ms) == 5
     # one feedback record per missing fact (phone missed twice -> one record)
@@ -125,7 +134,8 @@ def test_budgets_parse_and_labels():
     bs = parse_budgets([0.25], [4000, 2500])
     assert [b.label for b in bs] == ["25%", "4k", "2500"]
     assert [b.key for b in bs] == ["f0.25", "t4000", "t2500"]
-    assert [b.label for b in parse_budgets(None, None)] == ["25%", "50%", "2k", "4k", "8k", "16k", "128k"]
+    assert [b.label for b in parse_budgets(None, None)] == ["25%", "50%", "25% of end", "2k", "4k", "8k", "16k", "128k"]
+    assert [b.key for b in parse_budgets(None, None)][2] == "e0.25"
     with pytest.raises(ValueError):
         Budget("fraction", 1.5)
     with pytest.raises(ValueError):

@@ -1,0 +1,86 @@
+"""Source rank: where the message that holds a fact ranks when the fact's probe is searched.
+
+Page-in can only bring back what the search finds. For every key fact of a session, at the
+session's end, the managed policy's manager searches its store with the fact's probe
+(``ContextManager.search(probe, k=RANK_K)``: the same hybrid search page-in uses, over every stored
+original whatever the budget or the tiers), and the fact's **source rank** is the 1-based position
+of the fact's source message id among the hits, or ``None`` ("not in the top 40"). The rank depends
+on the scorer (its embeddings), not on the budget or the layers, so it is computed once per session
+and managed scorer (``rules``, ``learned``).
+
+Figures (:func:`rank_figures`), over facts: ``top1`` / ``top4`` / ``top10`` / ``top40`` = share of
+facts whose source ranks at or above 1 / 4 / 10 / 40 (``top4`` is the page-in depth, ``page_in_k``),
+``not_found`` = 1 - ``top40``, ``mrr`` = mean of 1 / rank (0 when not found); the same per session
+source and per fact kind.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .sessions import EvalSession
+
+#: Hits searched per probe (the page-in search depth, ``ctxscore.window.pagein.SEARCH_HITS``).
+RANK_K = 40
+#: The cut-offs reported.
+TOPS: tuple[int, ...] = (1, 4, 10, 40)
+
+
+def source_ranks(session: EvalSession, search: Callable[[str, int], list[str]], k: int = RANK_K) -> list[dict[str, Any]]:
+    """The source rank of every key fact of ``session``.
+
+    Args:
+        session: the replayed session.
+        search: ``(query, k) -> message ids, best first`` (e.g. :meth:`eval.policies.Managed.search_ids`),
+            called once per distinct probe.
+        k: hits searched per probe (> 0).
+
+    Returns:
+        One ``{"session_id", "fact_id", "kind", "source", "message_id", "rank"}`` per fact in the
+        session's order; ``rank`` is 1-based, or ``None`` when the source is not among the ``k`` hits.
+
+    Raises:
+        ValueError: ``k`` < 1.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    hits: dict[str, list[str]] = {}
+    out = []
+    for f in session.key_facts:
+        if f.probe not in hits:
+            hits[f.probe] = list(search(f.probe, k))[:k]
+        mid = session.message_id(f.source_index)
+        ids = hits[f.probe]
+        out.append({"session_id": session.session_id, "fact_id": f.fact_id, "kind": f.kind, "source": session.source,
+                    "message_id": mid, "rank": ids.index(mid) + 1 if mid in ids else None})
+    return out
+
+
+def _block(ranks: list[int | None]) -> dict[str, Any]:
+    n = len(ranks)
+    out: dict[str, Any] = {"facts": n}
+    for t in TOPS:
+        out[f"top{t}"] = round(sum(1 for r in ranks if r is not None and r <= t) / n, 4) if n else None
+    out["not_found"] = round(sum(1 for r in ranks if r is None) / n, 4) if n else None
+    out["mrr"] = round(sum(1 / r for r in ranks if r is not None) / n, 4) if n else None
+    return out
+
+
+def rank_figures(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Figures of source-rank records (see the module docstring).
+
+    Returns:
+        ``{"facts", "top1", "top4", "top10", "top40", "not_found", "mrr", "by_source": {source: {...}},
+        "by_kind": {kind: {...}}}``; the shares are ``None`` when there is no fact.
+    """
+    records = list(records)
+    by_source: dict[str, list[int | None]] = defaultdict(list)
+    by_kind: dict[str, list[int | None]] = defaultdict(list)
+    for r in records:
+        by_source[r["source"]].append(r["rank"])
+        by_kind[r["kind"]].append(r["rank"])
+    return {**_block([r["rank"] for r in records]),
+            "by_source": {s: _block(v) for s, v in sorted(by_source.items())},
+            "by_kind": {k: _block(v) for k, v in sorted(by_kind.items())}}
