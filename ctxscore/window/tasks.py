@@ -3,7 +3,8 @@
 Instructions are pinned only while their task is active (``../shared/DESIGN.md``). A new task
 starts at a message that:
 
-- is a system message after the first messages (a new agent episode), or
+- is a system message after the first messages (a new agent episode), or, when it is not the first
+  user message after the system messages that opened the current task,
 - is a task statement handed to an agent (``<pr_description>``, "your task is" ...), or
 - is a user request or greeting (the rule file's ``request`` / ``greeting`` keywords, or a question)
   right after a closing exchange: one of the two previous messages holds a ``closing`` keyword
@@ -36,6 +37,8 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
         return history.entries[-1].msg.role != Role.SYSTEM
     if msg.role != Role.USER or _OBSERVATION.search(msg.content[:200]):
         return False
+    if all(e.msg.role == Role.SYSTEM for e in history.entries[history.task_starts[-1]:]):
+        return False  # the task opened by the system messages right before this one
     if _TASK_STATEMENT.search(msg.content[:2000]):
         return True
     kw = config.keyword_regexes
