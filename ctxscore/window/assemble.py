@@ -191,9 +191,12 @@ def sort_sections(sections: Sequence[Section]) -> list[Section]:
 
 
 def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Policy, budget: int,
-              query: str | None, plan: PageInPlan, values: np.ndarray | None = None) -> BuildView:
+              query: str | None, plan: PageInPlan, values: np.ndarray | None = None,
+              stub_budget: int | None = None) -> BuildView:
     """The :class:`BuildView` of one build: tier codes with the page-in plan applied, and which stubs
-    are shown and which collapse."""
+    are shown and which collapse. ``stub_budget`` (default ``budget``) sizes the stub lines: the
+    session keeps it from the last build that changed tiers, so a budget that grows with the session
+    (a share of the full context) does not rewrite the stub note at every turn."""
     n = len(history)
     codes = history.codes()
     stubs = history.stub.a[:n].copy()
@@ -203,7 +206,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     for i in plan.shown:
         codes[i] = CODE[Tier.COMPRESSED if i in plan.texts else plan.forms.get(i, Tier.VERBATIM)]
     arch = np.flatnonzero(codes == ARCHIVED)
-    keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), stub_cap(policy, budget), side="right")) if len(arch) else 0
+    cap = stub_cap(policy, min(budget, stub_budget or budget))
+    keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), cap, side="right")) if len(arch) else 0
     lead = 0
     while lead < n and history.entries[lead].msg.role == Role.SYSTEM:
         lead += 1

@@ -61,6 +61,7 @@ class SessionState:
         self.prepared = 0  # entries before this index have their compressed forms computed
         self.stuck: tuple[int, int] | None = None  # (messages, budget) at which compaction could do no more
         self.unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
+        self.stub_budget: int | None = None  # the budget of the last build that changed tiers (sizes the stub note)
         ctx = LayerContext(self.session_id, self.store, self.counter, self.rules, self.policy, self.history)
         for layer in self.layers:
             layer.on_reset()
@@ -125,6 +126,10 @@ class SessionState:
                 changed += more
                 window = self._assemble(query, B, plan, vals, rel, warns)
         self._save_tiers(changed, warns)
+        if changed or self.stub_budget is None:
+            if self.stub_budget != B:
+                self.stub_budget = B
+                window = self._assemble(query, B, plan, vals, rel, warns)
         if (plan.shown or plan.evicted) and window.tokens > pol.page_in_limit * B:
             window, plan = fit_page_in(plan, pol.page_in_limit * B, lambda pl: self._assemble(query, B, pl, vals, rel, warns))
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
@@ -165,7 +170,8 @@ class SessionState:
 
     def _assemble(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
                   warns: list[WindowWarning]) -> ContextWindow:
-        view = self.view = make_view(self.history, self.forms, self.counter, self.policy, B, query, plan, vals)
+        view = self.view = make_view(self.history, self.forms, self.counter, self.policy, B, query, plan, vals,
+                                     self.stub_budget)
         window = assemble(view, self.sections, self.values, vals, rel, warns)
         for hook in self.hooks:
             hook(window, view)
