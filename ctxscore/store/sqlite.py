@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -33,8 +34,17 @@ import numpy as np
 
 from ..errors import InputError, StoreError
 from ..messages import Message, Tier
-from .base import NewRecord, StoredMessage
-from .retrieval import CONTEXT_WEIGHT, Hit, RankedList, fts_match_expression, fuse, like_pattern, query_terms
+from .base import Event, NewRecord, Record, StoredMessage, check_limit, check_name, dump_json
+from .retrieval import (
+    CONTEXT_WEIGHT,
+    Hit,
+    RankedList,
+    fts_match_expression,
+    fuse,
+    like_pattern,
+    query_terms,
+    vector_ranking,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions(session_id TEXT PRIMARY KEY, created REAL, state TEXT);
@@ -47,6 +57,12 @@ CREATE TABLE IF NOT EXISTS messages(
 CREATE INDEX IF NOT EXISTS messages_turn ON messages(session_id, turn);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
     text, context, content='messages', content_rowid='rowid', tokenize='trigram');
+CREATE TABLE IF NOT EXISTS records(
+    scope TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    version INTEGER NOT NULL, updated REAL NOT NULL, PRIMARY KEY(scope, kind, key));
+CREATE TABLE IF NOT EXISTS events(
+    scope TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY(scope, seq));
 """
 _COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
 
@@ -63,7 +79,9 @@ class SQLiteStore:
             has another schema version, or cannot be opened; the file is left untouched.
     """
 
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
+    #: Older schema versions this version upgrades in place (3 added ``records`` and ``events``).
+    UPGRADES_FROM = ("2",)
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path in (None, ":memory:") else Path(path)
@@ -94,10 +112,20 @@ class SQLiteStore:
         db = self._db
         db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
         row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is not None and str(row[0]) != str(self.SCHEMA_VERSION):
+        if row is not None and str(row[0]) != str(self.SCHEMA_VERSION) and str(row[0]) not in self.UPGRADES_FROM:
             raise StoreError(f"schema version {row[0]} != {self.SCHEMA_VERSION}")
-        db.executescript(_SCHEMA)
-        db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
+        if row is not None and str(row[0]) == str(self.SCHEMA_VERSION):
+            return
+        db.execute("BEGIN IMMEDIATE")  # create or upgrade (new tables only) in one transaction
+        try:
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    db.execute(stmt)
+            db.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _guard(self, what: str, transaction: bool = False) -> Iterator[sqlite3.Connection]:
@@ -263,7 +291,7 @@ class SQLiteStore:
             if fts_terms:
                 lists.append(("keyword", db.execute(
                     "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_fts f JOIN messages m ON m.rowid = f.rowid "
-                    "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts, 1.0, ?) LIMIT ?",
+                    "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts, 1.0, ?), m.turn LIMIT ?",
                     (fts_match_expression(fts_terms), session_id, CONTEXT_WEIGHT, limit)).fetchall()))
             for term in short_terms:
                 lists.append(("short", db.execute(
@@ -273,13 +301,71 @@ class SQLiteStore:
                 vecs = self._session_vectors(db, session_id)
                 if vecs:
                     ids = list(vecs)
-                    sims = np.stack([vecs[i] for i in ids]) @ np.asarray(query_embedding, dtype=np.float32)
-                    top = [ids[i] for i in np.argsort(-sims)[:limit]]
+                    top = vector_ranking(ids, np.stack([vecs[i] for i in ids]), query_embedding, limit)
                     meta = {r[0]: (r[1], r[2]) for r in db.execute(
                         f"SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id=? "
                         f"AND id IN ({','.join('?' * len(top))})", (session_id, *top))}
                     lists.append(("vector", [(i, *meta[i]) for i in top if i in meta]))
         return fuse(lists, k=k, only=only)
+
+    # -- layer records and events (ctxscore.store.base.RecordStore) ----------------------------------
+    def put_records(self, scope: str, kind: str, records: Mapping[str, Any]) -> dict[str, int]:
+        """Insert or replace records (key -> JSON value) under (scope, kind) in one transaction.
+
+        Returns each key's new version (1 for a new key). Raises :class:`InputError` (bad names or
+        values) or :class:`StoreError`; nothing is stored then. See :class:`~ctxscore.store.base.RecordStore`.
+        """
+        rows = _record_rows(scope, kind, records)
+        out: dict[str, int] = {}
+        now = time.time()
+        with self._guard("put records", transaction=True) as db:
+            for key, value in rows:
+                (version,) = db.execute(
+                    "INSERT INTO records(scope, kind, key, value, version, updated) VALUES(?,?,?,?,1,?) "
+                    "ON CONFLICT(scope, kind, key) DO UPDATE SET value=excluded.value, version=records.version+1, "
+                    "updated=excluded.updated RETURNING version", (scope, kind, key, value, now)).fetchone()
+                out[key] = version
+        return out
+
+    def records(self, scope: str, kind: str) -> dict[str, Record]:
+        """Every record under (scope, kind), by key (see :class:`~ctxscore.store.base.RecordStore`)."""
+        check_name(scope, "scope")
+        check_name(kind, "kind")
+        with self._guard("read records") as db:
+            rows = db.execute("SELECT key, value, version, updated FROM records WHERE scope=? AND kind=? ORDER BY key",
+                              (scope, kind)).fetchall()
+        return {k: Record(k, _load_json(v, f"record {scope!r}/{kind!r}/{k!r}", self.path), n, u) for k, v, n, u in rows}
+
+    def delete_records(self, scope: str, kind: str, keys: Iterable[str]) -> int:
+        """Delete records by key under (scope, kind); returns how many existed."""
+        check_name(scope, "scope")
+        check_name(kind, "kind")
+        ks = [check_name(k, "record key") for k in keys]
+        with self._guard("delete records", transaction=True) as db:
+            return sum(db.execute("DELETE FROM records WHERE scope=? AND kind=? AND key=?", (scope, kind, k)).rowcount
+                       for k in ks)
+
+    def append_events(self, scope: str, events: Sequence[Any]) -> list[int]:
+        """Append JSON values to the scope's log in one transaction; returns their sequence numbers."""
+        check_name(scope, "scope")
+        data = [dump_json(e, f"event {i}") for i, e in enumerate(events)]
+        now = time.time()
+        with self._guard("append events", transaction=True) as db:
+            (last,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE scope=?", (scope,)).fetchone()
+            db.executemany("INSERT INTO events(scope, seq, data, created) VALUES(?,?,?,?)",
+                           [(scope, last + 1 + i, d, now) for i, d in enumerate(data)])
+        return list(range(last + 1, last + 1 + len(data)))
+
+    def events(self, scope: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """The scope's events with ``seq > after``, in order, at most ``limit``."""
+        check_name(scope, "scope")
+        lim = check_limit(limit)
+        if isinstance(after, bool) or not isinstance(after, int):
+            raise InputError(f"after must be an integer sequence number, got {after!r}")
+        with self._guard("read events") as db:
+            rows = db.execute("SELECT seq, data, created FROM events WHERE scope=? AND seq>? ORDER BY seq LIMIT ?",
+                              (scope, after, -1 if lim is None else lim)).fetchall()
+        return [Event(q, _load_json(d, f"event {scope!r}/{q}", self.path), t) for q, d, t in rows]
 
     def close(self) -> None:
         """Checkpoint the WAL and close the database (a second call does nothing)."""
@@ -297,3 +383,19 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _record_rows(scope: str, kind: str, records: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Validated (key, JSON text) pairs of a :meth:`put_records` call (shared by the stores)."""
+    check_name(scope, "scope")
+    check_name(kind, "kind")
+    if not isinstance(records, Mapping):
+        raise InputError(f"records must be a mapping of key -> JSON value, got {type(records).__name__}")
+    return [(check_name(k, "record key"), dump_json(v, f"record {k!r}")) for k, v in records.items()]
+
+
+def _load_json(text: str, what: str, where: object) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"store {where or ':memory:'}: {what} is damaged ({exc}); restore it from a backup") from None
