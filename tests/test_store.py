@@ -166,3 +166,26 @@ def test_open_store_arguments(tmp_path):
     assert open_store(f"sqlite:///{tmp_path / 'u.db'}").path == tmp_path / "u.db"
     with pytest.raises(Exception, match="unsupported store URL"):
         open_store("mysql://localhost/x")
+
+
+def test_schema_2_file_is_upgraded_in_place(tmp_path):
+    """Schema 3 added the layer records and events; a version-2 file keeps its messages and gains them."""
+    path = tmp_path / "v2.db"
+    s = SQLiteStore(path)
+    fill(s)
+    s._db.execute("DROP TABLE records")
+    s._db.execute("DROP TABLE events")
+    s._db.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    s.close()
+    b = SQLiteStore(path)
+    assert b._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert [r.id for r in b.load("s1")] == ["m0", "m1", "m2", "m3", "m4"]
+    assert b.put_records("s1", "ledger", {"ref": "7GAWK763"}) == {"ref": 1}
+    assert b.append_events("s1", [{"type": "resumed"}]) == [1]
+    b.close()
+    p = tmp_path / "v9.db"
+    c = SQLiteStore(p)
+    c._db.execute("UPDATE meta SET value='9' WHERE key='schema_version'")
+    c.close()
+    with pytest.raises(StoreError, match="schema version 9"):
+        SQLiteStore(p)

@@ -76,7 +76,6 @@ from .retrieval import (
 try:  # the extra `postgres`
     import psycopg
     from psycopg import conninfo as _conninfo
-    from psycopg import sql as _sql
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError:  # pragma: no cover - exercised without the extra
     psycopg = None  # type: ignore[assignment]
@@ -226,10 +225,7 @@ class PostgresStore:
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)), options=options) as conn:
                 self._check_server(conn)
-                if schema:
-                    conn.execute(_sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(_sql.Identifier(schema)))
-                    conn.execute(_sql.SQL("SET search_path TO {}, public").format(_sql.Identifier(schema)))
-                migrations.migrate(conn)
+                migrations.migrate(conn, schema)
                 self.pgvector = 3 in migrations.applied_versions(conn)
                 if self.pgvector:
                     self._backfill_vectors(conn)
@@ -251,6 +247,8 @@ class PostgresStore:
     def _check_server(self, conn: Any) -> None:
         enc = conn.execute("SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = current_database()"
                            ).fetchone()[0]
+        if isinstance(enc, bytes):  # a SQL_ASCII database returns text undecoded
+            enc = enc.decode("ascii", "replace")
         if enc != "UTF8":
             raise StoreError(f"cannot open store {self.where}: the database encoding is {enc}; ctxscore needs "
                              "UTF8 (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0). Nothing was changed")

@@ -109,7 +109,8 @@ def trigram_tokens(text: str) -> int:
 
 
 def vector_ranking(ids: Sequence[str], matrix: np.ndarray, query_embedding: np.ndarray, limit: int) -> list[str]:
-    """The ``limit`` ids whose embeddings have the highest dot product with the query, best first.
+    """The ``limit`` ids whose embeddings have the highest dot product with the query, best first
+    (ties: the earlier message first).
 
     Args:
         ids: message ids, in the order of ``matrix``'s rows (every store passes them in insertion
@@ -121,7 +122,7 @@ def vector_ranking(ids: Sequence[str], matrix: np.ndarray, query_embedding: np.n
     if not len(ids):
         return []
     sims = matrix @ np.asarray(query_embedding, dtype=np.float32)
-    return [ids[i] for i in np.argsort(-sims)[:limit]]
+    return [ids[i] for i in np.argsort(-sims, kind="stable")[:limit]]
 
 
 #: A ranked list: its kind (a key of :data:`RRF_WEIGHTS`) and its rows (message id, turn, snippet), best first.

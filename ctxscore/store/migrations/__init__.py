@@ -69,9 +69,14 @@ def latest_version() -> int:
     return migrations()[-1].version
 
 
-def migrate(conn: Any) -> list[int]:
-    """Apply the pending migrations on ``conn`` (a psycopg connection in autocommit mode, its
-    ``search_path`` set to the target schema); returns the versions applied now.
+def migrate(conn: Any, schema: str | None = None) -> list[int]:
+    """Apply the pending migrations on ``conn`` (a psycopg connection in autocommit mode); returns
+    the versions applied now.
+
+    Args:
+        conn: the connection.
+        schema: the PostgreSQL schema of the tables (created if missing, then set as the session's
+            ``search_path`` with ``public`` after it), or ``None`` for the connection's ``search_path``.
 
     Raises:
         StoreError: the database was migrated by newer code, an applied file changed, or a
@@ -81,6 +86,11 @@ def migrate(conn: Any) -> list[int]:
     known = migrations()
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        if schema is not None:  # under the lock: CREATE SCHEMA IF NOT EXISTS races with itself
+            from psycopg import sql
+
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(schema)))
         conn.execute("CREATE TABLE IF NOT EXISTS ctx_schema_migrations (version integer PRIMARY KEY, "
                      "name text NOT NULL, checksum text NOT NULL, applied timestamptz NOT NULL DEFAULT now())")
         applied = {v: (n, c) for v, n, c in conn.execute("SELECT version, name, checksum FROM ctx_schema_migrations")}
