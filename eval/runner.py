@@ -6,18 +6,21 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import platform
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ctxscore.errors import ConfigError
 from ctxscore.tokens import TokenCounter
 
 from .budgets import Budget
+from .engine import Engine, LocalEngine, Sized, packaged_scorer_loader
 from .metrics import aggregate
 from .policies import (
     ALL_POLICIES,
@@ -106,60 +109,109 @@ def _make_policy(name: str, session_id: str, counter: TokenCounter, cfg: EvalCon
     raise ValueError(f"unknown policy {name!r}")
 
 
+@dataclass
+class SessionRun:
+    """What replaying one session gives: its traces per (policy, budget key), its feedback misses,
+    seconds per policy and learned scoring milliseconds."""
+
+    traces: dict[tuple[str, str], Trace]
+    misses: list[dict[str, Any]]
+    policy_s: dict[str, float]
+    score_ms: float
+
+
+def worker_state(cfg: EvalConfig, policies: Sequence[str],
+                 scorer: Callable[[], Any] | None) -> tuple[EvalConfig, list[str], TokenCounter, CachedScorer | None]:
+    """What one worker needs to replay sessions: the settings, the token counter and the learned
+    scorer (``scorer()`` loads it once per worker) behind its prediction cache."""
+    return cfg, list(policies), TokenCounter(cfg.encoding), CachedScorer(scorer()) if scorer is not None else None
+
+
+def replay_session(state: tuple[EvalConfig, list[str], TokenCounter, CachedScorer | None],
+                   sess: EvalSession) -> SessionRun:
+    """Replay one session through every policy at every budget (state: :func:`worker_state`)."""
+    cfg, policies, counter, cached = state
+    traces: dict[tuple[str, str], Trace] = {}
+    misses: list[dict[str, Any]] = []
+    policy_s: dict[str, float] = defaultdict(float)
+    score_ms = 0.0
+    full = full_context_tokens(sess, counter)
+    if cached is not None:
+        t0, ms0 = time.perf_counter(), cached.score_ms
+        cached.warm(sess.messages)
+        policy_s["learned"] += time.perf_counter() - t0
+        score_ms = cached.score_ms - ms0
+    for name in policies:
+        t0 = time.perf_counter()
+        first: Trace | None = None
+        for b in cfg.budgets:
+            if first is not None:  # budget-independent policy: reuse the replay
+                traces[(name, b.key)] = first.with_budget(b)
+                continue
+            pol = _make_policy(name, sess.session_id, counter, cfg, cached)
+            try:
+                tr = replay(sess, pol, b, full, probe_every=cfg.probe_every, pagein=cfg.pagein,
+                            record_misses=name in MANAGED)
+            finally:
+                pol.close()
+            traces[(name, b.key)] = tr
+            misses.extend(tr.misses)
+            if pol.budget_independent:
+                first = tr
+        policy_s[name] += time.perf_counter() - t0
+    return SessionRun(traces, misses, dict(policy_s), score_ms)
+
+
 def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
-             progress: Callable[[Any], Any] | None = None) -> EvalResult:
+             progress: Callable[[Any], Any] | None = None, engine: Engine | None = None) -> EvalResult:
     """Replay ``sessions`` under ``cfg`` and aggregate the metrics.
 
     Args:
         sessions: validated sessions.
         cfg: the run settings.
         progress: optional wrapper for the session iterable (e.g. ``tqdm``).
+        engine: where the sessions are replayed (:mod:`eval.engine`; default: in this process). The
+            results are the same with every engine (timings aside).
 
     Returns:
         An :class:`EvalResult`; ``summary["results"]`` has one entry per policy x budget with the
         metrics of :func:`eval.metrics.aggregate`.
+
+    Raises:
+        ConfigError: a distributed engine cannot load the learned scorer in its workers.
     """
     t_start = time.perf_counter()
+    engine = engine or LocalEngine()
     counter = TokenCounter(cfg.encoding)
     policies = list(cfg.policies)
     skipped: dict[str, str] = {}
-    cached = None
+    scorer: Callable[[], Any] | None = None
     if "learned" in policies:
         if cfg.learned_scorer is None:
             skipped["learned"] = cfg.learned_skip_reason or "no learned scorer was available"
             policies.remove("learned")
             log.warning("learned policy skipped: %s", skipped["learned"])
-        else:
-            cached = CachedScorer(cfg.learned_scorer)
+        elif isinstance(engine, LocalEngine):
+            scorer = functools.partial(_same, cfg.learned_scorer)
+        else:  # workers load the scorer themselves (it does not pickle)
+            scorer = packaged_scorer_loader(cfg.model)
+            if scorer is None:
+                raise ConfigError(f"--engine {engine.name}: the workers cannot load the learned scorer "
+                                  f"{cfg.model.get('uri')!r}; give --model a packaged folder or a registered version")
+    worker_cfg = cfg if isinstance(engine, LocalEngine) else replace(cfg, learned_scorer=None, labels={})
+    setup = functools.partial(worker_state, worker_cfg, policies, scorer)
     traces: dict[tuple[str, str], list[Trace]] = defaultdict(list)
     misses: list[dict[str, Any]] = []
     policy_s: dict[str, float] = defaultdict(float)
-    it = progress(sessions) if progress else sessions
-    for sess in it:
-        full = full_context_tokens(sess, counter)
-        if cached is not None:
-            t0 = time.perf_counter()
-            cached.warm(sess.messages)
-            policy_s["learned"] += time.perf_counter() - t0
-        for name in policies:
-            t0 = time.perf_counter()
-            budgets = cfg.budgets
-            first: Trace | None = None
-            for b in budgets:
-                if first is not None:  # budget-independent policy: reuse the replay
-                    traces[(name, b.key)].append(first.with_budget(b))
-                    continue
-                pol = _make_policy(name, sess.session_id, counter, cfg, cached)
-                try:
-                    tr = replay(sess, pol, b, full, probe_every=cfg.probe_every, pagein=cfg.pagein,
-                                record_misses=name in MANAGED)
-                finally:
-                    pol.close()
-                traces[(name, b.key)].append(tr)
-                misses.extend(tr.misses)
-                if pol.budget_independent:
-                    first = tr
-            policy_s[name] += time.perf_counter() - t0
+    score_ms = 0.0
+    runs = Sized(engine.imap(replay_session, sessions, setup), len(sessions))
+    for run in (progress(runs) if progress else runs):
+        for key, tr in run.traces.items():
+            traces[key].append(tr)
+        misses.extend(run.misses)
+        for name, sec in run.policy_s.items():
+            policy_s[name] += sec
+        score_ms += run.score_ms
     results = []
     for name in policies:
         for b in cfg.budgets:
@@ -176,7 +228,8 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
             "runtime_s": round(runtime, 2),
             "policy_runtime_s": {k: round(v, 2) for k, v in policy_s.items()},
             "retention_runtime_s": round(retention_s, 2),
-            "learned_scoring_ms": round(cached.score_ms, 1) if cached is not None else None,
+            "learned_scoring_ms": round(score_ms, 1) if scorer is not None else None,
+            "engine": engine.describe(),
             "sessions": len(sessions),
             "messages": sum(len(s.messages) for s in sessions),
             "key_facts": sum(len(s.key_facts) for s in sessions),
@@ -200,6 +253,10 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
     }
     summary["targets"] = check_targets(summary)
     return EvalResult(summary=summary, traces=dict(traces), misses=misses)
+
+
+def _same(x: Any) -> Any:
+    return x
 
 
 def find_result(summary: dict[str, Any], policy: str, budget_key: str) -> dict[str, Any] | None:
