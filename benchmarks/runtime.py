@@ -21,16 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: import the checkout's packages
 
 from ctxscore import ContextManager  # noqa: E402
+from ctxscore.io import iter_jsonl  # noqa: E402
 from ctxscore.tokens import TokenCounter  # noqa: E402
-
-
-def corpora_root() -> Path:
-    env = os.environ.get("CTXSCORE_CORPORA")
-    return Path(env) if env else (REPO.parent / "shared" / "datasets").resolve()
+from training.paths import DEFAULT_BUNDLED, corpora_root  # noqa: E402
 
 
 def swe_messages(root: Path, n: int) -> list[dict]:
@@ -64,9 +60,8 @@ def tau_messages(root: Path, n: int) -> list[dict]:
 
 def bundled_messages(n: int) -> list[dict]:
     out: list[dict] = []
-    path = REPO / "data" / "bundled" / "sessions.jsonl"
-    for line in path.read_text(encoding="utf-8").splitlines():
-        msgs = [{k: v for k, v in m.items() if k != "label"} for m in json.loads(line)["messages"]]
+    for _, session in iter_jsonl(DEFAULT_BUNDLED):
+        msgs = [{k: v for k, v in m.items() if k != "label"} for m in session["messages"]]
         for m in msgs:
             if m.get("tool_calls"):
                 m["tool_calls"] = [dict(c, id=f"{c['id']}-{len(out)}") for c in m["tool_calls"]]

@@ -18,7 +18,6 @@ p95 <= 20 ms for the default embedder.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -28,49 +27,40 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: import the checkout's packages
 
+from ctxscore.io import iter_jsonl  # noqa: E402
 from ctxscore.messages import Message  # noqa: E402
 from ctxscore.scoring.embedders import EMBEDDERS, embedder_available, get_embedder, resolve_model_id  # noqa: E402
 from ctxscore.scoring.learned import LearnedScorer  # noqa: E402
 from ctxscore.scoring.package import DEFAULT_MODEL_DIR  # noqa: E402
-
-
-def corpora_root() -> Path:
-    raw = os.environ.get("CTXSCORE_CORPORA") or "../shared/datasets"
-    p = Path(raw)
-    return (p if p.is_absolute() else REPO / p).resolve()
+from training.paths import DEFAULT_BUNDLED, DEFAULT_OUT, corpora_root  # noqa: E402
 
 
 def load_messages(limit: int) -> tuple[list[Message], list[str], str]:
     """(messages, gold categories, description of the sample)."""
     labels_file = corpora_root() / "labels" / "distilled.jsonl"
-    sessions = REPO / "data" / "processed" / "sessions.jsonl.gz"
+    sessions = DEFAULT_OUT / "sessions.jsonl.gz"
     rng = np.random.default_rng(0)
     if labels_file.is_file() and sessions.is_file():
-        gold = {}
-        for line in labels_file.read_text(encoding="utf-8").splitlines():
-            r = json.loads(line)
-            gold[r["id"]] = r["category"]
+        gold = {r["id"]: r["category"] for _, r in iter_jsonl(labels_file)}
         msgs, cats = [], []
-        with gzip.open(sessions, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                for m in json.loads(line)["messages"]:
-                    if m["id"] in gold:
-                        msgs.append(Message(role=m["role"], content=m.get("content") or "", id=m["id"], turn=m["index"],
-                                            name=m.get("name"), tool_calls=m.get("tool_calls") or None))
-                        cats.append(gold[m["id"]])
+        for _, s in iter_jsonl(sessions):
+            for m in s["messages"]:
+                if m["id"] in gold:
+                    msgs.append(Message(role=m["role"], content=m.get("content") or "", id=m["id"], turn=m["index"],
+                                        name=m.get("name"), tool_calls=m.get("tool_calls") or None))
+                    cats.append(gold[m["id"]])
         where = "distilled-label messages (corpora)"
     else:
         msgs, cats = [], []
-        for line in (REPO / "data" / "bundled" / "sessions.jsonl").read_text(encoding="utf-8").splitlines():
-            s = json.loads(line)
+        for _, s in iter_jsonl(DEFAULT_BUNDLED):
             for i, m in enumerate(s["messages"]):
-                if m.get("category"):
+                label = m.get("label") or {}  # the bundled set's gold label (training/data/sources/bundled.py)
+                if label.get("category"):
                     msgs.append(Message(role=m["role"], content=m.get("content") or "", turn=i, name=m.get("name"),
                                         tool_calls=m.get("tool_calls") or None))
-                    cats.append(m["category"])
+                    cats.append(label["category"])
         where = "bundled set"
     idx = rng.permutation(len(msgs))[:limit]
     return [msgs[i] for i in idx], [cats[i] for i in idx], where

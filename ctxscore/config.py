@@ -36,6 +36,9 @@ class Policy:
             page-in off.
         page_in_limit: paged-in originals may fill the window up to this fraction of the budget (1.0);
             to make room, the lowest-value evictable units are shown as stubs for that build only.
+        page_in_floor: the relevance floor: a hit with no query term in it is paged in only when its
+            embedding's cosine similarity to the query's is at least this (0.35), so nothing unrelated
+            comes back.
         stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
             collapsed into one line (0.1).
         max_compress_chars: longer messages (tool dumps, file listings) are not compressed, only
@@ -56,6 +59,7 @@ class Policy:
     blend: float = 0.5
     page_in_k: int = 4
     page_in_limit: float = 1.0
+    page_in_floor: float = 0.35
     max_compress_chars: int = 8000
     stub_fraction: float = 0.1
     on_overflow: OnOverflow = OnOverflow.WARN
@@ -79,6 +83,8 @@ class Policy:
             raise ConfigError(f"Policy.page_in_k must be 0 (page-in off) or more, got {self.page_in_k}")
         if not self.low_water <= self.page_in_limit <= 1:
             raise ConfigError(f"Policy.page_in_limit must be in [low_water={self.low_water}, 1], got {self.page_in_limit}")
+        if not -1 <= self.page_in_floor <= 1:
+            raise ConfigError(f"Policy.page_in_floor must be a cosine similarity in [-1, 1], got {self.page_in_floor}")
         if not 0 <= self.blend <= 1:
             raise ConfigError(f"Policy.blend must be in [0, 1], got {self.blend}")
         if not 0 <= self.stub_fraction <= 1:

@@ -20,14 +20,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.data.paths import REPO_ROOT, corpora_root
+from training.extra import require_train_extra
+from training.paths import DEFAULT_OUT, OUT_DIR, REPO_ROOT, corpora_root
 
 from .budgets import DEFAULT_MIN_BUDGET, Budget, parse_budgets
 from .policies import ALL_POLICIES
 from .sessions import SessionFormatError, load_sessions
+from .tracking import EXPERIMENT as EVAL_EXPERIMENT
+
+require_train_extra("eval", "eval.cli", ("mlflow", "matplotlib", "langchain_core", "tqdm"), __name__)
 
 log = logging.getLogger("eval")
-DEFAULT_SESSIONS = REPO_ROOT / "data" / "processed" / "eval_sessions.jsonl"
+DEFAULT_SESSIONS = DEFAULT_OUT / "eval_sessions.jsonl"
 
 
 def _policies(text: str) -> list[str]:
@@ -66,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="page-in checks: only for facts missed without a query (default), for all facts, or none")
         p.add_argument("--min-budget", type=_positive, default=DEFAULT_MIN_BUDGET,
                        help="floor of fraction budgets in tokens (default %(default)s)")
-        p.add_argument("--experiment", default="ctxscore-eval", help="MLflow experiment (default %(default)s)")
+        p.add_argument("--experiment", default=EVAL_EXPERIMENT, help="MLflow experiment (default %(default)s)")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     r = sub.add_parser("run", help="replay sessions through the policies and write metrics, report and plots")
@@ -82,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model", default="auto",
                    help="learned scorer: auto (registry candidate, then champion, then the shipped default), default, "
                         "none, an alias, a version number, or a packaged-scorer folder")
-    r.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "eval", help="output folder (default %(default)s)")
+    r.add_argument("--out", type=Path, default=OUT_DIR / "eval", help="output folder (default %(default)s)")
     r.add_argument("--labels", type=Path, default=None,
                    help="distilled labels for key-span retention (default: <corpora>/labels/distilled.jsonl if present)")
     r.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
@@ -106,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-budget", type=_fraction, default=0.25, help="fraction budget compared (default 0.25)")
     p.add_argument("--max-recall-drop", type=float, default=0.0, help="allowed drop in recall with page-in (fraction)")
     p.add_argument("--max-reduction-drop", type=float, default=0.0, help="allowed drop in token reduction (fraction)")
-    p.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "promote", help="output folder (default %(default)s)")
+    p.add_argument("--out", type=Path, default=OUT_DIR / "promote", help="output folder (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, but do not move the alias")
     p.add_argument("--no-reuse", action="store_true",
                    help="re-evaluate both versions even when an earlier eval run has their figures for these sessions")
@@ -115,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("paths", type=Path, nargs="+")
 
     s = sub.add_parser("summary", help="print the headline of an earlier run (its metrics.json) and the targets")
-    s.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "eval", help="the run's output folder (default %(default)s)")
+    s.add_argument("--out", type=Path, default=OUT_DIR / "eval", help="the run's output folder (default %(default)s)")
     s.add_argument("--budget-key", default=None, help="only this budget (e.g. f0.25, t4000); default: all")
     return ap
 
@@ -154,32 +158,113 @@ def _labels_path(arg: Path | None) -> Path | None:
     return p if p.is_file() else None
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """``python -m eval run``: see the module docstring. Exit status 0, or 2 on bad input."""
-    from ctxscore.errors import ConfigError
+def _run_inputs(args: argparse.Namespace) -> tuple[list, list[Budget]]:
+    """The sessions and budgets of ``eval run``.
 
-    from . import feedback, report
-    from .engine import make_engine
-    from .models import ModelUnavailable, resolve_learned
-    from .retention import load_labels
-    from .runner import REFERENCE_BUDGET_KEY, EvalConfig, run_eval
-
+    Raises:
+        SystemExit: (exit status 2) a missing or malformed session file, a bad budget, no sessions.
+    """
     try:
         sessions = load_sessions(args.sessions, args.max_sessions)
         budgets = parse_budgets(args.budget, args.budget_tokens, args.min_budget)
     except (SessionFormatError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise SystemExit(2) from None
     if not sessions:
         print(f"error: {args.sessions} holds no sessions", file=sys.stderr)
-        return 2
-    scorer, model, skip = None, {}, None
-    if "learned" in args.policies:
-        try:
-            scorer, model, skip = resolve_learned(args.model, use_mlflow=not args.no_mlflow)
-        except ModelUnavailable as exc:
-            print(f"error: --model {args.model}: {exc}", file=sys.stderr)
-            return 2
+        raise SystemExit(2)
+    return sessions, budgets
+
+
+def _learned_model(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str | None]:
+    """``(scorer or None, model info, skip reason)`` of the learned policy (see :func:`eval.models.resolve_learned`).
+
+    Raises:
+        SystemExit: (exit status 2) an explicitly requested model cannot be loaded.
+    """
+    from .models import ModelUnavailable, resolve_learned
+
+    if "learned" not in args.policies:
+        return None, {}, None
+    try:
+        return resolve_learned(args.model, use_mlflow=not args.no_mlflow)
+    except ModelUnavailable as exc:
+        print(f"error: --model {args.model}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def eval_run_tags(model: dict[str, Any], feedback_iteration: str, sessions_hash: str) -> dict[str, str]:
+    """Tags of an evaluation run; :func:`training.registry.find_eval_figures` finds runs by them."""
+    return {"ctxscore.run_type": "eval", "feedback_iteration": feedback_iteration, "code_hash": code_hash(),
+            "model_name": model.get("name", ""), "model_version": model.get("version", ""),
+            "model_alias": model.get("alias") or "", "sessions_hash": sessions_hash}
+
+
+def eval_run_params(args: argparse.Namespace, summary: dict[str, Any]) -> dict[str, Any]:
+    """Params of an evaluation run (sessions, budgets, policies, probe and page-in settings, model)."""
+    run = summary["run"]
+    model = run.get("model") or {}
+    return {"sessions_file": str(args.sessions), "sessions_hash": run["sessions_hash"], "sessions": run["sessions"],
+            "budgets": ",".join(b["key"] for b in run["budgets"]), "policies": ",".join(run["policies"]),
+            "probe_every": args.probe_every, "pagein": args.pagein, "min_budget": args.min_budget,
+            "model_uri": model.get("uri") or model.get("source") or "", "model_version": model.get("version", ""),
+            "skipped": ",".join(run["skipped_policies"])}
+
+
+def _record_feedback(args: argparse.Namespace, res: Any, summary: dict[str, Any], run_id: str | None) -> dict:
+    """Append the recall failures (unless ``--no-feedback``) and compare with the history; returns the history."""
+    from . import feedback
+
+    fb_dir = args.feedback_dir or feedback.FEEDBACK_DIR
+    fb_iter = summary["run"]["feedback_iteration"]
+    if not args.no_feedback:
+        misses = res.misses
+        if args.feedback_budgets:
+            keep = {k.strip() for k in args.feedback_budgets.split(",") if k.strip()}
+            misses = [m for m in misses if m["budget"] in keep]
+        n = feedback.append_failures(misses, fb_dir / feedback.FAILURES_FILE.name, run_id=run_id,
+                                     feedback_iteration=fb_iter)
+        summary["feedback"] = {"appended": n, "path": str(fb_dir / feedback.FAILURES_FILE.name),
+                               "feedback_iteration": fb_iter}
+    history = feedback.compare_with_history(summary, fb_dir / feedback.HISTORY_FILE.name, run_id=run_id,
+                                            feedback_iteration=fb_iter, record=not args.no_feedback)
+    summary["history"] = {"previous_run_id": (history.get("previous") or {}).get("run_id")}
+    return history
+
+
+def _write_outputs(res: Any, summary: dict[str, Any], budgets: list[Budget], out: Path, history: dict) -> str:
+    """Write the plots, ``metrics.json`` and ``report.md`` to ``out``; returns the reference budget key."""
+    from . import report
+    from .runner import REFERENCE_BUDGET_KEY
+
+    plots = []
+    if report.plot_recall(summary, out / report.PLOT_RECALL):
+        plots.append(report.PLOT_RECALL)
+    ref = REFERENCE_BUDGET_KEY if any(b.key == REFERENCE_BUDGET_KEY for b in budgets) else budgets[0].key
+    got = report.plot_tokens(res.traces, ref, out / report.PLOT_TOKENS)
+    if got:
+        plots.append(report.PLOT_TOKENS)
+        summary["run"]["tokens_plot_session"] = got[1]
+    report.write_metrics(summary, out)
+    (out / "report.md").write_text(report.render_report(summary, plots, history), encoding="utf-8")
+    return ref
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``python -m eval run``: see the module docstring. Exit status 0, or 2 on bad input."""
+    from ctxscore.errors import ConfigError
+
+    from . import tracking
+    from .engine import make_engine
+    from .retention import load_labels
+    from .runner import EvalConfig, run_eval
+    from .sessions import sessions_hash
+
+    try:
+        sessions, budgets = _run_inputs(args)
+        scorer, model, skip = _learned_model(args)
+    except SystemExit as exc:
+        return int(exc.code)
     fp = _run_fingerprint(args, sessions, budgets, model)
     if args.reuse and _reuse(args.out, fp):
         return 0
@@ -188,68 +273,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    labels = load_labels(_labels_path(args.labels))
     cfg = EvalConfig(budgets=budgets, policies=args.policies, probe_every=args.probe_every, pagein=args.pagein,
-                     learned_scorer=scorer, learned_skip_reason=skip, model=model, labels=labels)
+                     learned_scorer=scorer, learned_skip_reason=skip, model=model,
+                     labels=load_labels(_labels_path(args.labels)))
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    fb_dir = args.feedback_dir or feedback.FEEDBACK_DIR
     fb_iter = str(model.get("feedback_iteration") or "0")
-    mlflow = None
-    run_ctx: Any = contextlib.nullcontext()
+    run_ctx: Any = contextlib.nullcontext(None)
     if not args.no_mlflow:
-        from . import tracking
+        from training import registry
 
-        mlflow = tracking.setup(args.experiment)
-        tags = {"ctxscore.run_type": "eval", "feedback_iteration": fb_iter, "code_hash": code_hash(),
-                "model_name": model.get("name", ""), "model_version": model.get("version", ""),
-                "model_alias": model.get("alias") or "", "sessions_hash": ""}
-        run_ctx = mlflow.start_run(run_name=f"eval-{args.sessions.stem}", tags=tags)
+        run_ctx = registry.start_run(args.experiment, run_name=f"eval-{args.sessions.stem}",
+                                     tags=eval_run_tags(model, fb_iter, sessions_hash(sessions)))
     quiet_ctxscore = logging.getLogger("ctxscore")
     old_level = quiet_ctxscore.level
     quiet_ctxscore.setLevel(logging.ERROR)  # per-build warnings are counted in the metrics instead
     try:
-        with run_ctx as active:
-            run_id = active.info.run_id if active is not None else None
+        with run_ctx as run_id:
             res = run_eval(sessions, cfg, progress=_progress(args.quiet), engine=engine)
             summary = res.summary
             summary["run_id"] = run_id
-            summary["run"]["sessions_file"] = str(args.sessions)
-            summary["run"]["feedback_iteration"] = fb_iter
-            summary["run"]["fingerprint"] = fp
-            if not args.no_feedback:
-                misses = res.misses
-                if args.feedback_budgets:
-                    keep = {k.strip() for k in args.feedback_budgets.split(",") if k.strip()}
-                    misses = [m for m in misses if m["budget"] in keep]
-                n = feedback.append_failures(misses, fb_dir / feedback.FAILURES_FILE.name, run_id=run_id,
-                                             feedback_iteration=fb_iter)
-                summary["feedback"] = {"appended": n, "path": str(fb_dir / feedback.FAILURES_FILE.name),
-                                       "feedback_iteration": fb_iter}
-            history = feedback.compare_with_history(summary, fb_dir / feedback.HISTORY_FILE.name, run_id=run_id,
-                                                    feedback_iteration=fb_iter, record=not args.no_feedback)
-            summary["history"] = {"previous_run_id": (history.get("previous") or {}).get("run_id")}
-            plots = []
-            if report.plot_recall(summary, out / report.PLOT_RECALL):
-                plots.append(report.PLOT_RECALL)
-            ref = REFERENCE_BUDGET_KEY if any(b.key == REFERENCE_BUDGET_KEY for b in budgets) else budgets[0].key
-            got = report.plot_tokens(res.traces, ref, out / report.PLOT_TOKENS)
-            if got:
-                plots.append(report.PLOT_TOKENS)
-                summary["run"]["tokens_plot_session"] = got[1]
-            report.write_metrics(summary, out)
-            (out / "report.md").write_text(report.render_report(summary, plots, history), encoding="utf-8")
-            if mlflow is not None:
-                from . import tracking
-
-                mlflow.set_tag("sessions_hash", summary["run"]["sessions_hash"])
-                params = {"sessions_file": str(args.sessions), "sessions_hash": summary["run"]["sessions_hash"],
-                          "sessions": len(sessions), "budgets": ",".join(b.key for b in budgets),
-                          "policies": ",".join(summary["run"]["policies"]), "probe_every": args.probe_every,
-                          "pagein": args.pagein, "min_budget": args.min_budget,
-                          "model_uri": model.get("uri") or model.get("source") or "",
-                          "model_version": model.get("version", ""), "skipped": ",".join(summary["run"]["skipped_policies"])}
-                tracking.log_results(mlflow, summary, out, params=params, reference_budget_key=ref)
+            summary["run"].update({"sessions_file": str(args.sessions), "feedback_iteration": fb_iter,
+                                   "fingerprint": fp})
+            history = _record_feedback(args, res, summary, run_id)
+            ref = _write_outputs(res, summary, budgets, out, history)
+            if run_id is not None:
+                tracking.log_results(summary, out, params=eval_run_params(args, summary), reference_budget_key=ref)
     finally:
         quiet_ctxscore.setLevel(old_level)
         engine.close()
@@ -345,72 +394,87 @@ def cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_promote(args: argparse.Namespace) -> int:
-    """``python -m eval promote``. Exit status 0 (decided), 2 on bad input or a missing candidate."""
-    from mlflow import MlflowClient
+def _promotion_figures(args: argparse.Namespace, sessions: list, budget: Budget, version: Any,
+                       alias: str) -> dict[str, Any]:
+    """The learned policy's figures of one registered version at ``budget``: reused from an earlier
+    eval run of the same version, sessions, settings and code when there is one (unless
+    ``--no-reuse``), else replayed now and logged as an eval run (so the next promotion reuses them).
+
+    Raises:
+        SystemExit: the version cannot be loaded.
+    """
+    from training import registry
 
     from . import tracking
-    from .models import ModelUnavailable, load_packaged
-    from .promote import decide, write_decision
+    from .models import ModelUnavailable, load_version
     from .runner import EvalConfig, find_result, run_eval
     from .sessions import sessions_hash
+
+    shash = sessions_hash(sessions)
+    if not args.no_reuse:
+        found = registry.find_eval_figures(args.experiment, str(version.version), shash,
+                                           {"probe_every": args.probe_every, "pagein": args.pagein,
+                                            "min_budget": args.min_budget}, budget.key, code=code_hash())
+        if found is not None:
+            print(f"{alias} (version {version.version}): reusing eval run {found['reused_run_id']}")
+            return {"version": str(version.version), "alias": alias, **found}
+    try:
+        scorer, info = load_version(version, alias)
+    except ModelUnavailable as exc:
+        raise SystemExit(f"error: cannot load {alias} (version {version.version}): {exc}") from exc
+    cfg = EvalConfig(budgets=[budget], policies=["learned"], probe_every=args.probe_every, pagein=args.pagein,
+                     learned_scorer=scorer, model=info)
+    with registry.start_run(args.experiment, run_name=f"eval-{alias}-v{version.version}",
+                            tags=eval_run_tags(info, info["feedback_iteration"], shash)):
+        res = run_eval(sessions, cfg, progress=_progress(args.quiet))
+        res.summary["run"]["sessions_file"] = str(args.sessions)
+        registry.log_run(params=eval_run_params(args, res.summary), metrics=tracking.flat_metrics(res.summary))
+    r = find_result(res.summary, "learned", budget.key) or {}
+    return {"version": str(version.version), "alias": alias, "runtime_s": res.summary["run"]["runtime_s"],
+            **{k: r.get(k) for k in ("recall", "recall_pagein", "token_ratio", "token_reduction", "util_peak",
+                                     "leakage_pagein", "checks")}}
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    """``python -m eval promote``: evaluate ``candidate`` and ``champion`` on the held-out sessions
+    and move ``champion`` to the candidate only if it beats the champion (:func:`eval.promote.decide`).
+    A store without a champion first gets the shipped scorer as the baseline champion
+    (:func:`training.registry.ensure_champion`). Exit status 0 (decided), 2 on bad input or a
+    missing candidate."""
+    from training import registry
+
+    from .promote import decide, write_decision
 
     try:
         sessions = load_sessions(args.sessions, args.max_sessions)
     except (SessionFormatError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    mlflow = tracking.setup(args.experiment)
-    cand_v = tracking.get_version("candidate")
+    cand_v = registry.get_version("candidate")
     if cand_v is None:
-        print(f"error: registered model {tracking.MODEL_NAME!r} has no 'candidate' alias; train and register one first "
+        print(f"error: registered model {registry.MODEL_NAME!r} has no 'candidate' alias; train and register one first "
               "(python -m training.train)", file=sys.stderr)
         return 2
-    champ_v = tracking.get_version("champion")
+    registry.ensure_champion()
+    champ_v = registry.get_version("champion")
     budget = Budget("fraction", args.reference_budget, args.min_budget)
     logging.getLogger("ctxscore").setLevel(logging.ERROR)
-
-    shash = sessions_hash(sessions)
-
-    def evaluate(version: Any, alias: str) -> dict[str, Any]:
-        if not args.no_reuse:
-            found = tracking.find_eval_figures(str(version.version), shash, budget.key, args.probe_every,
-                                               args.pagein, args.min_budget, args.experiment, code=code_hash())
-            if found is not None:
-                print(f"{alias} (version {version.version}): reusing eval run {found['reused_run_id']}")
-                return {"version": str(version.version), "alias": alias, **found}
-        try:
-            scorer = load_packaged(tracking.download_scorer(version))
-        except (ModelUnavailable, FileNotFoundError) as exc:
-            raise SystemExit(f"error: cannot load {alias} (version {version.version}): {exc}") from exc
-        info = tracking.version_info(version, alias)
-        cfg = EvalConfig(budgets=[budget], policies=["learned"], probe_every=args.probe_every, pagein=args.pagein,
-                         learned_scorer=scorer, model=info)
-        res = run_eval(sessions, cfg, progress=_progress(args.quiet))
-        r = find_result(res.summary, "learned", budget.key) or {}
-        return {"version": str(version.version), "alias": alias, "runtime_s": res.summary["run"]["runtime_s"],
-                **{k: r.get(k) for k in ("recall", "recall_pagein", "token_ratio", "token_reduction", "util_peak",
-                                         "leakage_pagein", "checks")}}
-
-    cand = evaluate(cand_v, "candidate")
-    champ = None
-    if champ_v is not None and str(champ_v.version) != str(cand_v.version):
-        champ = evaluate(champ_v, "champion")
-    elif champ_v is not None:
-        champ = dict(cand)
+    cand = _promotion_figures(args, sessions, budget, cand_v, "candidate")
+    same = str(champ_v.version) == str(cand_v.version)
+    champ = dict(cand, alias="champion") if same else _promotion_figures(args, sessions, budget, champ_v, "champion")
+    champ["baseline"] = (champ_v.tags or {}).get(registry.BASELINE_TAG)
     decision = decide(cand, champ, max_recall_drop=args.max_recall_drop, max_reduction_drop=args.max_reduction_drop)
     md = write_decision(decision, args.out, budget.label)
-    with mlflow.start_run(run_name="promotion", tags={"ctxscore.run_type": "promotion",
-                                                       "candidate_version": cand["version"],
-                                                       "champion_version": champ["version"] if champ else "",
-                                                       "promoted": str(decision.promote)}):
-        mlflow.log_params({"sessions_file": str(args.sessions), "reference_budget": budget.key,
-                           "max_recall_drop": args.max_recall_drop, "max_reduction_drop": args.max_reduction_drop})
-        mlflow.log_metrics({f"{who}_{k}": float(v) for who, d in (("candidate", cand), ("champion", champ or {}))
-                            for k, v in d.items() if k in ("recall_pagein", "token_reduction") and v is not None})
-        mlflow.log_artifacts(str(args.out))
+    with registry.start_run(args.experiment, run_name="promotion",
+                            tags={"ctxscore.run_type": "promotion", "candidate_version": cand["version"],
+                                  "champion_version": champ["version"], "promoted": str(decision.promote)}):
+        registry.log_run(params={"sessions_file": str(args.sessions), "reference_budget": budget.key,
+                                 "max_recall_drop": args.max_recall_drop, "max_reduction_drop": args.max_reduction_drop},
+                         metrics={f"{who}_{k}": float(v) for who, d in (("candidate", cand), ("champion", champ))
+                                  for k, v in d.items() if k in ("recall_pagein", "token_reduction") and v is not None},
+                         folder=args.out)
     if decision.promote and not args.dry_run:
-        MlflowClient().set_registered_model_alias(tracking.MODEL_NAME, "champion", cand["version"])
+        registry.set_alias("champion", cand["version"])
     verb = "promoted" if decision.promote and not args.dry_run else ("would promote" if decision.promote else "kept champion")
     print(f"{verb}: {decision.reason} -> {md}")
     return 0

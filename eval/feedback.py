@@ -23,13 +23,17 @@ report can show iteration N against N+1 on the same sessions.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from training.data.paths import REPO_ROOT
+from ctxscore.errors import InputError
+from ctxscore.io import iter_jsonl
+from training.paths import FEEDBACK_DIR
 
-FEEDBACK_DIR = REPO_ROOT / "data" / "feedback"
+log = logging.getLogger("eval")
+
 FAILURES_FILE = FEEDBACK_DIR / "recall_failures.jsonl"
 HISTORY_FILE = FEEDBACK_DIR / "eval_history.jsonl"
 
@@ -70,15 +74,21 @@ def headline(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def read_history(path: Path) -> list[dict[str, Any]]:
-    """Earlier runs from the history file (unreadable lines are skipped), oldest first."""
+    """Earlier runs from the history file, oldest first (``[]`` when there is none).
+
+    A line that is not valid JSON (for example the last line of a run that was killed while
+    writing) ends the reading with a warning naming the file and line; the runs before it are
+    returned, so a damaged history never stops an evaluation.
+    """
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    try:
+        for _, rec in iter_jsonl(path):
+            if isinstance(rec, dict):
+                out.append(rec)
+    except InputError as exc:
+        log.warning("eval history: %s; using the %d run(s) before it", exc, len(out))
     return out
 
 

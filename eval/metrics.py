@@ -44,6 +44,60 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 4) if values else None
 
 
+def _recall_counts(traces: list[Trace]) -> dict[str, Any]:
+    """Pooled counts of the probe checks: all, at the end of each session, superseded, per fact kind."""
+    c: dict[str, Any] = dict.fromkeys(("checks", "hit", "hit_p", "end_n", "end_hit", "end_hit_p", "sup_n", "leak",
+                                       "leak_p"), 0)
+    by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for tr in traces:
+        for p in tr.probes:
+            c["checks"] += 1
+            c["hit"] += p.present
+            c["hit_p"] += p.present_pagein
+            k = by_kind[p.kind]
+            k[0] += 1
+            k[1] += p.present
+            k[2] += p.present_pagein
+            if p.is_end:
+                c["end_n"] += 1
+                c["end_hit"] += p.present
+                c["end_hit_p"] += p.present_pagein
+            if p.superseded:
+                c["sup_n"] += 1
+                c["leak"] += p.leak
+                c["leak_p"] += p.leak_pagein
+    c["by_kind"] = by_kind
+    return c
+
+
+def _turn_figures(traces: list[Trace]) -> dict[str, Any]:
+    """Pooled per-turn figures: token sums, utilization (all and feasible turns), over-budget and
+    warning counts, latencies, and the sessions that fit 128k."""
+    f: dict[str, Any] = {"cum": 0, "cum_full": 0, "over": 0, "turns": 0, "infeasible_turns": 0, "warning_turns": 0,
+                         "pinned_turns": 0, "util": [], "util_feasible": [], "build_ms": [], "add_ms": [],
+                         "pagein_ms": [], "fit_lengths": []}
+    for tr in traces:
+        f["cum"] += sum(tr.tokens)
+        f["cum_full"] += sum(tr.full)
+        infeasible = tr.infeasible or [False] * len(tr.tokens)
+        for tok, b, inf in zip(tr.tokens, tr.budget, infeasible, strict=True):
+            f["util"].append(tok / b)
+            f["over"] += tok > b
+            if inf:
+                f["infeasible_turns"] += 1
+            else:
+                f["util_feasible"].append(tok / b)  # turns the policy did not report as impossible to fit
+        f["turns"] += len(tr.tokens)
+        f["build_ms"] += tr.build_ms
+        f["add_ms"] += tr.add_ms
+        f["pagein_ms"] += tr.pagein_ms
+        f["warning_turns"] += tr.warning_turns
+        f["pinned_turns"] += tr.pinned_overflow_turns
+        if tr.tokens and max(tr.tokens) <= WINDOW_128K:
+            f["fit_lengths"].append(tr.n_messages)
+    return f
+
+
 def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
     """Metrics of the traces of one policy at one budget (see the module docstring).
 
@@ -51,64 +105,20 @@ def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
         A JSON-ready dict (rates in [0, 1] or ``None`` when there was nothing to check).
     """
     traces = list(traces)
-    checks = hit = hit_p = end_n = end_hit = end_hit_p = 0
-    sup_n = leak = leak_p = 0
-    by_kind: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    cum = cum_full = 0
-    util: list[float] = []
-    util_feasible: list[float] = []  # turns the policy did not report as impossible to fit
-    over = turns = infeasible_turns = 0
-    build_ms: list[float] = []
-    add_ms: list[float] = []
-    pagein_ms: list[float] = []
-    fit_lengths: list[int] = []
-    warning_turns = pinned_turns = 0
-    for tr in traces:
-        for p in tr.probes:
-            checks += 1
-            hit += p.present
-            hit_p += p.present_pagein
-            k = by_kind[p.kind]
-            k[0] += 1
-            k[1] += p.present
-            k[2] += p.present_pagein
-            if p.is_end:
-                end_n += 1
-                end_hit += p.present
-                end_hit_p += p.present_pagein
-            if p.superseded:
-                sup_n += 1
-                leak += p.leak
-                leak_p += p.leak_pagein
-        cum += sum(tr.tokens)
-        cum_full += sum(tr.full)
-        infeasible = tr.infeasible or [False] * len(tr.tokens)
-        for tok, b, inf in zip(tr.tokens, tr.budget, infeasible, strict=True):
-            util.append(tok / b)
-            over += tok > b
-            if inf:
-                infeasible_turns += 1
-            else:
-                util_feasible.append(tok / b)
-        turns += len(tr.tokens)
-        build_ms += tr.build_ms
-        add_ms += tr.add_ms
-        pagein_ms += tr.pagein_ms
-        warning_turns += tr.warning_turns
-        pinned_turns += tr.pinned_overflow_turns
-        if tr.tokens and max(tr.tokens) <= WINDOW_128K:
-            fit_lengths.append(tr.n_messages)
+    c = _recall_counts(traces)
+    f = _turn_figures(traces)
+    util, util_feasible, turns, cum, cum_full = f["util"], f["util_feasible"], f["turns"], f["cum"], f["cum_full"]
     return {
         "sessions": len(traces),
         "messages": turns,
-        "checks": checks,
-        "recall": _rate(hit, checks),
-        "recall_pagein": _rate(hit_p, checks),
-        "recall_end": _rate(end_hit, end_n),
-        "recall_end_pagein": _rate(end_hit_p, end_n),
-        "superseded_checks": sup_n,
-        "leakage": _rate(leak, sup_n),
-        "leakage_pagein": _rate(leak_p, sup_n),
+        "checks": c["checks"],
+        "recall": _rate(c["hit"], c["checks"]),
+        "recall_pagein": _rate(c["hit_p"], c["checks"]),
+        "recall_end": _rate(c["end_hit"], c["end_n"]),
+        "recall_end_pagein": _rate(c["end_hit_p"], c["end_n"]),
+        "superseded_checks": c["sup_n"],
+        "leakage": _rate(c["leak"], c["sup_n"]),
+        "leakage_pagein": _rate(c["leak_p"], c["sup_n"]),
         "cum_tokens": cum,
         "cum_full_tokens": cum_full,
         "token_ratio": _rate(cum, cum_full),
@@ -117,21 +127,21 @@ def aggregate(traces: Iterable[Trace]) -> dict[str, Any]:
         "util_peak": round(float(np.max(util)), 4) if util else None,
         "util_p95": _pct(util, 95),
         "util_peak_feasible": round(float(np.max(util_feasible)), 4) if util_feasible else None,
-        "infeasible_turns": _rate(infeasible_turns, turns),
-        "over_budget_turns": _rate(over, turns),
-        "longest_fit_128k": max(fit_lengths) if fit_lengths else 0,
-        "sessions_fit_128k": len(fit_lengths),
-        "build_ms_p50": _pct(build_ms, 50),
-        "build_ms_p95": _pct(build_ms, 95),
-        "add_ms_p50": _pct(add_ms, 50),
-        "add_ms_p95": _pct(add_ms, 95),
-        "pagein_builds": len(pagein_ms),
-        "pagein_ms_p50": _pct(pagein_ms, 50),
-        "pagein_ms_p95": _pct(pagein_ms, 95),
-        "warning_turns": warning_turns,
-        "pinned_overflow_turns": _rate(pinned_turns, turns),
+        "infeasible_turns": _rate(f["infeasible_turns"], turns),
+        "over_budget_turns": _rate(f["over"], turns),
+        "longest_fit_128k": max(f["fit_lengths"]) if f["fit_lengths"] else 0,
+        "sessions_fit_128k": len(f["fit_lengths"]),
+        "build_ms_p50": _pct(f["build_ms"], 50),
+        "build_ms_p95": _pct(f["build_ms"], 95),
+        "add_ms_p50": _pct(f["add_ms"], 50),
+        "add_ms_p95": _pct(f["add_ms"], 95),
+        "pagein_builds": len(f["pagein_ms"]),
+        "pagein_ms_p50": _pct(f["pagein_ms"], 50),
+        "pagein_ms_p95": _pct(f["pagein_ms"], 95),
+        "warning_turns": f["warning_turns"],
+        "pinned_overflow_turns": _rate(f["pinned_turns"], turns),
         "recall_by_kind": {
             k: {"checks": v[0], "recall": _rate(v[1], v[0]), "recall_pagein": _rate(v[2], v[0])}
-            for k, v in sorted(by_kind.items())
+            for k, v in sorted(c["by_kind"].items())
         },
     }

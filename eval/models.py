@@ -24,25 +24,36 @@ def load_packaged(path: Path) -> Any:
         raise ModelUnavailable(str(exc)) from exc
 
 
+def load_version(version: Any, alias: str | None) -> tuple[Any, dict[str, Any]]:
+    """Load a registered model version (from :func:`training.registry.get_version`).
+
+    Returns:
+        ``(scorer, info)`` with ``info`` from :func:`training.registry.version_info`.
+
+    Raises:
+        ModelUnavailable: its packaged folder cannot be found or loaded.
+    """
+    from training import registry
+
+    try:
+        folder = registry.download_scorer(version)
+    except FileNotFoundError as exc:
+        raise ModelUnavailable(str(exc)) from exc
+    return load_packaged(folder), registry.version_info(version, alias)
+
+
 def load_registered(alias_or_version: str) -> tuple[Any, dict[str, Any]]:
     """Load a registered version of ``ctxscore-scorer`` by alias or version number.
 
     Raises:
         ModelUnavailable: no such alias/version, or its packaged folder cannot be found or loaded.
     """
-    from . import tracking
+    from training import registry
 
-    tracking.setup()
-    version = tracking.get_version(alias_or_version)
+    version = registry.get_version(alias_or_version)
     if version is None:
-        raise ModelUnavailable(f"registered model {tracking.MODEL_NAME!r} has no alias or version {alias_or_version!r}")
-    try:
-        folder = tracking.download_scorer(version)
-    except FileNotFoundError as exc:
-        raise ModelUnavailable(str(exc)) from exc
-    info = tracking.version_info(version, None if alias_or_version.isdigit() else alias_or_version)
-    info["uri"] = f"models:/{tracking.MODEL_NAME}/{version.version}"
-    return load_packaged(folder), info
+        raise ModelUnavailable(f"registered model {registry.MODEL_NAME!r} has no alias or version {alias_or_version!r}")
+    return load_version(version, None if alias_or_version.isdigit() else alias_or_version)
 
 
 def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, Any], str | None]:

@@ -1,7 +1,7 @@
 """Context policies compared by the evaluation, behind one interface.
 
-Every policy is fed the session message by message (:meth:`ContextPolicy.add`) and asked for a
-window at a token budget (:meth:`ContextPolicy.build`). Token figures come from the same
+Every policy is fed the session message by message (:meth:`WindowStrategy.add`) and asked for a
+window at a token budget (:meth:`WindowStrategy.build`). Token figures come from the same
 :class:`ctxscore.tokens.TokenCounter` for all policies (cl100k_base, OpenAI cookbook chat overhead:
 3 tokens per message, 1 per name, 3 of reply priming).
 
@@ -33,6 +33,7 @@ from ctxscore.messages import Message
 from ctxscore.scoring.base import Prediction
 from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from ctxscore.window.result import Decision
+from training.extra import require_train_extra
 
 BASELINES: tuple[str, ...] = ("full", "sliding_turns", "trim_messages")
 MANAGED: tuple[str, ...] = ("rules", "learned")
@@ -81,10 +82,12 @@ class Window:
         return None if self.decisions_fn is None else {d.id: d for d in self.decisions_fn()}
 
 
-class ContextPolicy(abc.ABC):
-    """Base class: a policy fed message by message and asked for windows at a budget.
+class WindowStrategy(abc.ABC):
+    """Base class of the evaluated context policies: fed message by message, asked for windows at a budget.
 
-    Subclasses implement :meth:`add` and :meth:`build`. ``budget_independent`` policies produce the
+    (Named apart from :class:`ctxscore.Policy`, the runtime's tier thresholds; ``name`` is the
+    policy name the metrics and reports use: ``full``, ``sliding_turns``, ``trim_messages``,
+    ``rules``, ``learned``.) Subclasses implement :meth:`add` and :meth:`build`. ``budget_independent`` policies produce the
     same window at every budget (the replay runs them once and reuses the result).
     """
 
@@ -109,7 +112,7 @@ class ContextPolicy(abc.ABC):
         """Release resources (archives)."""
 
 
-class _Counted(ContextPolicy):
+class _Counted(WindowStrategy):
     """Shared state of the baselines: messages, per-message token counts and their prefix sums."""
 
     def __init__(self, counter: TokenCounter) -> None:
@@ -195,7 +198,8 @@ class TrimMessages(_Counted):
 
     def __init__(self, counter: TokenCounter) -> None:
         super().__init__(counter)
-        from langchain_core.messages import trim_messages  # train extra
+        require_train_extra("eval", "the trim_messages policy", ("langchain_core",))
+        from langchain_core.messages import trim_messages
 
         self._trim = trim_messages
         self.lc: list[Any] = []
@@ -290,10 +294,8 @@ class CachedScorer:
         todo = [m for m in messages if m.get("id") not in self.cache]
         if not todo:
             return
-        msgs = []
-        for i, m in enumerate(todo):
-            msg = Message.from_dict(clean_message(m), where=f"message {m.get('id')}")
-            msgs.append(replace(msg, turn=i))
+        msgs = [replace(Message.from_dict(clean_message(m), where=f"message {m.get('id')}"), turn=i)
+                for i, m in enumerate(todo)]
         t0 = time.perf_counter()
         preds = self.scorer.predict(msgs)
         self.score_ms += (time.perf_counter() - t0) * 1000
@@ -312,7 +314,7 @@ class CachedScorer:
         return [self.cache[m.id] for m in messages]  # type: ignore[index]
 
 
-class Managed(ContextPolicy):
+class Managed(WindowStrategy):
     """:class:`ctxscore.ContextManager` (rules or learned scorer) as a policy.
 
     Args:

@@ -24,7 +24,7 @@ from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from ctxscore.window.result import WarningKind
 
 from .budgets import Budget
-from .policies import ContextPolicy, clean_message
+from .policies import WindowStrategy, clean_message
 from .sessions import EvalSession, KeyFact
 from .textnorm import present, window_text
 
@@ -115,7 +115,7 @@ def full_context_tokens(session: EvalSession, counter: TokenCounter) -> list[int
 
 def replay(
     session: EvalSession,
-    policy: ContextPolicy,
+    policy: WindowStrategy,
     budget: Budget,
     full: Sequence[int],
     *,
@@ -167,41 +167,47 @@ def replay(
         if win.warnings:
             trace.warning_turns += 1
             trace.pinned_overflow_turns += any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in win.warnings)
-        if t not in probes:
-            continue
-        due = [f for f in facts if f.source_index < t]
-        if not due:
-            continue
-        text = window_text(win.messages)
-        decisions: dict[str, Any] | None = None
-        pagein_cache: dict[str, str] = {}
-        for f in due:
-            hit = present(f.value, text)
-            if pagein == "none" or not policy.uses_query:
-                hit_p = hit
-                text_p = text
-            elif hit and pagein == "missed":
-                hit_p, text_p = True, text
-            else:
-                if f.probe not in pagein_cache:
-                    p0 = clock()
-                    w2 = policy.build(b, query=f.probe)
-                    trace.pagein_ms.append((clock() - p0) * 1000)
-                    pagein_cache[f.probe] = window_text(w2.messages)
-                text_p = pagein_cache[f.probe]
-                hit_p = present(f.value, text_p)
-            res = ProbeResult(turn=t, fact_id=f.fact_id, kind=f.kind, present=hit, present_pagein=hit_p,
-                              superseded=f.superseded is not None, is_end=t == last)
-            if f.superseded is not None:
-                res.leak = not hit and present(f.superseded, text)
-                res.leak_pagein = not hit_p and present(f.superseded, text_p)
-            trace.probes.append(res)
-            if record_misses and not hit and f.fact_id not in seen_miss:
-                seen_miss.add(f.fact_id)
-                if decisions is None:
-                    decisions = win.decisions or {}
-                trace.misses.append(_miss_record(session, f, policy, decisions, t, hit_p, budget))
+        due = [f for f in facts if f.source_index < t] if t in probes else []
+        if due:
+            _probe(session, policy, budget, trace, win, t, due, b, pagein=pagein, is_end=t == last,
+                   record_misses=record_misses, seen_miss=seen_miss, clock=clock)
     return trace
+
+
+def _probe(session: EvalSession, policy: WindowStrategy, budget: Budget, trace: Trace, win: Any, t: int,
+           due: Sequence[KeyFact], b: int, *, pagein: str, is_end: bool, record_misses: bool, seen_miss: set[str],
+           clock: Callable[[], float]) -> None:
+    """Check the facts ``due`` at probe turn ``t`` in the window ``win`` (built at ``b`` tokens) and,
+    per the page-in mode, in the window built with each fact's probe as the query; appends the
+    :class:`ProbeResult` s (and feedback records of missed facts, once per fact) to ``trace``."""
+    text = window_text(win.messages)
+    decisions: dict[str, Any] | None = None
+    pagein_cache: dict[str, str] = {}  # page-in builds of the same probe at this turn are shared
+    for f in due:
+        hit = present(f.value, text)
+        if pagein == "none" or not policy.uses_query:
+            hit_p, text_p = hit, text
+        elif hit and pagein == "missed":
+            hit_p, text_p = True, text
+        else:
+            if f.probe not in pagein_cache:
+                p0 = clock()
+                w2 = policy.build(b, query=f.probe)
+                trace.pagein_ms.append((clock() - p0) * 1000)
+                pagein_cache[f.probe] = window_text(w2.messages)
+            text_p = pagein_cache[f.probe]
+            hit_p = present(f.value, text_p)
+        res = ProbeResult(turn=t, fact_id=f.fact_id, kind=f.kind, present=hit, present_pagein=hit_p,
+                          superseded=f.superseded is not None, is_end=is_end)
+        if f.superseded is not None:
+            res.leak = not hit and present(f.superseded, text)
+            res.leak_pagein = not hit_p and present(f.superseded, text_p)
+        trace.probes.append(res)
+        if record_misses and not hit and f.fact_id not in seen_miss:
+            seen_miss.add(f.fact_id)
+            if decisions is None:
+                decisions = win.decisions or {}
+            trace.misses.append(_miss_record(session, f, policy, decisions, t, hit_p, budget))
 
 
 #: Feedback records keep at most this many characters of the message text: the first and last half,
@@ -217,7 +223,7 @@ def _cut(text: str, limit: int = FEEDBACK_TEXT_CHARS) -> str:
     return f"{text[:half]} … {text[-half:]}"
 
 
-def _miss_record(session: EvalSession, fact: KeyFact, policy: ContextPolicy, decisions: dict[str, Any] | None,
+def _miss_record(session: EvalSession, fact: KeyFact, policy: WindowStrategy, decisions: dict[str, Any] | None,
                  turn: int, recovered: bool, budget: Budget) -> dict[str, Any]:
     """Feedback record of a fact missing from a managed policy's window (see :mod:`eval.feedback`)."""
     src = session.messages[fact.source_index]

@@ -118,8 +118,8 @@ def plot_tokens(traces: dict[tuple[str, str], list[Trace]], budget_key: str, pat
     return path, sid
 
 
-def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: dict[str, Any] | None = None) -> str:
-    """Markdown report: run facts, the policy x budget table, targets, retention, feedback, plots."""
+def _run_lines(summary: dict[str, Any]) -> list[str]:
+    """Title and the facts of the run (timings, sessions, settings, model, skipped policies)."""
     run = summary["run"]
     lines = ["# ctxscore evaluation report", ""]
     model = run.get("model") or {}
@@ -145,7 +145,12 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: d
                      "replacement; they cannot leak)")
     if summary.get("run_id"):
         lines.append(f"- MLflow run `{summary['run_id']}`")
-    lines += ["", "## Policies x budgets", "",
+    return lines
+
+
+def _policy_table(summary: dict[str, Any]) -> list[str]:
+    """The policy x budget table with its legend."""
+    lines = ["", "## Policies x budgets", "",
               "Recall: fraction of (probe, fact) checks with the fact's value in the window, without / with "
               "page-in (the probe as the query). Leakage: superseded value present while the new one is missing "
               "(without / with page-in). Tokens: cumulative prompt tokens over all turns / full context. "
@@ -167,8 +172,13 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: d
             f"{r['longest_fit_128k']} ({r['sessions_fit_128k']}/{r['sessions']}) | "
             f"{_f(r['build_ms_p50'], 2)} | {_f(r['build_ms_p95'], 2)} |"
         )
+    return lines
+
+
+def _target_lines(summary: dict[str, Any]) -> list[str]:
+    """The targets of the reference budget, check by check."""
     tg = summary.get("targets") or {}
-    lines += ["", f"## Targets (issue 5 item 9, budget {REFERENCE_BUDGET_KEY})", ""]
+    lines = ["", f"## Targets (issue 5 item 9, budget {REFERENCE_BUDGET_KEY})", ""]
     if not tg.get("evaluated"):
         lines.append(f"Not evaluated: {tg.get('reason', 'no result')}.")
     else:
@@ -180,8 +190,13 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: d
             lines.append(f"| {c['name']} ({tg['policy']}) | {_f(c['value'])} | {c['target']} | "
                          f"{'info' if c.get('info') else ('pass' if c['passed'] else '**FAIL**')} |")
         lines += ["", f"Overall: {'pass' if tg['passed'] else '**not met**'}."]
+    return lines
+
+
+def _retention_lines(summary: dict[str, Any]) -> list[str]:
+    """The compressors' retention of annotated key spans."""
     ret = summary.get("retention") or {}
-    lines += ["", "## Compressors: retention of annotated key spans", ""]
+    lines = ["", "## Compressors: retention of annotated key spans", ""]
     if not ret.get("messages"):
         lines.append("No message of these sessions has annotated key spans (distilled or inline labels).")
     else:
@@ -195,6 +210,12 @@ def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: d
             cats = ", ".join(f"{k} {_f(v['retained'])} ({v['spans']})" for k, v in c["by_category"].items())
             lines.append(f"| {name} | {c['messages']} | {_f(c['retained'])} | {_f(c['token_ratio'])} | "
                          f"{_f(c['fallback'])} | {cats} |")
+    return lines
+
+
+def render_report(summary: dict[str, Any], plots: Sequence[str] = (), history: dict[str, Any] | None = None) -> str:
+    """Markdown report: run facts, the policy x budget table, targets, retention, feedback, plots."""
+    lines = [*_run_lines(summary), *_policy_table(summary), *_target_lines(summary), *_retention_lines(summary)]
     kinds = _kind_table(summary)
     if kinds:
         lines += ["", f"## Recall with page-in by fact kind (budget {REFERENCE_BUDGET_KEY})", "", *kinds]

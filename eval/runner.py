@@ -26,11 +26,11 @@ from .policies import (
     ALL_POLICIES,
     MANAGED,
     CachedScorer,
-    ContextPolicy,
     FullContext,
     Managed,
     SlidingTurns,
     TrimMessages,
+    WindowStrategy,
 )
 from .replay import Trace, full_context_tokens, replay
 from .retention import key_span_retention
@@ -95,7 +95,7 @@ class EvalResult:
 
 
 def _make_policy(name: str, session_id: str, counter: TokenCounter, cfg: EvalConfig,
-                 cached: CachedScorer | None) -> ContextPolicy:
+                 cached: CachedScorer | None) -> WindowStrategy:
     if name == "full":
         return FullContext(counter)
     if name == "sliding_turns":
@@ -109,44 +109,23 @@ def _make_policy(name: str, session_id: str, counter: TokenCounter, cfg: EvalCon
     raise ValueError(f"unknown policy {name!r}")
 
 
-@dataclass
-class SessionRun:
-    """What replaying one session gives: its traces per (policy, budget key), its feedback misses,
-    seconds per policy and learned scoring milliseconds."""
-
-    traces: dict[tuple[str, str], Trace]
-    misses: list[dict[str, Any]]
-    policy_s: dict[str, float]
-    score_ms: float
-
-
-def worker_state(cfg: EvalConfig, policies: Sequence[str],
-                 scorer: Callable[[], Any] | None) -> tuple[EvalConfig, list[str], TokenCounter, CachedScorer | None]:
-    """What one worker needs to replay sessions: the settings, the token counter and the learned
-    scorer (``scorer()`` loads it once per worker) behind its prediction cache."""
-    return cfg, list(policies), TokenCounter(cfg.encoding), CachedScorer(scorer()) if scorer is not None else None
-
-
-def replay_session(state: tuple[EvalConfig, list[str], TokenCounter, CachedScorer | None],
-                   sess: EvalSession) -> SessionRun:
-    """Replay one session through every policy at every budget (state: :func:`worker_state`)."""
-    cfg, policies, counter, cached = state
-    traces: dict[tuple[str, str], Trace] = {}
-    misses: list[dict[str, Any]] = []
-    policy_s: dict[str, float] = defaultdict(float)
-    score_ms = 0.0
+def _replay_session(sess: EvalSession, policies: Sequence[str], cfg: EvalConfig, counter: TokenCounter,
+                    cached: CachedScorer | None, traces: dict[tuple[str, str], list[Trace]],
+                    misses: list[dict[str, Any]], policy_s: dict[str, float]) -> None:
+    """Replay one session through every policy at every budget; appends to ``traces`` and
+    ``misses`` and adds each policy's seconds to ``policy_s``. A budget-independent policy is
+    replayed once and its trace reused for the other budgets."""
     full = full_context_tokens(sess, counter)
     if cached is not None:
-        t0, ms0 = time.perf_counter(), cached.score_ms
+        t0 = time.perf_counter()
         cached.warm(sess.messages)
         policy_s["learned"] += time.perf_counter() - t0
-        score_ms = cached.score_ms - ms0
     for name in policies:
         t0 = time.perf_counter()
         first: Trace | None = None
         for b in cfg.budgets:
             if first is not None:  # budget-independent policy: reuse the replay
-                traces[(name, b.key)] = first.with_budget(b)
+                traces[(name, b.key)].append(first.with_budget(b))
                 continue
             pol = _make_policy(name, sess.session_id, counter, cfg, cached)
             try:
@@ -154,12 +133,98 @@ def replay_session(state: tuple[EvalConfig, list[str], TokenCounter, CachedScore
                             record_misses=name in MANAGED)
             finally:
                 pol.close()
-            traces[(name, b.key)] = tr
+            traces[(name, b.key)].append(tr)
             misses.extend(tr.misses)
             if pol.budget_independent:
                 first = tr
         policy_s[name] += time.perf_counter() - t0
-    return SessionRun(traces, misses, dict(policy_s), score_ms)
+
+
+@dataclass
+class SessionRun:
+    """What replaying one session gives (:func:`replay_session`): its trace per (policy, budget key),
+    its feedback misses, seconds per policy and learned scoring milliseconds."""
+
+    traces: dict[tuple[str, str], Trace]
+    misses: list[dict[str, Any]]
+    policy_s: dict[str, float]
+    score_ms: float
+
+
+WorkerState = tuple[EvalConfig, list[str], TokenCounter, "CachedScorer | None"]
+
+
+def worker_state(cfg: EvalConfig, policies: Sequence[str], scorer: Callable[[], Any] | None) -> WorkerState:
+    """What one engine worker needs to replay sessions: the settings, a token counter and the learned
+    scorer (``scorer()`` loads it, once per worker) behind its prediction cache."""
+    return cfg, list(policies), TokenCounter(cfg.encoding), CachedScorer(scorer()) if scorer is not None else None
+
+
+def replay_session(state: WorkerState, sess: EvalSession) -> SessionRun:
+    """Replay one session on an engine worker (``state``: :func:`worker_state`)."""
+    cfg, policies, counter, cached = state
+    traces: dict[tuple[str, str], list[Trace]] = defaultdict(list)
+    misses: list[dict[str, Any]] = []
+    policy_s: dict[str, float] = defaultdict(float)
+    ms0 = cached.score_ms if cached is not None else 0.0
+    _replay_session(sess, policies, cfg, counter, cached, traces, misses, policy_s)
+    return SessionRun({k: v[0] for k, v in traces.items()}, misses, dict(policy_s),
+                      cached.score_ms - ms0 if cached is not None else 0.0)
+
+
+def _worker_setup(cfg: EvalConfig, policies: list[str], engine: Engine) -> Callable[[], WorkerState]:
+    """The per-worker setup of ``engine``: this process's scorer locally; on other engines the workers
+    load the scorer themselves (a loaded scorer does not pickle).
+
+    Raises:
+        ConfigError: the workers of a distributed engine cannot load the learned scorer.
+    """
+    if "learned" not in policies:
+        scorer = None
+    elif isinstance(engine, LocalEngine):
+        scorer = functools.partial(_same, cfg.learned_scorer)
+    else:
+        scorer = packaged_scorer_loader(cfg.model)
+        if scorer is None:
+            raise ConfigError(f"--engine {engine.name}: the workers cannot load the learned scorer "
+                              f"{cfg.model.get('uri')!r}; give --model a packaged folder or a registered version")
+        cfg = replace(cfg, learned_scorer=None, labels={})
+    return functools.partial(worker_state, cfg, policies, scorer)
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _run_info(sessions: Sequence[EvalSession], cfg: EvalConfig, policies: list[str], skipped: dict[str, str],
+              runtime: float, policy_s: dict[str, float], retention_s: float,
+              score_ms: float | None, engine: Engine) -> dict[str, Any]:
+    """The ``run`` block of the summary: timings, session counts and lengths, settings, model, platform."""
+    return {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "runtime_s": round(runtime, 2),
+        "policy_runtime_s": {k: round(v, 2) for k, v in policy_s.items()},
+        "retention_runtime_s": round(retention_s, 2),
+        "learned_scoring_ms": round(score_ms, 1) if score_ms is not None else None,
+        "engine": engine.describe(),
+        "sessions": len(sessions),
+        "messages": sum(len(s.messages) for s in sessions),
+        "key_facts": sum(len(s.key_facts) for s in sessions),
+        "superseded_facts": sum(1 for s in sessions for f in s.key_facts if f.superseded),
+        "sessions_hash": sessions_hash(sessions),
+        "session_lengths": {"min": min((len(s.messages) for s in sessions), default=0),
+                            "max": max((len(s.messages) for s in sessions), default=0)},
+        "validator_notes": sum(len(s.notes) for s in sessions),
+        "budgets": [{"kind": b.kind, "value": b.value, "label": b.label, "key": b.key} for b in cfg.budgets],
+        "min_budget_tokens": cfg.budgets[0].min_tokens,
+        "policies": policies,
+        "skipped_policies": skipped,
+        "probe_every": cfg.probe_every,
+        "pagein": cfg.pagein,
+        "encoding": cfg.encoding,
+        "model": cfg.model,
+        "platform": platform.platform(),
+    }
 
 
 def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
@@ -170,8 +235,8 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
         sessions: validated sessions.
         cfg: the run settings.
         progress: optional wrapper for the session iterable (e.g. ``tqdm``).
-        engine: where the sessions are replayed (:mod:`eval.engine`; default: in this process). The
-            results are the same with every engine (timings aside).
+        engine: where the sessions are replayed (:mod:`eval.engine`; default: in this process); every
+            engine gives the same figures (timings aside).
 
     Returns:
         An :class:`EvalResult`; ``summary["results"]`` has one entry per policy x budget with the
@@ -181,37 +246,27 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
         ConfigError: a distributed engine cannot load the learned scorer in its workers.
     """
     t_start = time.perf_counter()
-    engine = engine or LocalEngine()
     counter = TokenCounter(cfg.encoding)
     policies = list(cfg.policies)
     skipped: dict[str, str] = {}
-    scorer: Callable[[], Any] | None = None
-    if "learned" in policies:
-        if cfg.learned_scorer is None:
-            skipped["learned"] = cfg.learned_skip_reason or "no learned scorer was available"
-            policies.remove("learned")
-            log.warning("learned policy skipped: %s", skipped["learned"])
-        elif isinstance(engine, LocalEngine):
-            scorer = functools.partial(_same, cfg.learned_scorer)
-        else:  # workers load the scorer themselves (it does not pickle)
-            scorer = packaged_scorer_loader(cfg.model)
-            if scorer is None:
-                raise ConfigError(f"--engine {engine.name}: the workers cannot load the learned scorer "
-                                  f"{cfg.model.get('uri')!r}; give --model a packaged folder or a registered version")
-    worker_cfg = cfg if isinstance(engine, LocalEngine) else replace(cfg, learned_scorer=None, labels={})
-    setup = functools.partial(worker_state, worker_cfg, policies, scorer)
+    engine = engine or LocalEngine()
+    if "learned" in policies and cfg.learned_scorer is None:
+        skipped["learned"] = cfg.learned_skip_reason or "no learned scorer was available"
+        policies.remove("learned")
+        log.warning("learned policy skipped: %s", skipped["learned"])
     traces: dict[tuple[str, str], list[Trace]] = defaultdict(list)
     misses: list[dict[str, Any]] = []
     policy_s: dict[str, float] = defaultdict(float)
-    score_ms = 0.0
-    runs = Sized(engine.imap(replay_session, sessions, setup), len(sessions))
-    for run in (progress(runs) if progress else runs):
+    score_ms = 0.0 if "learned" in policies else None
+    runs = Sized(engine.imap(replay_session, sessions, _worker_setup(cfg, policies, engine)), len(sessions))
+    for run in progress(runs) if progress else runs:  # in session order, whatever the engine
         for key, tr in run.traces.items():
             traces[key].append(tr)
         misses.extend(run.misses)
         for name, sec in run.policy_s.items():
             policy_s[name] += sec
-        score_ms += run.score_ms
+        if score_ms is not None:
+            score_ms += run.score_ms
     results = []
     for name in policies:
         for b in cfg.budgets:
@@ -221,42 +276,11 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
     t_ret = time.perf_counter()
     retention = key_span_retention(sessions, cfg.labels, counter)
     retention_s = time.perf_counter() - t_ret
-    runtime = time.perf_counter() - t_start
-    summary = {
-        "run": {
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "runtime_s": round(runtime, 2),
-            "policy_runtime_s": {k: round(v, 2) for k, v in policy_s.items()},
-            "retention_runtime_s": round(retention_s, 2),
-            "learned_scoring_ms": round(score_ms, 1) if scorer is not None else None,
-            "engine": engine.describe(),
-            "sessions": len(sessions),
-            "messages": sum(len(s.messages) for s in sessions),
-            "key_facts": sum(len(s.key_facts) for s in sessions),
-            "superseded_facts": sum(1 for s in sessions for f in s.key_facts if f.superseded),
-            "sessions_hash": sessions_hash(sessions),
-            "session_lengths": {"min": min((len(s.messages) for s in sessions), default=0),
-                                "max": max((len(s.messages) for s in sessions), default=0)},
-            "validator_notes": sum(len(s.notes) for s in sessions),
-            "budgets": [{"kind": b.kind, "value": b.value, "label": b.label, "key": b.key} for b in cfg.budgets],
-            "min_budget_tokens": cfg.budgets[0].min_tokens,
-            "policies": policies,
-            "skipped_policies": skipped,
-            "probe_every": cfg.probe_every,
-            "pagein": cfg.pagein,
-            "encoding": cfg.encoding,
-            "model": cfg.model,
-            "platform": platform.platform(),
-        },
-        "results": results,
-        "retention": retention,
-    }
+    run = _run_info(sessions, cfg, policies, skipped, time.perf_counter() - t_start, policy_s, retention_s, score_ms,
+                    engine)
+    summary = {"run": run, "results": results, "retention": retention}
     summary["targets"] = check_targets(summary)
     return EvalResult(summary=summary, traces=dict(traces), misses=misses)
-
-
-def _same(x: Any) -> Any:
-    return x
 
 
 def find_result(summary: dict[str, Any], policy: str, budget_key: str) -> dict[str, Any] | None:

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ctxscore.errors import InputError
+from ctxscore.io import iter_jsonl
 from ctxscore.messages import Message
+
+from .textnorm import message_search_text, normalize
 
 FACT_FIELDS: tuple[str, ...] = ("fact_id", "value", "source_index", "probe", "kind")
 MAX_ERRORS_SHOWN = 50
@@ -115,38 +118,84 @@ class EvalSession:
         }
 
 
-def message_search_text(message: dict[str, Any]) -> str:
-    """Text in which a fact value may be found: content plus rendered tool calls.
-
-    Tool calls are rendered as ``name(arguments)``, and the decoded argument values are appended
-    (so a value written with JSON escapes, e.g. non-ASCII, still matches).
-    """
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "\n".join(
-            p.get("text", "") if isinstance(p, dict) else str(p) for p in content if isinstance(p, dict | str)
+def _field_errors(f: dict[str, Any], flabel: str, n_messages: int) -> list[str]:
+    """Problems with the fields of one key fact (types, ``source_index`` range), ``[]`` when none."""
+    errors = []
+    for key in ("fact_id", "value", "probe", "kind"):
+        if not isinstance(f[key], str) or not f[key].strip():
+            errors.append(f"{flabel}: {key!r} must be a non-empty string, got {f[key]!r}")
+    si = f["source_index"]
+    if isinstance(si, bool) or not isinstance(si, int):
+        errors.append(f"{flabel}: 'source_index' must be an integer, got {si!r}")
+    elif not 0 <= si < n_messages:
+        errors.append(
+            f"{flabel}: source_index {si} is out of range (the session has {n_messages} messages, "
+            f"valid indices 0..{n_messages - 1})"
         )
-    parts = [content if isinstance(content, str) else ""]
-    for call in message.get("tool_calls") or []:
-        if not isinstance(call, dict):
-            continue
-        fn = call.get("function") or {}
-        args = fn.get("arguments", "")
-        if not isinstance(args, str):
-            args = json.dumps(args, ensure_ascii=False)
-        parts.append(f"{fn.get('name', '')}({args})")
+    sup = f.get("superseded")
+    if sup is not None and (not isinstance(sup, str) or not sup.strip()):
+        errors.append(f"{flabel}: 'superseded' must be a non-empty string when present, got {sup!r}")
+    return errors
+
+
+def _validate_fact(f: Any, j: int, label: str, msgs: list[dict[str, Any]], texts: list[str], fact_ids: set[str],
+                   errors: list[str], notes: list[str]) -> KeyFact | None:
+    """Validate key fact ``j`` of a session against its messages; problems go to ``errors``,
+    remarks to ``notes``; returns the fact or ``None``."""
+    if not isinstance(f, dict):
+        errors.append(f"{label} fact #{j}: expected an object, got {type(f).__name__}")
+        return None
+    fid = f.get("fact_id")
+    flabel = f"{label} fact {fid!r}" if isinstance(fid, str) and fid else f"{label} fact #{j}"
+    missing = [k for k in FACT_FIELDS if k not in f]
+    if missing:
+        errors.append(f"{flabel}: missing field(s) {', '.join(missing)}")
+        return None
+    bad = _field_errors(f, flabel, len(msgs))
+    if bad:
+        errors.extend(bad)
+        return None
+    if fid in fact_ids:
+        errors.append(f"{flabel}: duplicate fact_id within the session")
+        return None
+    fact_ids.add(fid)
+    value, si, sup = f["value"], f["source_index"], f.get("superseded")
+    if msgs[si] and value not in texts[si]:
+        preview = texts[si][:120].replace("\n", " ")
+        errors.append(
+            f"{flabel}: value {value!r} is not an exact substring of messages[{si}].content "
+            f"(starts {preview!r}); fix the value or the source_index"
+        )
+        return None
+    if sup is not None:
+        if sup == value:
+            errors.append(f"{flabel}: 'superseded' equals 'value'; drop it or give the older value")
+            return None
+        nsup = normalize(sup)
+        if not any(nsup in normalize(t) for t in texts[:si]):
+            notes.append(
+                f"{flabel}: superseded value {sup!r} does not occur in any message before "
+                f"source_index {si}, so it can never leak (leakage is measured on the others)"
+            )
+    return KeyFact(fact_id=fid, value=value, source_index=si, probe=f["probe"], kind=f["kind"], superseded=sup)
+
+
+def _validate_messages(obj: dict[str, Any], label: str, errors: list[str]) -> list[dict[str, Any]]:
+    """The session's messages as dicts (``{}`` in place of an invalid one, whose problem goes to ``errors``)."""
+    messages = obj.get("messages")
+    if not isinstance(messages, list) or not messages:
+        errors.append(f"{label}: 'messages' is missing or not a non-empty list of OpenAI-style messages")
+        messages = []
+    msgs: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
         try:
-            decoded = json.loads(args)
-        except (TypeError, ValueError):
+            Message.from_dict(m, where=f"{label} message {i}")
+        except InputError as exc:
+            errors.append(str(exc))
+            msgs.append({})
             continue
-        parts.append(json.dumps(decoded, ensure_ascii=False))
-    return "\n".join(parts)
-
-
-def _norm(text: str) -> str:
-    from .textnorm import normalize  # local import: textnorm imports this module
-
-    return normalize(text)
+        msgs.append(dict(m))
+    return msgs
 
 
 def _validate_record(obj: Any, where: str, seen_ids: set[str]) -> tuple[EvalSession | None, list[str]]:
@@ -162,19 +211,7 @@ def _validate_record(obj: Any, where: str, seen_ids: set[str]) -> tuple[EvalSess
     elif sid in seen_ids:
         errors.append(f"{where} session {sid!r}: duplicate session_id (each session must be unique in the file)")
     label = f"{where} session {sid!r}"
-    messages = obj.get("messages")
-    if not isinstance(messages, list) or not messages:
-        errors.append(f"{label}: 'messages' is missing or not a non-empty list of OpenAI-style messages")
-        messages = []
-    msgs: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
-        try:
-            Message.from_dict(m, where=f"{label} message {i}")
-        except InputError as exc:
-            errors.append(str(exc))
-            msgs.append({})
-            continue
-        msgs.append(dict(m))
+    msgs = _validate_messages(obj, label, errors)
     facts_raw = obj.get("key_facts")
     if facts_raw is None:
         errors.append(f"{label}: 'key_facts' is missing (use [] for a session without facts)")
@@ -182,67 +219,10 @@ def _validate_record(obj: Any, where: str, seen_ids: set[str]) -> tuple[EvalSess
     elif not isinstance(facts_raw, list):
         errors.append(f"{label}: 'key_facts' must be a list, got {type(facts_raw).__name__}")
         facts_raw = []
-    facts: list[KeyFact] = []
-    fact_ids: set[str] = set()
     texts = [message_search_text(m) if m else "" for m in msgs]
-    for j, f in enumerate(facts_raw):
-        if not isinstance(f, dict):
-            errors.append(f"{label} fact #{j}: expected an object, got {type(f).__name__}")
-            continue
-        fid = f.get("fact_id")
-        flabel = f"{label} fact {fid!r}" if isinstance(fid, str) and fid else f"{label} fact #{j}"
-        missing = [k for k in FACT_FIELDS if k not in f]
-        if missing:
-            errors.append(f"{flabel}: missing field(s) {', '.join(missing)}")
-            continue
-        bad = False
-        for key in ("fact_id", "value", "probe", "kind"):
-            if not isinstance(f[key], str) or not f[key].strip():
-                errors.append(f"{flabel}: {key!r} must be a non-empty string, got {f[key]!r}")
-                bad = True
-        si = f["source_index"]
-        if isinstance(si, bool) or not isinstance(si, int):
-            errors.append(f"{flabel}: 'source_index' must be an integer, got {si!r}")
-            bad = True
-        elif not 0 <= si < len(msgs):
-            errors.append(
-                f"{flabel}: source_index {si} is out of range (the session has {len(msgs)} messages, "
-                f"valid indices 0..{len(msgs) - 1})"
-            )
-            bad = True
-        sup = f.get("superseded")
-        if sup is not None and (not isinstance(sup, str) or not sup.strip()):
-            errors.append(f"{flabel}: 'superseded' must be a non-empty string when present, got {sup!r}")
-            bad = True
-        if bad:
-            continue
-        if fid in fact_ids:
-            errors.append(f"{flabel}: duplicate fact_id within the session")
-            continue
-        fact_ids.add(fid)
-        value = f["value"]
-        if msgs[si] and value not in texts[si]:
-            preview = texts[si][:120].replace("\n", " ")
-            errors.append(
-                f"{flabel}: value {value!r} is not an exact substring of messages[{si}].content "
-                f"(starts {preview!r}); fix the value or the source_index"
-            )
-            continue
-        if sup is not None:
-            if sup == value:
-                errors.append(f"{flabel}: 'superseded' equals 'value'; drop it or give the older value")
-                continue
-            nsup = _norm(sup)
-            if not any(nsup in _norm(t) for t in texts[:si]):
-                notes.append(
-                    f"{flabel}: superseded value {sup!r} does not occur in any message before "
-                    f"source_index {si}, so it can never leak (leakage is measured on the others)"
-                )
-        facts.append(
-            KeyFact(
-                fact_id=fid, value=value, source_index=si, probe=f["probe"], kind=f["kind"], superseded=sup
-            )
-        )
+    fact_ids: set[str] = set()
+    facts = [kf for j, f in enumerate(facts_raw)
+             if (kf := _validate_fact(f, j, label, msgs, texts, fact_ids, errors, notes)) is not None]
     if errors:
         return None, errors
     for i, m in enumerate(msgs):
@@ -275,22 +255,19 @@ def validate_records(records: Iterable[tuple[str, Any]], path: str | Path = "<me
     return sessions
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """Decode a JSONL file line by line; a bad line is yielded as an error marker."""
-    with path.open("r", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield f"line {n}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield f"line {n}", _BadLine(f"invalid JSON ({exc.msg} at column {exc.colno}); "
-                                            "each line must hold one complete session object")
+def _jsonl_records(path: Path) -> tuple[list[tuple[str, Any]], list[str]]:
+    """``([("line N", decoded object), ...], errors)`` of a JSONL session file.
 
-
-@dataclass(slots=True)
-class _BadLine:
-    reason: str
+    Read with :func:`ctxscore.io.iter_jsonl`; a line that is not valid JSON (or not UTF-8) ends the
+    reading: its error (``"line N: invalid JSON ..."``) is returned beside the lines before it.
+    """
+    records: list[tuple[str, Any]] = []
+    try:
+        for n, obj in iter_jsonl(path):
+            records.append((f"line {n}", obj))
+    except InputError as exc:
+        return records, [str(exc).removeprefix(f"{path}: ") + "; each line must hold one complete session object"]
+    return records, []
 
 
 def is_locomo(obj: Any) -> bool:
@@ -307,7 +284,8 @@ def load_sessions_file(path: str | Path) -> list[EvalSession]:
 
     Raises:
         FileNotFoundError: the file does not exist.
-        SessionFormatError: any problem in the file (every problem is listed).
+        SessionFormatError: any problem in the file (every problem is listed; a line that is not
+            valid JSON ends the reading, so only the lines before it are checked).
     """
     path = Path(path)
     if not path.is_file():
@@ -324,13 +302,7 @@ def load_sessions_file(path: str | Path) -> list[EvalSession]:
             return validate_records(((f"conversation {i}", s) for i, s in enumerate(raw)), path)
         items = doc if isinstance(doc, list) else [doc]
         return validate_records(((f"item {i}", s) for i, s in enumerate(items)), path)
-    errors: list[str] = []
-    good: list[tuple[str, Any]] = []
-    for where, obj in _jsonl_records(path):
-        if isinstance(obj, _BadLine):
-            errors.append(f"{where}: {obj.reason}")
-        else:
-            good.append((where, obj))
+    good, errors = _jsonl_records(path)
     try:
         sessions = validate_records(good, path)
     except SessionFormatError as exc:

@@ -64,6 +64,10 @@ def test_distilled_loader_names_the_bad_line(tmp_path):
                  '{"id": "a#1", "category": "noise", "importance": 1, "key_spans": []}\n', encoding="utf-8")
     with pytest.raises(LabelFormatError, match=r"d\.jsonl:2: category 'noise'"):
         load_distilled(p)
+    p.write_text('{"id": "a#0", "category": "key_state", "importance": 2, "key_spans": []}\n\n{"id": "a#1",\n',
+                 encoding="utf-8")
+    with pytest.raises(LabelFormatError, match=r"d\.jsonl: line 3: invalid JSON"):
+        load_distilled(p)
 
 
 # --- rendering, spans, value search -----------------------------------------------------------------
@@ -211,6 +215,9 @@ def test_bundled_loader_validates(tmp_path):
     bad["messages"][1]["label"]["key_spans"] = ["budget 999 EUR"]
     (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n", encoding="utf-8")
     with pytest.raises(BundledFormatError, match=r"bad\.jsonl:1 message 1: key_spans not found"):
+        load_bundled(tmp_path / "bad.jsonl")
+    (tmp_path / "bad.jsonl").write_bytes(json.dumps(_bundled_session("travel", "en", 0)).encode() + b"\n\xff\n")
+    with pytest.raises(BundledFormatError, match=r"bad\.jsonl: line \d+: not valid UTF-8"):
         load_bundled(tmp_path / "bad.jsonl")
 
 

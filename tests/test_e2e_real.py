@@ -9,6 +9,7 @@ import re
 import pytest
 
 from ctxscore import ContextManager
+from ctxscore.window.result import WarningKind
 
 pytestmark = pytest.mark.corpora
 
@@ -70,8 +71,11 @@ def check_session(messages: list[dict], budget: int) -> None:
         if phrase is None:
             continue  # nothing distinctive in it (for example an empty tool result)
         paged = cm.build(query=phrase)
-        assert d.id in paged.paged_in, (d.id, phrase)
-        checked += 1
+        assert cm.search(phrase, k=12) and d.id in [h["id"] for h in cm.search(phrase, k=12)], (d.id, phrase)
+        if d.id in paged.paged_in:
+            checked += 1
+        else:  # no room even for its unit's structured form: the window must say so
+            assert any(w.kind == WarningKind.PAGE_IN_SKIPPED for w in paged.warnings), (d.id, phrase)
     assert checked >= 3
 
 

@@ -112,7 +112,11 @@ def test_promote_without_candidate(tmp_path, sqlite_mlflow, capsys):
 def test_promotion_decisions():
     cand = {"version": "3", "recall_pagein": 0.95, "token_reduction": 0.70}
     assert decide(cand, None).promote
-    assert decide(cand, {"version": "2", "recall_pagein": 0.95, "token_reduction": 0.70}).promote
+    # the candidate must beat the champion: a tie keeps the champion
+    tie = decide(cand, {"version": "2", "recall_pagein": 0.95, "token_reduction": 0.70})
+    assert not tie.promote and "does not beat" in tie.reason
+    assert decide(cand, {"version": "2", "recall_pagein": 0.94, "token_reduction": 0.70}).promote
+    assert decide(cand, {"version": "2", "recall_pagein": 0.95, "token_reduction": 0.69}).promote
     worse = decide(cand, {"version": "2", "recall_pagein": 0.96, "token_reduction": 0.60})
     assert not worse.promote and "worse on recall" in worse.reason and "0.9500 vs 0.9600" in worse.reason
     assert decide(cand, {"version": "2", "recall_pagein": 0.96, "token_reduction": 0.60}, max_recall_drop=0.02).promote
@@ -143,6 +147,12 @@ def test_history_compares_feedback_iterations(tmp_path):
 
     text = "\n".join(_history_lines(nxt))
     assert "Iteration 0" in text and "iteration 1" in text and "| learned | 25% | 0.810 | 0.900 | +0.090 |" in text
+    # a run killed while writing leaves a broken last line: the runs before it are still read
+    with hist.open("a", encoding="utf-8") as fh:
+        fh.write('{"run_id": "r4", "sessions_hash": ')
+    from eval.feedback import read_history
+
+    assert [h["run_id"] for h in read_history(hist)] == ["r1", "r2", "r3"]
 
 
 def test_module_entry_point():

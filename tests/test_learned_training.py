@@ -32,6 +32,38 @@ def bundled_data(tmp_path_factory) -> Path:
     return out
 
 
+def test_training_featurizer_matches_the_runtime(bundled_data, tmp_path):
+    """Training's feature rows (cached embeddings) are exactly what LearnedScorer.features computes
+    at run time for the same messages: same columns, same order, same values."""
+    from ctxscore.scoring.embedders import get_embedder
+    from training import train
+    from training.embed_cache import cached_embedder
+
+    ctx = train.load_context(bundled_data, feedback_path=tmp_path / "none.jsonl")
+    dev = ctx.splits["dev"]
+    v = train.Variant(embedder="hashing-64", lexical_dim=64)
+    spec = train.spec_for(v, ctx)
+    assert spec.lexical_dim == 64 and spec.signal_names == ctx.signal_names
+    cached = cached_embedder(spec.embedder_id, tmp_path / "cache", max_chars=spec.max_chars, head_chars=spec.head_chars)
+    X_train = train.featurize(dev, spec, cached, ctx.rules, progress=False)
+    runtime = LearnedScorer(None, None, spec, rules=ctx.rules,
+                            embedder=get_embedder(spec.embedder_id, max_chars=spec.max_chars, head_chars=spec.head_chars,
+                                                  shared=False))
+    X_run = runtime.features(dev.messages)
+    assert X_train.shape == X_run.shape == (len(dev), len(spec.names()))
+    assert X_train.dtype == X_run.dtype == np.float32
+    np.testing.assert_array_equal(X_train, X_run)
+    # the second pass reads every embedding from the on-disk cache and still gives the same rows
+    np.testing.assert_array_equal(train.featurize(dev, spec, cached, ctx.rules, progress=False), X_run)
+    assert cached.hits >= len({m.text() for m in dev.messages})
+    # the blocks are where the spec says: tabular role one-hot, then the rule signals
+    roles = [m.role for m in dev.messages]
+    col = spec.names().index("role=tool")
+    np.testing.assert_array_equal(X_run[:, col], [r == "tool" for r in roles])
+    sig = spec.signal_start + spec.signal_names.index("role_user")
+    np.testing.assert_array_equal(X_run[:, sig], [r == "user" for r in roles])
+
+
 def test_train_register_export_and_load(bundled_data, tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
     from training import registry, train

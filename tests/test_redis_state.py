@@ -66,7 +66,7 @@ def workers(hot_url, n: int, **kw) -> list[SharedSessions]:
     out = []
     for _ in range(n):
         store = HotStore(open_store(pg), RedisHotState(rurl, prefix=prefix, **kw.get("hot", {})))
-        out.append(SharedSessions(store, budget=kw.get("budget", 700), scorer=kw.get("scorer", "rules")))
+        out.append(SharedSessions(store, ContextManager, budget=kw.get("budget", 700), scorer=kw.get("scorer", "rules")))
     return out
 
 
@@ -86,7 +86,8 @@ def test_worker_that_never_saw_the_session_continues_without_rescoring(hot_url):
             cm.build(query="which hotel in city 3?")
     pg, rurl, prefix = hot_url
     spy = SpyScorer()
-    b = SharedSessions(HotStore(open_store(pg), RedisHotState(rurl, prefix=prefix)), budget=700, scorer=spy)
+    b = SharedSessions(HotStore(open_store(pg), RedisHotState(rurl, prefix=prefix)), ContextManager, budget=700,
+                       scorer=spy)
     with b.turn("s") as cm:
         kept = b._kept["s"]
         assert len(cm) == ends[-2] and spy.scored == []  # opened from the store: stored predictions
@@ -191,7 +192,7 @@ def test_unreachable_redis(hot_url):
 
     pg, _, _ = hot_url
     dead = RedisHotState(f"redis://127.0.0.1:{free_port()}/0")
-    sessions = SharedSessions(HotStore(open_store(pg), dead), budget=500, scorer="rules")
+    sessions = SharedSessions(HotStore(open_store(pg), dead), ContextManager, budget=500, scorer="rules")
     with pytest.raises(StoreError, match="cannot take the session lock"), sessions.turn("s") as cm:
         cm.add({"role": "user", "content": "never runs"})
     store = HotStore(open_store(pg), dead)

@@ -168,17 +168,51 @@ def test_open_store_arguments(tmp_path):
         open_store("mysql://localhost/x")
 
 
-def test_schema_2_file_is_upgraded_in_place(tmp_path):
-    """Schema 3 added the layer records and events; a version-2 file keeps its messages and gains them."""
+def test_stemmed_search_finds_other_word_forms():
+    s = SQLiteStore()
+    s.add("s", [rec("m0", "user", "My favourite car is the Ferrari from my uncle."),
+                rec("m1", "user", "The booking was made yesterday for two people."),
+                rec("m2", "user", "Unrelated small talk about the weather.")])
+    assert s.search("s", "which Ferraris did I mention?")[0].id == "m0"
+    hit = s.search("s", "when was it booked?")[0]
+    assert hit.id == "m1" and "stem" in hit.lists and hit.lexical
+
+
+def test_a_version_2_file_is_upgraded_with_its_stemmed_index(tmp_path):
     path = tmp_path / "v2.db"
+    s = SQLiteStore(path)
+    s.add("s", [rec("m0", "user", "The bookings for Cambridge are confirmed.")])
+    s._db.executescript("DROP TABLE messages_stem; UPDATE meta SET value='2' WHERE key='schema_version';")
+    s.close()
+    again = SQLiteStore(path)
+    assert again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert again.search("s", "booking")[0].id == "m0" and "stem" in again.search("s", "booking")[0].lists
+
+
+def test_hits_carry_their_lists_and_similarity():
+    s = SQLiteStore()
+    s.add("s", [rec("m0", "user", "alpha beta", np.array([1, 0], dtype=np.float32)),
+                rec("m1", "user", "gamma delta", np.array([0, 1], dtype=np.float32))])
+    hits = {h.id: h for h in s.search("s", "alpha", query_embedding=np.array([0.0, 1.0], dtype=np.float32))}
+    assert hits["m0"].lexical and not hits["m1"].lexical
+    assert hits["m1"].lists == {"vector"} and hits["m1"].similarity == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("old", ["2", "3"])
+def test_older_files_are_upgraded_with_records_and_events(tmp_path, old):
+    """Schema 4 added the layer records and events; a version 2 or 3 file keeps its messages and gains them."""
+    path = tmp_path / f"v{old}.db"
     s = SQLiteStore(path)
     fill(s)
     s._db.execute("DROP TABLE records")
     s._db.execute("DROP TABLE events")
-    s._db.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    if old == "2":
+        s._db.execute("DROP TABLE messages_stem")
+    s._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (old,))
     s.close()
     b = SQLiteStore(path)
-    assert b._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert b._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert b.search("s1", "bookings")[0].id == "m0" and "stem" in b.search("s1", "bookings")[0].lists
     assert [r.id for r in b.load("s1")] == ["m0", "m1", "m2", "m3", "m4"]
     assert b.put_records("s1", "ledger", {"ref": "7GAWK763"}) == {"ref": 1}
     assert b.append_events("s1", [{"type": "resumed"}]) == [1]

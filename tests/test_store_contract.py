@@ -7,8 +7,8 @@ layer records and events; exact round trips of awkward text; inert query syntax;
 unreachable backends are StoreError. ``test_search_parity`` checks that both stores return the same
 hits for the same session: for every query of a fixture session (16 bundled sessions chained, 642
 messages, English and Chinese; hashing embeddings for the vector list; 171 queries: the probes and
-key-fact values), identical top-1, identical top-5 lists (ids in order) and equal fused scores, with
-and without a query embedding.
+key-fact values), identical top-1, identical top-5 lists (ids in order) and equal fused scores (and
+the same lists and similarities behind each hit), with and without a query embedding.
 """
 
 from __future__ import annotations
@@ -431,7 +431,10 @@ def parity(stores: dict[str, Store], session_id: str, queries: list[str], emb: H
         out["top1"] += [h.id for h in a[:1]] == [h.id for h in b[:1]]
         same5 = [h.id for h in a[:5]] == [h.id for h in b[:5]]
         out["top5"] += same5
-        out["scores"] += len(a) == len(b) and all(abs(x.score - y.score) < 1e-12 for x, y in zip(a, b, strict=True))
+        out["scores"] += len(a) == len(b) and all(
+            abs(x.score - y.score) < 1e-12 and x.lists == y.lists
+            and (x.similarity is None) == (y.similarity is None)
+            and (x.similarity is None or abs(x.similarity - y.similarity) < 1e-5) for x, y in zip(a, b, strict=True))
         if not same5:
             out["diff"].append((q, [h.id for h in a[:5]], [h.id for h in b[:5]]))
     return out

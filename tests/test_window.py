@@ -152,3 +152,31 @@ def test_the_tier_planner_changes_nothing_itself():
     assert plan.changes and any(t == Tier.ARCHIVED for t in plan.changes.values())
     assert (h.codes().tolist(), h.msg_tokens, h.stub_tokens, [e.tier for e in h.entries]) == before
     assert np.all(np.asarray(list(plan.changes)) >= 0)
+
+
+def test_long_messages_are_split_into_blocks_kept_and_paged_in_separately():
+    from ctxscore.compress.blocks import blocked_form, split_blocks
+
+    log = "\n\n".join(f"section {i}: " + ("ok " * 60) + (f"ERROR in module_{i}.py line {i}" if i == 7 else "")
+                      for i in range(40))
+    blocks = split_blocks(log)
+    assert "".join(log[b.start:b.end] for b in blocks) == log and len(blocks) >= 20
+    form = blocked_form(log, blocks, {0, len(blocks) - 1}, "m5")
+    assert form.startswith(log[: blocks[0].end]) and "archived" in form and len(form) < len(log) / 5
+    cm = ContextManager(scorer="rules", budget=1500)
+    cm.add({"role": "user", "content": "Run the test suite and tell me what failed."})
+    cm.add({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "run_tests", "arguments": "{}"}}]})
+    cm.add({"role": "tool", "tool_call_id": "c1", "name": "run_tests", "content": log})
+    for i in range(8):
+        cm.add({"role": "user", "content": f"Next question {i}: what about the docs build?"})
+        cm.add({"role": "assistant", "content": f"The docs build {i} is fine. " + "Details. " * 30})
+    win = cm.build()
+    e = cm.history.entries[2]
+    form = cm.state.forms.get(e, Tier.COMPRESSED)  # the log kept as its key blocks
+    assert form.tier == Tier.COMPRESSED and form.tokens < e.tokens / 3
+    assert "ERROR in module_7.py" in form.text and "section 0" in form.text and "archived" in form.text
+    assert win.decisions[2].tier in ("compressed", "archived") and "section 23:" not in json.dumps(win.messages)
+    paged = cm.build(query="what does section 23 say?")
+    shown = next(m["content"] for m in paged.messages if m.get("tool_call_id") == "c1")
+    assert "section 23:" in shown and len(shown) < len(log) / 2  # only the blocks the query names

@@ -23,13 +23,10 @@ import numpy as np
 from ctxscore.scoring.embedders import CachedEmbedder, get_embedder, resolve_model_id
 
 from .engine import Engine, make_engine
+from .paths import CACHE_DIR as DEFAULT_CACHE_DIR
 
-#: Repository root (``training/embed_cache.py`` -> one level up from ``training/``).
-REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Environment variable overriding the cache folder.
 CACHE_ENV = "CTXSCORE_EMBED_CACHE"
-#: Default cache folder.
-DEFAULT_CACHE_DIR = REPO_ROOT / "data" / "cache" / "embeddings"
 
 
 def cache_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -93,9 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--address", default=None, help="Ray cluster address for --engine ray (default: a local cluster)")
     ap.add_argument("--workers", type=int, default=None, help="Ray workers for --engine ray (default: the CPUs)")
     args = ap.parse_args(argv)
-    from training.train import load_dataset  # local import: the training stack is heavier
+    from .data import load_dataset_dict  # local import: needs the train extra (datasets)
 
-    ds = load_dataset(args.dataset)
+    ds = load_dataset_dict(args.dataset)
     texts = sorted({t for split in ds.values() for t in split["text"]})
     with make_engine(args.engine, args.address, args.workers) as engine:
         for model_id in args.embedder or ["use"]:

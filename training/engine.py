@@ -21,15 +21,15 @@ import abc
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from ctxscore.errors import ConfigError
 
+from .paths import REPO_ROOT
+
 log = logging.getLogger("training")
 
 ENGINES = ("local", "ray")
-REPO_ROOT = Path(__file__).resolve().parents[1]
 #: Environment variables passed to Ray workers (the settings the evaluation and training read).
 WORKER_ENV_PREFIXES = ("CTXSCORE_", "MLFLOW_", "HF_", "TRANSFORMERS_", "TIKTOKEN_", "TOKENIZERS_")
 

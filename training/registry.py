@@ -1,42 +1,69 @@
-"""MLflow tracking and the model registry for the learned scorer.
+"""MLflow for ctxscore: the tracking store, runs, the model registry, export. The only module of
+``ctxscore``, ``training`` and ``eval`` that imports ``mlflow``; training (:mod:`training.train`)
+and evaluation (:mod:`eval.cli`, :mod:`eval.models`) go through the functions below.
 
 Store: ``MLFLOW_TRACKING_URI`` when set, else ``sqlite:///<repo>/mlruns/mlflow.db`` with artifacts
 under ``<repo>/mlruns/artifacts`` (MLflow 3 refuses the plain file store without an opt-out; the
-SQLite store keeps everything in ``mlruns/``, which is git-ignored). Evaluation and promotion use
-:func:`configure` too, so every part reads the same store.
+SQLite store keeps everything in ``mlruns/``, which is git-ignored).
 
-Registered model ``ctxscore-scorer``: each registered version gets alias ``candidate``; only the
-evaluation's promotion step moves ``champion`` (:func:`set_alias`). The model is logged as an MLflow
-pyfunc ("models from code", :mod:`training.pyfunc_model`) whose artifact ``scorer`` is the packaged
-scorer folder, so :func:`download_scorer` gives a folder that
-:meth:`ctxscore.learned.LearnedScorer.from_pretrained` loads.
+Registered model ``ctxscore-scorer``. Each version's model is a pyfunc (:class:`ScorerModel`)
+whose artifact ``scorer`` is a packaged scorer folder, so :func:`download_scorer` gives a folder
+that :meth:`ctxscore.scoring.learned.LearnedScorer.from_pretrained` loads. Aliases:
+
+- ``candidate``: the version training registered last (:func:`register_candidate`);
+- ``champion``: moved only by the promotion gate (``python -m eval promote``, which promotes a
+  candidate only when it beats the champion on the held-out sessions). A store without a champion
+  gets the shipped scorer (``ctxscore/models/default``) registered as the baseline champion first
+  (:func:`ensure_champion`; version tag ``baseline=shipped``), so a fresh store never promotes a
+  candidate unopposed.
+
+Command line::
+
+    python -m training.registry export --alias champion --out out/scorer   # what `make run` does
+    python -m training.registry export --alias champion --out ctxscore/models/default   # `make ship`
+    python -m training.registry show
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
+import shutil
+import sys
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .train import Context, Result
+from ctxscore.scoring.package import CONFIG_FILE, DEFAULT_MODEL_DIR, sha256_file
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-MLRUNS_DIR = REPO_ROOT / "mlruns"
+from .extra import require_train_extra
+from .paths import MLRUNS_DIR, OUT_DIR
+
+require_train_extra("training", "training.registry", ("mlflow",), __name__)
+
+import mlflow  # noqa: E402  (after the check: without the extra, the install hint instead of a bare error)
+from mlflow.exceptions import MlflowException  # noqa: E402
+from mlflow.pyfunc import PythonModel  # noqa: E402
+
 MODEL_NAME = "ctxscore-scorer"
+#: Experiment of the training runs (and of the shipped baseline's run).
 EXPERIMENT = "ctxscore-scorer"
-PYFUNC_CODE = Path(__file__).resolve().parent / "pyfunc_model.py"
+#: Version tag of the shipped scorer registered as the baseline champion (value ``"shipped"``).
+BASELINE_TAG = "baseline"
+#: Where ``make run`` exports the champion (git-ignored); ``make ship`` exports into the package.
+DEFAULT_EXPORT_DIR = OUT_DIR / "scorer"
 
 
+# ------------------------------------------------------------------------------------------- store
 def tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI`` or the project's SQLite store in ``mlruns/``."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{MLRUNS_DIR / 'mlflow.db'}"
 
 
 def artifact_root() -> str:
-    """Where new experiments keep artifacts: next to a SQLite store, else MLflow's default."""
+    """Where new experiments keep artifacts: next to a SQLite store, else MLflow's default (``""``)."""
     uri = tracking_uri()
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):])
@@ -45,9 +72,8 @@ def artifact_root() -> str:
 
 
 def configure(experiment: str | None = EXPERIMENT) -> str:
-    """Point MLflow at the project store and (optionally) select/create ``experiment``; returns the URI."""
-    import mlflow
-
+    """Point MLflow at the project store and (optionally) select ``experiment``, creating it on
+    first use with its artifacts beside a SQLite store; returns the tracking URI."""
     uri = tracking_uri()
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
@@ -62,6 +88,100 @@ def configure(experiment: str | None = EXPERIMENT) -> str:
     return uri
 
 
+# -------------------------------------------------------------------------------------------- runs
+@contextmanager
+def start_run(experiment: str = EXPERIMENT, *, run_name: str | None = None, tags: Mapping[str, str] | None = None,
+              run_id: str | None = None) -> Iterator[str]:
+    """Open an MLflow run in ``experiment`` (or resume ``run_id``) and yield its run id.
+
+    The run is the active run inside the block (the ``log_*`` functions below write to it) and is
+    ended on exit: ``FINISHED``, or ``FAILED`` when the block raises.
+    """
+    configure(experiment)
+    with mlflow.start_run(run_id=run_id, run_name=run_name, tags=dict(tags or {})) as run:
+        yield run.info.run_id
+
+
+def log_run(*, params: Mapping[str, Any] | None = None, metrics: Mapping[str, float] | None = None,
+            tags: Mapping[str, str] | None = None, files: Sequence[tuple[Path, str | None]] = (),
+            texts: Mapping[str, str] | None = None, folder: Path | None = None) -> None:
+    """Log to the active run (see :func:`start_run`).
+
+    Args:
+        params: name -> value (values are logged as strings, cut to 500 characters).
+        metrics: name -> float (non-finite values are MLflow's to refuse; callers filter them).
+        tags: name -> string.
+        files: ``(path, artifact folder or None)`` pairs logged as artifacts.
+        texts: artifact file name -> text.
+        folder: a folder whose whole content is logged as artifacts.
+
+    Raises:
+        RuntimeError: no active run.
+    """
+    if mlflow.active_run() is None:
+        raise RuntimeError("log_run() needs an active run: call it inside `with registry.start_run(...)`")
+    if params:
+        mlflow.log_params({k: (str(v)[:500] if v is not None else "") for k, v in params.items()})
+    if metrics:
+        mlflow.log_metrics(dict(metrics))
+    if tags:
+        mlflow.set_tags(dict(tags))
+    for path, where in files:
+        mlflow.log_artifact(str(path), artifact_path=where)
+    for name, text in (texts or {}).items():
+        mlflow.log_text(text, name)
+    if folder is not None:
+        mlflow.log_artifacts(str(folder))
+
+
+def link_model(model_id: str, metrics: Mapping[str, float]) -> None:
+    """Declare the MLflow 3 LoggedModel ``model_id`` as an input of the active run and log
+    ``metrics`` against it (the evaluation of a version links to the model it evaluated)."""
+    from mlflow.entities import LoggedModelInput
+
+    mlflow.log_input(model=LoggedModelInput(model_id))
+    if metrics:
+        mlflow.log_metrics(dict(metrics), model_id=model_id)
+
+
+def find_eval_figures(experiment: str, version: str, sessions_hash: str, params: Mapping[str, Any],
+                      budget_key: str, code: str | None = None) -> dict[str, Any] | None:
+    """Figures of the learned policy from the latest finished eval run of ``version`` on the same
+    sessions and settings (and, when ``code`` is given, made by the same code: tag ``code_hash``),
+    so promotion need not replay them again; or ``None``.
+
+    Args:
+        experiment: the evaluation experiment.
+        version: the registered version.
+        sessions_hash: tag ``sessions_hash`` of the run.
+        params: run params that must match (``probe_every``, ``pagein``, ``min_budget``).
+        budget_key: the reference budget (e.g. ``"f0.25"``).
+        code: tag ``code_hash`` that must match, or ``None``.
+
+    Returns:
+        ``{"recall", "recall_pagein", "token_ratio", "token_reduction", "util_peak", "reused_run_id"}``.
+    """
+    configure(None)
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    flt = " and ".join([
+        "tags.`ctxscore.run_type` = 'eval'", f"tags.model_name = '{MODEL_NAME}'", f"tags.model_version = '{version}'",
+        f"tags.sessions_hash = '{sessions_hash}'", "attributes.status = 'FINISHED'",
+        *(f"params.{k} = '{v}'" for k, v in params.items()), *([f"tags.code_hash = '{code}'"] if code else []),
+    ])
+    runs = mlflow.search_runs([exp.experiment_id], filter_string=flt, order_by=["attributes.start_time DESC"],
+                              output_format="list")
+    names = ("recall", "recall_pagein", "token_ratio", "token_reduction", "util_peak")
+    for run in runs:
+        m = run.data.metrics
+        keys = {k: f"learned/{budget_key}/{k}" for k in names}
+        if keys["recall_pagein"] in m and keys["token_reduction"] in m:
+            return {**{k: m.get(v) for k, v in keys.items()}, "reused_run_id": run.info.run_id}
+    return None
+
+
+# ------------------------------------------------------------------------------------------- model
 def input_example():
     """A few messages as the pyfunc input (a DataFrame with ``role``, ``content``, ``turn``; ``turn``
     is a float column so that a missing turn (NaN) still matches the signature)."""
@@ -75,87 +195,50 @@ def input_example():
     ])
 
 
-class Tracker:
-    """Logs each variant as an MLflow run and registers the chosen one."""
+def predict_frame(scorer: Any, frame: Any) -> Any:
+    """Score a DataFrame of messages (``role``, ``content``, optional ``turn``; one row per message in
+    conversation order) -> DataFrame with ``category``, ``p_<category>`` (four columns) and ``value``."""
+    import pandas as pd
 
-    def __init__(self, experiment: str = EXPERIMENT) -> None:
-        self.uri = configure(experiment)
-        self.experiment = experiment
+    from ctxscore.messages import CATEGORIES, Message
 
-    def log_result(self, r: Result, ctx: Context) -> None:
-        """One run: params, data manifest, metrics, confusion matrix, report, model (pyfunc)."""
-        import mlflow
-        import numpy as np
-        from mlflow.models import infer_signature
+    msgs = []
+    for i, row in enumerate(frame.to_dict(orient="records")):
+        turn = row.get("turn")
+        msgs.append(Message(role=str(row["role"]), content=str(row["content"]),
+                            turn=int(turn) if turn is not None and turn == turn else i))
+    preds = scorer.predict(msgs)
+    return pd.DataFrame([{"category": p.category, **{f"p_{c}": float(p.probs[c]) for c in CATEGORIES},
+                          "value": float(p.value)} for p in preds])
 
-        from .pyfunc_model import predict_frame
-        from .train import ANNOTATOR_AGREEMENT, confusion_png, feedback_tag, metrics_summary
 
-        v = r.variant
-        with mlflow.start_run(run_name=v.name) as run, tempfile.TemporaryDirectory() as tmp:
-            tmpd = Path(tmp)
-            params = {k: getattr(v, k) for k in v.__dataclass_fields__}
-            params.update({
-                "calibration_folds": v.calibration_folds,
-                "embedder_dim": r.scorer.spec.embed_dim,
-                "n_features": r.scorer.spec.n_features,
-                "n_train": int(r.dev["metrics"].get("n_train", 0)),
-                "data_manifest_sha256": ctx.manifest_sha,
-                "rules_file": ctx.rules_path.name,
-                "signal_names": ",".join(ctx.signal_names),
-            })
-            mlflow.log_params(params)
-            mlflow.set_tags({"feedback_iteration": feedback_tag(ctx.feedback),
-                             "feedback_applied": str(ctx.feedback_stats.get("applied", 0)),
-                             "annotator_agreement": str(ANNOTATOR_AGREEMENT)})
-            metrics = {f"dev_{k}": float(x) for k, x in r.dev["metrics"].items() if np.isfinite(x)}
-            metrics.update({f"test_{k}": float(x) for k, x in r.test["metrics"].items() if np.isfinite(x)})
-            metrics.update({f"dev_bundled_{k}": float(x) for k, x in r.dev.get("bundled", {}).items() if np.isfinite(x)})
-            metrics.update({f"latency_{k}": float(x) for k, x in r.latency.items()})
-            mlflow.log_metrics({k.replace("+", "_"): x for k, x in metrics.items()})
-            if ctx.manifest_path is not None:
-                mlflow.log_artifact(str(ctx.manifest_path), artifact_path="data")
-            (tmpd / "feedback_stats.json").write_text(json.dumps(ctx.feedback_stats, indent=2))
-            mlflow.log_artifact(str(tmpd / "feedback_stats.json"), artifact_path="data")
-            png = confusion_png(r.dev["confusion"], tmpd / "confusion_matrix.png",
-                                f"{v.name} — dev (distilled), macro-F1 {r.dev['metrics']['macro_f1']:.3f}")
-            mlflow.log_artifact(str(png))
-            (tmpd / "classification_report.txt").write_text(
-                f"dev (distilled labels)\n{r.dev['report']}\n\ntest (distilled labels)\n{r.test['report']}\n")
-            mlflow.log_artifact(str(tmpd / "classification_report.txt"))
-            folder = r.scorer.save_pretrained(tmpd / "scorer", metrics=metrics_summary(r),
-                                              extra={"training": {"mlflow_run_id": run.info.run_id}})
-            example = input_example()
-            output = predict_frame(r.scorer, example)
-            info = mlflow.pyfunc.log_model(
-                name="scorer_model", python_model=str(PYFUNC_CODE), artifacts={"scorer": str(folder)},
-                signature=infer_signature(example, output), input_example=example,
-                pip_requirements=_requirements(v.embedder),
-            )
-            r.run_id = run.info.run_id
-            r.model_uri = info.model_uri
+class ScorerModel(PythonModel):
+    """The pyfunc of a registered version: the packaged scorer folder (artifact ``scorer``), loaded
+    with :meth:`LearnedScorer.from_pretrained` (hashes and the skops type allowlist are checked).
 
-    def log_comparison(self, r: Result, table: str) -> None:
-        """Attach the comparison table of the whole invocation to the chosen variant's run."""
-        import mlflow
+    Input and output: see :func:`predict_frame`. Logged "from code" (:data:`MODEL_CODE`, no
+    pickle), so loading the pyfunc imports ``training.registry``.
+    """
 
-        if r.run_id is not None:
-            mlflow.MlflowClient().log_text(r.run_id, table + "\n", "comparison.md")
-            mlflow.MlflowClient().set_tag(r.run_id, "chosen", "true")
+    def load_context(self, context):
+        from ctxscore.scoring.learned import LearnedScorer
 
-    def register(self, r: Result, alias: str = "candidate", fingerprint: str = "") -> str:
-        """Register the result's logged model as ``ctxscore-scorer`` and point ``alias`` at it.
+        self.scorer = LearnedScorer.from_pretrained(context.artifacts["scorer"])
 
-        ``fingerprint`` (see :func:`training.train.fingerprint`) is stored as a version tag so that an
-        unchanged re-run can reuse the version (:func:`find_version`)."""
-        import mlflow
+    def predict(self, context, model_input, params=None):
+        return predict_frame(self.scorer, model_input)
 
-        if r.model_uri is None:
-            raise RuntimeError("log the result with log_result() before registering it")
-        mv = mlflow.register_model(r.model_uri, MODEL_NAME, tags={"variant": r.variant.name, "run_id": r.run_id or "",
-                                                                  "fingerprint": fingerprint})
-        set_alias(alias, mv.version)
-        return str(mv.version)
+
+#: The MLflow "models from code" file of :func:`log_scorer_model` (MLflow copies it into the logged
+#: model and runs it to load the pyfunc).
+MODEL_CODE = '''"""ctxscore scorer pyfunc, MLflow models from code (written by training.registry.log_scorer_model)."""
+
+from mlflow.models import set_model
+
+from training.registry import ScorerModel
+
+set_model(ScorerModel())
+'''
 
 
 def _requirements(embedder_id: str) -> list[str]:
@@ -166,62 +249,224 @@ def _requirements(embedder_id: str) -> list[str]:
     return reqs + [d for d in dist.split() if d]
 
 
+def log_scorer_model(folder: Path) -> str:
+    """Log the packaged scorer ``folder`` as the active run's pyfunc model (name ``scorer_model``,
+    signature from :func:`input_example`, pip requirements of its embedder); returns the model URI.
+
+    Raises:
+        ctxscore.errors.ModelLoadError: the folder does not load.
+        RuntimeError: no active run.
+    """
+    from mlflow.models import infer_signature
+
+    from ctxscore.scoring.learned import LearnedScorer
+
+    if mlflow.active_run() is None:
+        raise RuntimeError("log_scorer_model() needs an active run: call it inside `with registry.start_run(...)`")
+    scorer = LearnedScorer.from_pretrained(folder)
+    example = input_example()
+    with tempfile.TemporaryDirectory(prefix="ctxscore-pyfunc-") as tmp:
+        code = Path(tmp) / "scorer_model.py"
+        code.write_text(MODEL_CODE, encoding="utf-8")
+        info = mlflow.pyfunc.log_model(
+            name="scorer_model", python_model=str(code), artifacts={"scorer": str(folder)},
+            signature=infer_signature(example, predict_frame(scorer, example)), input_example=example,
+            pip_requirements=_requirements(scorer.spec.embedder_id),
+        )
+    return info.model_uri
+
+
+# ---------------------------------------------------------------------------------------- registry
+def _client() -> Any:
+    configure(None)
+    return mlflow.MlflowClient()
+
+
+def get_version(ref: str, name: str = MODEL_NAME) -> Any | None:
+    """The registered model version for an alias (``candidate``/``champion``) or a version number,
+    or ``None`` when the model, alias or version does not exist."""
+    client = _client()
+    try:
+        if ref.isdigit():
+            return client.get_model_version(name, ref)
+        return client.get_model_version_by_alias(name, ref)
+    except MlflowException:
+        return None
+
+
+def set_alias(alias: str, version: str | int, name: str = MODEL_NAME) -> None:
+    """Point ``alias`` of the registered model at ``version`` (promotion uses this for ``champion``)."""
+    _client().set_registered_model_alias(name, alias, str(version))
+
+
 def find_version(fingerprint: str, name: str = MODEL_NAME) -> str | None:
     """The newest registered version whose ``fingerprint`` tag equals ``fingerprint``, or ``None``."""
-    import mlflow
-
-    configure(None)
     try:
-        versions = mlflow.MlflowClient().search_model_versions(f"name='{name}'")
-    except mlflow.exceptions.MlflowException:
+        versions = _client().search_model_versions(f"name='{name}'")
+    except MlflowException:
         return None
     hits = [int(mv.version) for mv in versions if (mv.tags or {}).get("fingerprint") == fingerprint]
     return str(max(hits)) if hits else None
 
 
-def set_alias(alias: str, version: str | int, name: str = MODEL_NAME) -> None:
-    """Point ``alias`` of the registered model at ``version`` (promotion uses this for ``champion``)."""
-    import mlflow
+def register_candidate(model_uri: str, tags: Mapping[str, str], alias: str = "candidate") -> str:
+    """Register a logged model as a new version of ``ctxscore-scorer`` with ``tags`` and point
+    ``alias`` at it; returns the version. A store without a champion first gets the shipped baseline
+    (:func:`ensure_champion`), so the candidate has a champion to beat."""
+    ensure_champion()
+    mv = mlflow.register_model(model_uri, MODEL_NAME, tags=dict(tags))
+    set_alias(alias, mv.version)
+    return str(mv.version)
 
-    configure(None)
-    mlflow.MlflowClient().set_registered_model_alias(name, alias, str(version))
 
+def ensure_champion(baseline_dir: str | os.PathLike[str] = DEFAULT_MODEL_DIR, name: str = MODEL_NAME) -> str:
+    """The ``champion`` version; in a store without one, the shipped scorer becomes it.
 
-def download_scorer(alias: str = "candidate", dst: str | os.PathLike[str] | None = None, name: str = MODEL_NAME) -> Path:
-    """Download the packaged scorer folder of ``models:/<name>@<alias>``; returns the folder.
+    The packaged folder ``baseline_dir`` (default: the scorer shipped in ``ctxscore/models/default``)
+    is logged as a pyfunc in a run named ``shipped-baseline`` of :data:`EXPERIMENT` and registered
+    with the version tags ``baseline=shipped``, ``shipped_sha256`` (sha256 of its ``config.json``,
+    which holds the hashes of the other files) and ``feedback_iteration=shipped``; alias ``champion``
+    points at it. A version with the same ``shipped_sha256`` that is already registered is reused.
 
     Raises:
-        mlflow.exceptions.MlflowException: no such model or alias in the store.
+        ctxscore.errors.ModelLoadError: ``baseline_dir`` is not a loadable packaged scorer.
     """
-    import mlflow
+    champion = get_version("champion", name)
+    if champion is not None:
+        return str(champion.version)
+    folder = Path(baseline_dir)
+    digest = sha256_file(folder / CONFIG_FILE)
+    try:
+        versions = _client().search_model_versions(f"name='{name}'")
+    except MlflowException:
+        versions = []
+    same = [int(mv.version) for mv in versions if (mv.tags or {}).get("shipped_sha256") == digest]
+    if same:
+        version = str(max(same))
+    else:
+        tags = {BASELINE_TAG: "shipped", "shipped_sha256": digest, "feedback_iteration": "shipped"}
+        with start_run(EXPERIMENT, run_name="shipped-baseline", tags=tags):
+            log_run(params={"source": str(folder)})
+            uri = log_scorer_model(folder)
+        version = str(mlflow.register_model(uri, name, tags=tags).version)
+    set_alias("champion", version, name)
+    return version
 
-    configure(None)
-    dst = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix=f"ctxscore-{alias}-"))
-    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}@{alias}", dst_path=str(dst))
-    folder = Path(local) / "artifacts" / "scorer"
-    if not (folder / "config.json").is_file():
-        hits = list(Path(local).rglob("config.json"))
-        folder = next((h.parent for h in hits if (h.parent / "classifier.skops").is_file()), folder)
-    return folder
+
+def logged_model_id(version: Any) -> str | None:
+    """The MLflow 3 LoggedModel id of a model version: its ``model_id``, else parsed from a
+    ``models:/m-...`` source (what ``mlflow.register_model(info.model_uri, ...)`` records)."""
+    mid = getattr(version, "model_id", None)
+    if mid:
+        return str(mid)
+    src = str(getattr(version, "source", "") or "")
+    if src.startswith("models:/m-"):
+        return src[len("models:/"):].split("/", 1)[0]
+    return None
 
 
-def export_alias(alias: str, out: str | os.PathLike[str], name: str = MODEL_NAME) -> Path:
-    """Copy the packaged scorer of ``models:/<name>@<alias>`` into ``out`` (replacing it), after
-    checking that it loads (:meth:`ctxscore.learned.LearnedScorer.from_pretrained` verifies hashes
-    and the skops type allowlist). Returns ``out``.
+def feedback_iteration_of(version: Any) -> str:
+    """The ``feedback_iteration`` tag of a model version, else of its source run, else ``"0"``.
+
+    Training tags each run with ``"<feedback records>-<sha256[:12]>"`` of the feedback it read
+    (:func:`training.train.feedback_tag`); the shipped baseline is ``"shipped"``.
+    """
+    tags = dict(getattr(version, "tags", None) or {})
+    val = tags.get("feedback_iteration")
+    if val is None and getattr(version, "run_id", None):
+        try:
+            val = _client().get_run(version.run_id).data.tags.get("feedback_iteration")
+        except MlflowException:  # the run may have been deleted
+            val = None
+    return str(val) if val not in (None, "") else "0"
+
+
+def version_info(version: Any, alias: str | None) -> dict[str, Any]:
+    """Description of a model version for params, tags and reports: ``name``, ``version``,
+    ``alias``, ``run_id``, ``model_id``, ``source``, ``feedback_iteration``, ``baseline`` and
+    ``uri`` (``models:/<name>/<version>``)."""
+    return {
+        "name": version.name,
+        "version": str(version.version),
+        "alias": alias,
+        "run_id": getattr(version, "run_id", None),
+        "model_id": logged_model_id(version),
+        "source": getattr(version, "source", None),
+        "feedback_iteration": feedback_iteration_of(version),
+        "baseline": (getattr(version, "tags", None) or {}).get(BASELINE_TAG),
+        "uri": f"models:/{version.name}/{version.version}",
+    }
+
+
+def _packaged_folder(root: Path) -> Path | None:
+    """The shallowest folder under ``root`` (itself included) holding ``config.json`` and ``classifier.skops``."""
+    cands = sorted((p.parent for p in root.rglob("classifier.skops") if (p.parent / CONFIG_FILE).is_file()),
+                   key=lambda p: (len(p.parts), str(p)))
+    return cands[0] if cands else None
+
+
+def download_scorer(ref: str | Any = "candidate", dst: str | os.PathLike[str] | None = None) -> Path:
+    """Download the packaged scorer folder of a registered version; returns the folder.
+
+    Args:
+        ref: an alias, a version number (strings) or a model version object (:func:`get_version`).
+        dst: download folder (default: a new temporary folder).
+
+    Tries the version's ``source`` (``models:/...`` or a run artifact URI), then
+    ``models:/<name>/<version>``, then the source run's artifacts.
 
     Raises:
-        mlflow.exceptions.MlflowException: no such model or alias.
+        LookupError: no such alias or version.
+        FileNotFoundError: no packaged scorer folder (config.json + classifier.skops) was found.
+    """
+    version = get_version(ref) if isinstance(ref, str) else ref
+    if version is None:
+        raise LookupError(f"registered model {MODEL_NAME!r} has no alias or version {ref!r}")
+    dst = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="ctxscore-model-"))
+    tried = []
+    for i, uri in enumerate(u for u in (getattr(version, "source", None), f"models:/{version.name}/{version.version}") if u):
+        try:
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst / f"u{i}")))
+        except (MlflowException, OSError) as exc:  # try the next location
+            tried.append(f"{uri}: {exc}")
+            continue
+        found = _packaged_folder(local)
+        if found:
+            return found
+        tried.append(f"{uri}: no config.json + classifier.skops inside")
+    if getattr(version, "run_id", None):
+        try:
+            found = _packaged_folder(Path(mlflow.artifacts.download_artifacts(run_id=version.run_id,
+                                                                              dst_path=str(dst / "run"))))
+            if found:
+                return found
+            tried.append(f"run {version.run_id}: no packaged scorer in its artifacts")
+        except (MlflowException, OSError) as exc:
+            tried.append(f"run {version.run_id}: {exc}")
+    raise FileNotFoundError(
+        f"model {version.name} version {version.version}: no packaged scorer folder found; tried " + "; ".join(tried)
+    )
+
+
+def export_alias(alias: str, out: str | os.PathLike[str]) -> Path:
+    """Copy the packaged scorer of ``models:/ctxscore-scorer@<alias>`` into ``out`` (replacing it),
+    after checking that it loads (:meth:`LearnedScorer.from_pretrained` verifies hashes and the skops
+    type allowlist). For ``champion``, a store without one first gets the shipped baseline
+    (:func:`ensure_champion`). Returns ``out``.
+
+    Raises:
+        LookupError: no such alias.
         ctxscore.errors.ModelLoadError: the downloaded folder does not load.
     """
-    import shutil
-
     from ctxscore.scoring.learned import LearnedScorer
 
+    if alias == "champion":
+        ensure_champion()
     with tempfile.TemporaryDirectory(prefix="ctxscore-export-") as tmp:
-        folder = download_scorer(alias, tmp, name)
+        folder = download_scorer(alias, tmp)
         LearnedScorer.from_pretrained(folder)  # refuse to ship a folder that does not load
         out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.with_name(out.name + ".new")
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(folder, staging)
@@ -231,25 +476,26 @@ def export_alias(alias: str, out: str | os.PathLike[str], name: str = MODEL_NAME
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m training.registry export --alias champion --out ctxscore/models/default``."""
-    import argparse
-
+    """``python -m training.registry export [--alias champion] [--out out/scorer]`` or ``show``."""
     ap = argparse.ArgumentParser(prog="python -m training.registry", description="ctxscore model registry")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ex = sub.add_parser("export", help="copy the packaged scorer of an alias into a folder (the runtime default)")
+    ex = sub.add_parser("export", help="copy the packaged scorer of an alias into a folder")
     ex.add_argument("--alias", default="champion")
-    ex.add_argument("--out", default=str(REPO_ROOT / "ctxscore" / "models" / "default"))
+    ex.add_argument("--out", default=str(DEFAULT_EXPORT_DIR),
+                    help=f"destination (default {DEFAULT_EXPORT_DIR}; `make ship` passes ctxscore/models/default)")
     sh = sub.add_parser("show", help="print the registered versions and aliases")
     sh.add_argument("--name", default=MODEL_NAME)
     args = ap.parse_args(argv)
     if args.cmd == "export":
-        out = export_alias(args.alias, args.out)
-        print(f"exported {MODEL_NAME}@{args.alias} to {out}")
+        try:
+            out = export_alias(args.alias, args.out)
+        except LookupError as exc:
+            print(f"error: {exc}; train one first (python -m training.train)", file=sys.stderr)
+            return 2
+        version = get_version(args.alias)
+        print(f"exported {MODEL_NAME}@{args.alias} (version {version.version}) to {out}")
         return 0
-    import mlflow
-
-    configure(None)
-    client = mlflow.MlflowClient()
+    client = _client()
     rm = client.get_registered_model(args.name)
     print(f"{rm.name}: aliases {dict(rm.aliases)}")
     for mv in client.search_model_versions(f"name='{args.name}'"):

@@ -3,15 +3,17 @@
 ``python -m training.train`` trains one variant (default: the packaged default's settings);
 ``--sweep`` trains the comparison grid. Every variant is logged as an MLflow run (params, the data
 manifest, metrics, confusion matrix, classification report, the model as a pyfunc). The best
-variant by dev macro-F1 on the distilled labels (scoring latency breaks near-ties) is registered as
-``ctxscore-scorer`` with alias ``candidate``; ``--export [DIR]`` writes it as a packaged scorer
-folder (default ``ctxscore/models/default``).
+variant by dev macro-F1 on the distilled labels (scoring latency breaks near-ties: the median p95
+of :func:`measure_latency`'s repeated rounds) is registered as ``ctxscore-scorer`` with alias
+``candidate``; ``--export [DIR]`` also writes it as a packaged scorer folder (default
+``out/scorer``). Only promotion (``python -m eval promote``) makes a candidate the champion, and
+only ``make ship`` copies the champion into the package (``ctxscore/models/default``).
 
 Examples::
 
     python -m training.train                                   # default variant, registered
     python -m training.train --embedder use --head hgb --labels distilled+weak
-    python -m training.train --sweep --export                  # compare, pick, ship the default
+    python -m training.train --sweep --export                  # compare, pick, write out/scorer
 
 Data: ``data/processed/dataset`` (``python -m training.data build``), message records from
 ``data/processed/sessions.jsonl.gz``; recall failures from ``data/feedback/recall_failures.jsonl``
@@ -21,12 +23,12 @@ raise the value target of the messages they name (see :func:`load_feedback`).
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import logging
 import math
 import os
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -37,20 +39,26 @@ from typing import Any
 
 import numpy as np
 
+from ctxscore.errors import InputError
+from ctxscore.io import iter_jsonl
 from ctxscore.messages import CATEGORIES, Message
-from ctxscore.scoring.embedders import get_embedder, resolve_model_id, truncate_text
-from ctxscore.scoring.features import FeatureSpec, lexical_features, tabular_features
+from ctxscore.scoring.embedders import get_embedder, resolve_model_id
+from ctxscore.scoring.features import FeatureSpec, feature_rows
 from ctxscore.scoring.learned import LearnedScorer
-from ctxscore.scoring.package import DEFAULT_MODEL_DIR
 from ctxscore.scoring.rules import DEFAULT_RULES_PATH
 
 from .embed_cache import cached_embedder
+from .extra import require_train_extra
+from .paths import DEFAULT_OUT, FEEDBACK_DIR, OUT_DIR, REPO_ROOT
+
+require_train_extra("training", "training.train", ("datasets", "matplotlib"), __name__)
 
 log = logging.getLogger("training.train")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_DIR = REPO_ROOT / "data" / "processed"
-FEEDBACK_PATH = REPO_ROOT / "data" / "feedback" / "recall_failures.jsonl"
+DEFAULT_DATA_DIR = DEFAULT_OUT
+FEEDBACK_PATH = FEEDBACK_DIR / "recall_failures.jsonl"
+#: Default folder of ``--export`` (git-ignored; ``make ship`` is what writes ``ctxscore/models/default``).
+DEFAULT_EXPORT_DIR = OUT_DIR / "scorer"
 #: Annotators' category agreement on 300 doubly-labelled messages (shared/datasets/README.md).
 ANNOTATOR_AGREEMENT = 0.967
 #: Value target given to a message named by a recall-failure record (at least).
@@ -91,13 +99,11 @@ def load_message_records(path: str | os.PathLike[str] | None = None) -> dict[str
     if not p.is_file():
         return {}
     out: dict[str, Message] = {}
-    with gzip.open(p, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            s = json.loads(line)
-            for m in s["messages"]:
-                out[m["id"]] = Message(role=m["role"], content=m.get("content") or "", id=m["id"], turn=m["index"],
-                                       name=m.get("name"), tool_call_id=m.get("tool_call_id"),
-                                       tool_calls=m.get("tool_calls") or None)
+    for _, s in iter_jsonl(p):
+        for m in s["messages"]:
+            out[m["id"]] = Message(role=m["role"], content=m.get("content") or "", id=m["id"], turn=m["index"],
+                                   name=m.get("name"), tool_call_id=m.get("tool_call_id"),
+                                   tool_calls=m.get("tool_calls") or None)
     return out
 
 
@@ -180,22 +186,19 @@ def load_feedback(path: str | os.PathLike[str] | None = None) -> list[dict[str, 
     """Recall-failure records (``data/feedback/recall_failures.jsonl``); ``[]`` when absent.
 
     Each record names a message (``message_id`` or ``id``) whose key fact went missing in a replay;
-    training raises that message's value target to at least :data:`FEEDBACK_VALUE`. Lines that are
-    not JSON objects raise ``ValueError`` naming the line.
+    training raises that message's value target to at least :data:`FEEDBACK_VALUE`.
+
+    Raises:
+        ctxscore.errors.InputError: (a ``ValueError``) a line that is not valid JSON or not a JSON
+            object; the message names the file and line.
     """
     p = Path(path) if path is not None else FEEDBACK_PATH
     if not p.is_file():
         return []
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p} line {n}: not valid JSON ({exc.msg}); fix or delete the line") from exc
+    for n, rec in iter_jsonl(p):
         if not isinstance(rec, dict):
-            raise ValueError(f"{p} line {n}: expected a JSON object")
+            raise InputError(f"{p}: line {n}: expected a JSON object (one recall-failure record); fix or delete the line")
         out.append(rec)
     return out
 
@@ -266,25 +269,15 @@ def apply_feedback(splits: dict[str, Split], records: Sequence[dict[str, Any]]) 
 
 
 # ------------------------------------------------------------------------------------------ features
-def signals_matrix(messages: Sequence[Message], rules: Any, names: Sequence[str]) -> np.ndarray:
-    """Rule signals of every message -> ``(n, len(names))`` float32."""
-    out = np.zeros((len(messages), len(names)), dtype=np.float32)
-    for i, m in enumerate(messages):
-        sig = rules.signals(m)
-        out[i] = [sig[k] for k in names]
-    return out
-
-
 def featurize(split: Split, spec: FeatureSpec, embedder: Any, rules: Any, *, progress: bool = True) -> np.ndarray:
-    """Feature rows of a split (same layout as :meth:`LearnedScorer.features`), embeddings via ``embedder``."""
-    texts = [m.text() for m in split.messages]
-    emb = embedder.embed(texts, progress=progress)
-    blocks = [emb]
-    if spec.lexical_dim:
-        blocks.append(lexical_features([truncate_text(t, spec.max_chars, spec.head_chars) for t in texts], spec.lexical_dim))
-    blocks.append(tabular_features(split.messages))
-    blocks.append(signals_matrix(split.messages, rules, spec.signal_names))
-    return np.hstack(blocks).astype(np.float32)
+    """Feature rows of a split -> ``(len(split), spec.n_features)`` float32.
+
+    The rows come from the runtime's featurizer, :func:`ctxscore.scoring.features.feature_rows`
+    (what :meth:`LearnedScorer.features` calls), with the embeddings of ``embedder`` (usually the
+    on-disk cache of :func:`training.embed_cache.cached_embedder`) and ``rules.signals``.
+    """
+    emb = embedder.embed([m.text() for m in split.messages], progress=progress)
+    return feature_rows(split.messages, spec, emb, rules.signals)
 
 
 # ------------------------------------------------------------------------------------------- heads
@@ -486,26 +479,46 @@ def evaluate(scorer: LearnedScorer, split: Split, mask: np.ndarray | None = None
     }
 
 
-def measure_latency(scorer: LearnedScorer, messages: Sequence[Message], n: int = 100, seed: int = 0) -> dict[str, float]:
-    """Single-message scoring time (embedding + features + heads, no cache) over ``n`` messages.
+def measure_latency(scorer: LearnedScorer, messages: Sequence[Message], n: int = 100, repeats: int = 5,
+                    seed: int = 0) -> dict[str, float]:
+    """Single-message scoring time (embedding + features + heads, no cache), in milliseconds.
 
-    The embedder's in-memory memo is bypassed by scoring each text once. Returns ``p50_ms``,
-    ``p95_ms`` (milliseconds per message) and ``load_s`` (first call, model load included).
+    The same ``n`` messages (drawn with ``seed``) are timed one ``predict([message])`` call each, in
+    ``repeats`` rounds; the embedder's in-memory memo is cleared before every call so each call
+    embeds. A single reading on a shared machine can be inflated by a load burst, so the figures are
+    the medians over the rounds of each round's percentile.
+
+    Returns:
+        ``p50_ms`` and ``p95_ms`` (medians over the rounds; :func:`choose` uses ``p95_ms``),
+        ``p95_ms_min`` / ``p95_ms_max`` (spread of the rounds' p95), ``repeats`` and ``load_s``
+        (the first call, model load included, seconds).
+
+    Raises:
+        ValueError: ``repeats`` < 1 or no messages.
     """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    if not messages:
+        raise ValueError("no messages to time")
     rng = np.random.default_rng(seed)
     idx = rng.choice(len(messages), size=min(n, len(messages)), replace=False)
     t0 = time.perf_counter()
     scorer.predict([Message(role="user", content="warm-up message for the model load", turn=0)])
     load_s = time.perf_counter() - t0
     memo = getattr(scorer.embedder, "_memo", None)
-    times = []
-    for i in idx:
-        if memo is not None:
-            memo.clear()
-        t = time.perf_counter()
-        scorer.predict([messages[i]])
-        times.append((time.perf_counter() - t) * 1000.0)
-    return {"p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95)), "load_s": load_s}
+    p50, p95 = [], []
+    for _ in range(repeats):
+        times = []
+        for i in idx:
+            if memo is not None:
+                memo.clear()
+            t = time.perf_counter()
+            scorer.predict([messages[i]])
+            times.append((time.perf_counter() - t) * 1000.0)
+        p50.append(float(np.percentile(times, 50)))
+        p95.append(float(np.percentile(times, 95)))
+    return {"p50_ms": float(np.median(p50)), "p95_ms": float(np.median(p95)), "p95_ms_min": min(p95),
+            "p95_ms_max": max(p95), "repeats": float(repeats), "load_s": load_s}
 
 
 def confusion_png(cm: np.ndarray, path: Path, title: str) -> Path:
@@ -636,8 +649,11 @@ class Result:
         return out
 
 
-def train_variant(ctx: Context, v: Variant, *, cache_dir: str | None = None, latency_n: int = 100) -> Result:
-    """Fit one variant on the train split and evaluate it on dev (and test, for the record)."""
+def train_variant(ctx: Context, v: Variant, *, cache_dir: str | None = None, latency_n: int = 100,
+                  latency_repeats: int = 5) -> Result:
+    """Fit one variant on the train split and evaluate it on dev (and test, for the record); the
+    latency is :func:`measure_latency` over ``latency_n`` dev messages in ``latency_repeats`` rounds
+    (``latency_n`` 0 skips it)."""
     spec = ensure_features(ctx, v, cache_dir)
     train = ctx.splits["train"]
     mask, w = training_rows(train, v)
@@ -657,7 +673,7 @@ def train_variant(ctx: Context, v: Variant, *, cache_dir: str | None = None, lat
     test = evaluate(scorer, ctx.splits["test"])
     gm = gold_mask(ctx.splits["dev"])
     dev_msgs = [m for m, g in zip(ctx.splits["dev"].messages, gm, strict=True) if g]
-    latency = measure_latency(scorer, dev_msgs, n=latency_n) if latency_n else {}
+    latency = measure_latency(scorer, dev_msgs, n=latency_n, repeats=latency_repeats) if latency_n else {}
     log.info("%s: dev macro-F1 %.3f (en %.3f, zh %.3f), test %.3f, p95 %.1f ms, fit %.0f s", v.name,
              dev["metrics"]["macro_f1"], dev["metrics"].get("f1_lang_en", float("nan")),
              dev["metrics"].get("f1_lang_zh", float("nan")), test["metrics"]["macro_f1"],
@@ -674,7 +690,8 @@ def choose(results: Sequence[Result], tie: float = 0.005, latency_budget_ms: flo
     meets ``latency_budget_ms`` and whose serialised heads fit in ``max_package_mb`` (the packaged
     scorer ships inside the ``ctxscore`` wheel and the repository, which keeps binaries small); each
     constraint is dropped when no variant meets it. Among those within ``tie`` of the best, the
-    lowest p95 latency."""
+    lowest p95 latency. The latency figure is ``Result.latency["p95_ms"]``, the median over the
+    rounds of :func:`measure_latency`."""
     pool = list(results)
     if latency_budget_ms is not None:
         fast = [r for r in pool if r.latency.get("p95_ms", math.inf) <= latency_budget_ms]
@@ -699,8 +716,8 @@ def sweep_variants(embedders: Iterable[str], heads: Iterable[str], label_sets: I
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point (see the module docstring)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m training.train`` (see the module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.split("\n\n")[0])
     ap.add_argument("--embedder", action="append", help="use | minilm | e5 | a model id (repeatable with --sweep)")
     ap.add_argument("--head", action="append", choices=HEADS, help="classifier head (repeatable with --sweep)")
@@ -717,12 +734,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None, help="embedding cache folder (default data/cache/embeddings)")
     ap.add_argument("--limit", type=int, default=None, help="rows per split (quick runs)")
     ap.add_argument("--latency-n", type=int, default=100, help="messages timed for the latency figure (0 = skip)")
+    ap.add_argument("--latency-repeats", type=int, default=5,
+                    help="timing rounds over those messages; the median round's p95 is used (default 5)")
     ap.add_argument("--latency-budget-ms", type=float, default=20.0,
                     help="p95 single-message budget the chosen variant must meet when any does (default 20)")
     ap.add_argument("--max-package-mb", type=float, default=2.0,
                     help="size limit of the chosen variant's serialised heads, MB (default 2; the scorer ships in the package)")
-    ap.add_argument("--export", nargs="?", const=str(DEFAULT_MODEL_DIR), default=None,
-                    help=f"write the chosen scorer as a packaged folder (default {DEFAULT_MODEL_DIR})")
+    ap.add_argument("--export", nargs="?", const=str(DEFAULT_EXPORT_DIR), default=None,
+                    help=f"also write the chosen scorer as a packaged folder (default {DEFAULT_EXPORT_DIR}; "
+                         "shipping it in the package is `make ship`, after promotion)")
     ap.add_argument("--no-mlflow", action="store_true", help="skip MLflow logging and registration")
     ap.add_argument("--no-register", action="store_true", help="log runs but do not register the chosen model")
     ap.add_argument("--experiment", default="ctxscore-scorer", help="MLflow experiment name")
@@ -730,54 +750,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=True,
                     help="skip training when a registered version has the same fingerprint (data manifest, feedback, "
                          "variants, code); default on")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    return ap
 
+
+def select_variants(args: argparse.Namespace, ctx: Context) -> list[Variant]:
+    """The variants an invocation trains: the ``--sweep`` grid or the one variant asked for.
+
+    Without ``--labels`` on a dataset with no distilled labels (built from the bundled set alone),
+    the label set is ``distilled+bundled``: its gold labels are the bundled ones.
+    """
     base = Variant(weak_weight=args.weak_weight, lexical_dim=args.lexical_dim, C=args.C, max_chars=args.max_chars,
                    head_chars=args.head_chars)
-    ctx = load_context(args.data, args.feedback, args.rules, args.limit)
-    log.info("data: %s; feedback %s", {k: len(v) for k, v in ctx.splits.items()}, ctx.feedback_stats)
     label_sets = args.labels
     if not label_sets and not (ctx.splits["train"].label_source == "distilled").any():
-        # a dataset built without the corpora (bundled set only): its gold labels are the bundled ones
         label_sets = ["distilled+bundled"]
         log.info("no distilled labels in the training split (bundled-only dataset): training on --labels %s",
                  label_sets[0])
     if args.sweep:
-        variants = sweep_variants(args.embedder or ["use", "minilm", "e5"], args.head or list(HEADS), label_sets, base)
-    else:
-        variants = [replace(base, embedder=resolve_model_id((args.embedder or [base.embedder])[0]),
-                            head=(args.head or [base.head])[0], labels=(label_sets or [base.labels])[0])]
-    fp = fingerprint(ctx, variants, args)
-    tracker = None
-    if not args.no_mlflow:
-        from . import registry
+        return sweep_variants(args.embedder or ["use", "minilm", "e5"], args.head or list(HEADS), label_sets, base)
+    return [replace(base, embedder=resolve_model_id((args.embedder or [base.embedder])[0]),
+                    head=(args.head or [base.head])[0], labels=(label_sets or [base.labels])[0])]
 
-        tracker = registry.Tracker(args.experiment)
-        if args.reuse and not args.no_register:
-            version = registry.find_version(fp)
-            if version is not None:
-                registry.set_alias("candidate", version)
-                print(f"nothing changed since ctxscore-scorer version {version} (fingerprint {fp[:12]}: same data "
-                      "manifest, feedback, variants and code): reusing it as 'candidate'; --no-reuse retrains")
-                if args.export:
-                    print(f"exported the packaged scorer to {registry.export_alias('candidate', args.export)}")
-                return 0
+
+def train_all(ctx: Context, variants: Sequence[Variant], args: argparse.Namespace, use_mlflow: bool) -> list[Result]:
+    """Train every variant (logging each as an MLflow run when ``use_mlflow``); a failing variant is
+    logged and skipped unless it is the only one.
+
+    Raises:
+        RuntimeError: every variant failed.
+    """
     results = []
     for k, v in enumerate(variants, 1):
         log.info("variant %d/%d: %s", k, len(variants), v.name)
         try:
-            r = train_variant(ctx, v, cache_dir=args.cache_dir, latency_n=args.latency_n)
+            r = train_variant(ctx, v, cache_dir=args.cache_dir, latency_n=args.latency_n,
+                              latency_repeats=args.latency_repeats)
         except Exception:
             if len(variants) == 1:
                 raise
             log.exception("variant %s failed; continuing with the others", v.name)
             continue
-        if tracker is not None:
-            tracker.log_result(r, ctx)
+        if use_mlflow:
+            log_result(r, ctx, args.experiment)
         results.append(r)
     if not results:
         raise RuntimeError("every variant failed (see the log above)")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point (see the module docstring)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    ctx = load_context(args.data, args.feedback, args.rules, args.limit)
+    log.info("data: %s; feedback %s", {k: len(v) for k, v in ctx.splits.items()}, ctx.feedback_stats)
+    variants = select_variants(args, ctx)
+    fp = fingerprint(ctx, variants, args)
+    use_mlflow = not args.no_mlflow
+    if use_mlflow and args.reuse and not args.no_register and reuse_registered(fp, args.export):
+        return 0
+    results = train_all(ctx, variants, args, use_mlflow)
     best = choose(results, latency_budget_ms=args.latency_budget_ms, max_package_mb=args.max_package_mb)
     table = comparison_table(results, best)
     print(table)
@@ -786,15 +818,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.table).write_text(table + "\n", encoding="utf-8")
     print(f"chosen: {best.variant.name} (dev macro-F1 {best.dev['metrics']['macro_f1']:.3f}, "
           f"gap to annotators {ANNOTATOR_AGREEMENT - best.dev['metrics']['macro_f1']:.3f})")
-    if tracker is not None:
-        tracker.log_comparison(best, table)
-    if tracker is not None and not args.no_register:
-        version = tracker.register(best, fingerprint=fp)
-        print(f"registered ctxscore-scorer version {version} with alias 'candidate' (run {best.run_id})")
+    if use_mlflow:
+        log_comparison(best, table, args.experiment)
+        if not args.no_register:
+            from . import registry
+
+            version = registry.register_candidate(best.model_uri, {"variant": best.variant.name,
+                                                                   "run_id": best.run_id or "", "fingerprint": fp})
+            print(f"registered ctxscore-scorer version {version} with alias 'candidate' (run {best.run_id})")
     if args.export:
-        out = export(best, args.export, ctx)
-        print(f"exported the packaged scorer to {out}")
+        print(f"exported the packaged scorer to {export(best, args.export, ctx)}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------ MLflow
+def reuse_registered(fp: str, export_dir: str | None) -> bool:
+    """When a registered version has fingerprint ``fp`` (same data manifest, feedback, variants and
+    code), point ``candidate`` at it (exporting it to ``export_dir`` when given) and return True."""
+    from . import registry
+
+    version = registry.find_version(fp)
+    if version is None:
+        return False
+    registry.set_alias("candidate", version)
+    print(f"nothing changed since ctxscore-scorer version {version} (fingerprint {fp[:12]}: same data "
+          "manifest, feedback, variants and code): reusing it as 'candidate'; --no-reuse retrains")
+    if export_dir:
+        print(f"exported the packaged scorer to {registry.export_alias('candidate', export_dir)}")
+    return True
+
+
+def log_result(r: Result, ctx: Context, experiment: str) -> None:
+    """Log one variant as an MLflow run of ``experiment`` (through :mod:`training.registry`): params,
+    tags (feedback iteration), metrics (``dev_*``, ``test_*``, ``latency_*``), the data manifest and
+    feedback counts, the confusion matrix, the classification report and the model (pyfunc). Sets
+    ``r.run_id`` and ``r.model_uri``."""
+    from . import registry
+
+    v = r.variant
+    params = {k: getattr(v, k) for k in v.__dataclass_fields__}
+    params.update({"calibration_folds": v.calibration_folds, "embedder_dim": r.scorer.spec.embed_dim,
+                   "n_features": r.scorer.spec.n_features, "n_train": int(r.dev["metrics"].get("n_train", 0)),
+                   "data_manifest_sha256": ctx.manifest_sha, "rules_file": ctx.rules_path.name,
+                   "signal_names": ",".join(ctx.signal_names)})
+    stats = ctx.feedback_stats
+    tags = {"feedback_iteration": feedback_tag(ctx.feedback),
+            "feedback_applied": str(stats.get("raised_train", 0) + stats.get("added_rows", 0)),
+            "annotator_agreement": str(ANNOTATOR_AGREEMENT)}
+    metrics = {f"dev_{k}": float(x) for k, x in r.dev["metrics"].items() if np.isfinite(x)}
+    metrics.update({f"test_{k}": float(x) for k, x in r.test["metrics"].items() if np.isfinite(x)})
+    metrics.update({f"dev_bundled_{k}": float(x) for k, x in r.dev.get("bundled", {}).items() if np.isfinite(x)})
+    metrics.update({f"latency_{k}": float(x) for k, x in r.latency.items()})
+    with registry.start_run(experiment, run_name=v.name, tags=tags) as run_id, \
+            tempfile.TemporaryDirectory() as tmp:
+        tmpd = Path(tmp)
+        (tmpd / "feedback_stats.json").write_text(json.dumps(stats, indent=2))
+        png = confusion_png(r.dev["confusion"], tmpd / "confusion_matrix.png",
+                            f"{v.name} — dev (distilled), macro-F1 {r.dev['metrics']['macro_f1']:.3f}")
+        (tmpd / "classification_report.txt").write_text(
+            f"dev (distilled labels)\n{r.dev['report']}\n\ntest (distilled labels)\n{r.test['report']}\n")
+        files = [*([(ctx.manifest_path, "data")] if ctx.manifest_path is not None else []),
+                 (tmpd / "feedback_stats.json", "data"), (png, None), (tmpd / "classification_report.txt", None)]
+        registry.log_run(params=params, metrics={k.replace("+", "_"): x for k, x in metrics.items()}, files=files)
+        folder = r.scorer.save_pretrained(tmpd / "scorer", metrics=metrics_summary(r),
+                                          extra={"training": {"mlflow_run_id": run_id}})
+        r.model_uri = registry.log_scorer_model(folder)
+        r.run_id = run_id
+
+
+def log_comparison(r: Result, table: str, experiment: str) -> None:
+    """Attach the comparison table of the whole invocation to the chosen variant's run (tag ``chosen``)."""
+    from . import registry
+
+    if r.run_id is None:
+        return
+    with registry.start_run(experiment, run_id=r.run_id):
+        registry.log_run(texts={"comparison.md": table + "\n"}, tags={"chosen": "true"})
 
 
 #: Source files whose content decides what a training run produces (part of the fingerprint).
@@ -809,7 +908,8 @@ def fingerprint(ctx: Context, variants: Sequence[Variant], args: argparse.Namesp
     h.update(ctx.manifest_sha.encode())
     h.update(feedback_tag(ctx.feedback).encode())
     h.update(json.dumps([asdict(v) for v in variants], sort_keys=True).encode())
-    h.update(json.dumps([args.limit, args.latency_budget_ms, args.max_package_mb], sort_keys=True).encode())
+    h.update(json.dumps([args.limit, args.latency_budget_ms, args.max_package_mb, args.latency_n, args.latency_repeats],
+                        sort_keys=True).encode())
     h.update(Path(ctx.rules_path).read_bytes())
     for rel in FINGERPRINT_FILES:
         h.update((REPO_ROOT / rel).read_bytes())

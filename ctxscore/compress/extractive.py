@@ -122,7 +122,7 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
         except _TooDeep:
             pass  # summarised as text below
     kw = cfg.keyword_regexes
-    keep_rx = [kw[g] for g in ("decision", "confirmation", "constraint") if g in kw]
+    keep_rx = [kw[g] for g in ("decision", "confirmation", "constraint", "hard_constraint") if g in kw]
     starts = [s for s, _ in (entity_spans(text, cfg) if spans is None else spans)]
     lines = []
     pos = 0

@@ -16,6 +16,10 @@ One row per message, in this order (:meth:`FeatureSpec.names` gives every column
 6. ``sig_<name>``: the rule signals of :meth:`ctxscore.rules.RuleClassifier.signals`, in the fixed
    order of ``RuleClassifier.signal_names`` as recorded in the packaged config.
 
+:func:`feature_rows` builds the whole row; it is the one featurizer: :meth:`LearnedScorer.features
+<ctxscore.scoring.learned.LearnedScorer.features>` at run time and ``training.train.featurize``
+(with cached embeddings) at training time both call it, so the columns cannot drift apart.
+
 Every feature is computable when a message arrives: position features avoid ``index / n_messages``
 (the session length is unknown at run time). A one-hot role of the previous message was tried and
 dropped: it did not change dev macro-F1 (0.919 with, 0.923 without, logistic head, USE embedder)
@@ -33,6 +37,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..messages import ROLES, Message
+from .embedders import truncate_text
 
 #: Version of the feature layout; bump when :func:`tabular_features` changes.
 FEATURE_VERSION = 1
@@ -194,6 +199,36 @@ def lexical_features(texts: Sequence[str], dim: int) -> np.ndarray:
 
     hv = HashingVectorizer(analyzer="char_wb", ngram_range=(1, 3), n_features=dim, alternate_sign=False, norm="l2")
     return hv.transform(list(texts)).toarray().astype(np.float32)
+
+
+def feature_rows(messages: Sequence[Message], spec: FeatureSpec, embeddings: np.ndarray,
+                 signal_fn: SignalFn | None) -> np.ndarray:
+    """The feature rows of ``messages`` in the layout of ``spec`` -> ``(n, spec.n_features)`` float32.
+
+    Args:
+        messages: n messages; ``Message.turn`` feeds the position features (``None`` counts as 0).
+        spec: the layout (embedding size, lexical block size and truncation, signal names).
+        embeddings: ``(n, spec.embed_dim)``, the embeddings of ``Message.text()`` by the spec's
+            embedder (the runtime embeds on the fly, training passes cached vectors).
+        signal_fn: ``message -> {signal name: value}`` (``RuleClassifier.signals``); may be
+            ``None`` only when ``spec.signal_names`` is empty.
+
+    Raises:
+        ConfigError: ``embeddings`` does not have one ``spec.embed_dim`` row per message, or the
+            signals do not match ``spec.signal_names`` (see :func:`signal_features`).
+    """
+    emb = np.asarray(embeddings, dtype=np.float32)
+    if emb.shape != (len(messages), spec.embed_dim):
+        raise ConfigError(
+            f"embeddings have shape {emb.shape}, expected ({len(messages)}, {spec.embed_dim}): one row of the "
+            f"embedder {spec.embedder_id!r} per message"
+        )
+    lexical = None
+    if spec.lexical_dim:
+        texts = [truncate_text(m.text(), spec.max_chars, spec.head_chars) for m in messages]
+        lexical = lexical_features(texts, spec.lexical_dim)
+    return build_matrix(emb, tabular_features(messages), signal_features(messages, signal_fn, spec.signal_names),
+                        lexical)
 
 
 def build_matrix(embeddings: np.ndarray, tabular: np.ndarray, signals: np.ndarray,

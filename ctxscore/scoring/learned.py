@@ -27,8 +27,8 @@ import numpy as np
 from ..errors import ConfigError, InputError, ModelLoadError
 from ..messages import CATEGORIES, Message
 from .base import Prediction
-from .embedders import Embedder, embedder_available, get_embedder, truncate_text
-from .features import FeatureSpec, build_matrix, lexical_features, signal_features, tabular_features
+from .embedders import Embedder, embedder_available, get_embedder
+from .features import FeatureSpec, feature_rows
 from .package import CONFIG_FILE, DEFAULT_MODEL_DIR, REEXPORT_HINT, describe, read_package, write_package
 from .rules import DEFAULT_RULES_PATH, RuleClassifier, RuleConfig
 
@@ -108,19 +108,16 @@ class LearnedScorer:
     def features(self, messages: Sequence[Message], embeddings: np.ndarray | None = None) -> np.ndarray:
         """Feature rows for ``messages`` -> ``(n, spec.n_features)`` float32.
 
-        ``embeddings`` (``(n, embed_dim)``) skips the embedder (training passes cached vectors).
+        ``embeddings`` (``(n, embed_dim)``) skips the embedder. The row layout is
+        :func:`ctxscore.scoring.features.feature_rows` (shared with training).
+
+        Raises:
+            ConfigError: ``embeddings`` of the wrong shape, or rule signals that do not match the spec.
         """
-        texts = [m.text() for m in messages]
         if embeddings is None:
-            embeddings = self.embedder.embed(texts)
-        lex = None
-        if self.spec.lexical_dim:
-            lex = lexical_features([truncate_text(t, self.spec.max_chars, self.spec.head_chars) for t in texts],
-                                   self.spec.lexical_dim)
-        tab = tabular_features(messages)
+            embeddings = self.embedder.embed([m.text() for m in messages])
         sig_fn = self.rules.signals if self.rules is not None else None
-        sig = signal_features(messages, sig_fn, self.spec.signal_names)
-        return build_matrix(embeddings, tab, sig, lex)
+        return feature_rows(messages, self.spec, embeddings, sig_fn)
 
     def predict_arrays(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Heads on feature rows: ``(probs (n, 4) in CATEGORIES order, values (n,) in [0, 1])``."""

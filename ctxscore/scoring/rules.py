@@ -251,6 +251,11 @@ class RuleConfig:
         return lru_cache(maxsize=8192)(lambda text: _scan_spans(text, self))
 
     @cached_property
+    def typed_span_cache(self) -> Callable[[str], tuple[tuple[int, int, str], ...]]:
+        """Memoised typed entity spans of a text under this rule file (see :func:`typed_entity_spans`)."""
+        return lru_cache(maxsize=8192)(lambda text: _scan_typed(text, self))
+
+    @cached_property
     def signal_regexes(self) -> dict[str, re.Pattern[str]]:
         """Compiled signal patterns."""
         return {k: re.compile(v) for k, v in self.signal_patterns.items()}
@@ -284,9 +289,17 @@ def entity_spans(text: str, config: RuleConfig | None = None) -> list[tuple[int,
     return list(_scan_spans(text, cfg))
 
 
-def _scan_spans(text: str, cfg: RuleConfig) -> tuple[tuple[int, int], ...]:
-    spans: list[tuple[int, int]] = []
-    for rx in cfg.entity_regexes:
+def typed_entity_spans(text: str, config: RuleConfig | None = None) -> list[tuple[int, int, str]]:
+    """:func:`entity_spans` with the name of the rule-file pattern that found each span."""
+    cfg = config or default_config()
+    if len(text) <= SPAN_CACHE_CHARS:
+        return list(cfg.typed_span_cache(text))
+    return list(_scan_typed(text, cfg))
+
+
+def _scan_typed(text: str, cfg: RuleConfig) -> tuple[tuple[int, int, str], ...]:
+    spans: list[tuple[int, int, str]] = []
+    for name, rx in zip(cfg.patterns, cfg.entity_regexes, strict=True):
         for m in rx.finditer(text):
             s, e = m.span()
             while e > s and text[e - 1] in ".,;:!?)":
@@ -294,16 +307,40 @@ def _scan_spans(text: str, cfg: RuleConfig) -> tuple[tuple[int, int], ...]:
                     break
                 e -= 1
             if e > s:
-                spans.append((s, e))
+                spans.append((s, e, name))
     spans.sort(key=lambda se: (se[0], -(se[1] - se[0])))
-    kept: list[tuple[int, int]] = []
+    kept: list[tuple[int, int, str]] = []
     end = -1
-    for s, e in spans:
+    for s, e, name in spans:
         if e <= end:
             continue  # inside the previous longer span
-        kept.append((s, e))  # a partial overlap keeps both: distinct pieces of information
+        kept.append((s, e, name))  # a partial overlap keeps both: distinct pieces of information
         end = e
     return tuple(kept)
+
+
+def _scan_spans(text: str, cfg: RuleConfig) -> tuple[tuple[int, int], ...]:
+    return tuple((s, e) for s, e, _ in cfg.typed_span_cache(text)) if len(text) <= SPAN_CACHE_CHARS else tuple(
+        (s, e) for s, e, _ in _scan_typed(text, cfg))
+
+
+_SENTENCE = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (split after . ! ? ; and their CJK forms, and at line breaks), stripped."""
+    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+
+
+def hard_constraints(text: str, config: RuleConfig | None = None) -> tuple[str, ...]:
+    """The sentences of ``text`` that forbid, require or bound (the rule file's ``hard_constraint``
+    keywords: never, must, at most, no more than, budget, deadline, 不要, 必须, 禁止, 不超过, 只能 ...),
+    byte-exact as they occur in ``text``; empty when the rule file has no such group."""
+    cfg = config or default_config()
+    rx = cfg.keyword_regexes.get("hard_constraint")
+    if rx is None or not rx.search(text):
+        return ()
+    return tuple(s for s in sentences(text) if rx.search(s))
 
 
 def extract_entities(text: str, config: RuleConfig | None = None) -> list[str]:

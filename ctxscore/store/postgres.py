@@ -69,9 +69,12 @@ from .retrieval import (
     fuse,
     like_pattern,
     query_terms,
+    stem_terms,
     trigram_tokens,
     vector_ranking,
 )
+from .sqlite import index_text
+from .stemming import porter_stem, stem_index
 
 try:  # the extra `postgres`
     import psycopg
@@ -88,22 +91,15 @@ _COLUMNS = "id, turn, role, text, text_exact, message, prediction, tier, embeddi
 #: Collations tried, in order, for case folding that covers all of Unicode (FTS5 folds Unicode).
 _FOLD_COLLATIONS = ("", 'COLLATE "und-x-icu"', 'COLLATE "C.utf8"', 'COLLATE "en_US.utf8"')
 
-# The keyword list: FTS5's bm25 over the session (see the module docstring). Parameters: session
-# twice, the terms, their ILIKE patterns and look-ahead regexes, the limit. {fold} is a collation.
-_KEYWORD_SQL = """
-WITH t AS (
-    SELECT term, pat, rx, ord FROM unnest(%(terms)s::text[], %(pats)s::text[], %(rxs)s::text[])
-        WITH ORDINALITY AS u(term, pat, rx, ord)),
-s AS (SELECT count(*)::float8 AS n, COALESCE(sum(ntok), 0)::float8 AS tok
+# FTS5's bm25 over the session (see the module docstring), for a candidate set ``c`` (id, turn,
+# snippet, ntok) and the term frequencies ``f`` (id, turn, snippet, ntok, ord, freq) computed from it.
+# Parameters: sid, terms (the phrases, in query order), cw, k1, b, limit.
+_BM25_SQL = """
+WITH t AS (SELECT term, ord FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS u(term, ord)),
+s AS (SELECT count(*)::float8 AS n, COALESCE(sum({length}), 0)::float8 AS tok
       FROM ctx_messages WHERE session_id = %(sid)s),
-c AS (SELECT id, turn, substr(text, 1, 120) AS snippet, ntok::float8 AS ntok,
-             lower(text {fold}) AS lt, lower(context {fold}) AS lc
-      FROM ctx_messages
-      WHERE session_id = %(sid)s AND (text {fold} ILIKE ANY(%(pats)s) OR context {fold} ILIKE ANY(%(pats)s))),
-f AS (SELECT c.id, c.turn, c.snippet, c.ntok, t.ord,
-             regexp_count(c.lt, t.rx)::float8 * 1.0::float8
-               + regexp_count(c.lc, t.rx)::float8 * %(cw)s::float8 AS freq
-      FROM c CROSS JOIN t),
+{candidates},
+{frequencies},
 h AS (SELECT ord, count(*)::float8 AS nhit FROM f WHERE freq > 0 GROUP BY ord),
 i AS (SELECT h.ord, CASE WHEN ln((s.n - h.nhit + 0.5::float8) / (h.nhit + 0.5::float8)) <= 0 THEN 1e-6::float8
                          ELSE ln((s.n - h.nhit + 0.5::float8) / (h.nhit + 0.5::float8)) END AS idf
@@ -118,6 +114,30 @@ GROUP BY f.id, f.turn, f.snippet
 ORDER BY score DESC, f.turn
 LIMIT %(limit)s
 """
+# The keyword list: terms as case-folded substrings of the indexed text (overlapping occurrences
+# counted with a look-ahead regex); extra parameters pats (ILIKE patterns) and rxs; {fold} a collation.
+_KEYWORD_SQL = _BM25_SQL.format(
+    length="ntok",
+    candidates="""c AS (SELECT id, turn, substr(text, 1, 120) AS snippet, ntok::float8 AS ntok,
+             lower(COALESCE(itext, text) {fold}) AS lt, lower(context {fold}) AS lc
+      FROM ctx_messages
+      WHERE session_id = %(sid)s AND (COALESCE(itext, text) {fold} ILIKE ANY(%(pats)s)
+                                      OR context {fold} ILIKE ANY(%(pats)s)))""",
+    frequencies="""f AS (SELECT c.id, c.turn, c.snippet, c.ntok, t.ord,
+             regexp_count(c.lt, rx.rx)::float8 * 1.0::float8 + regexp_count(c.lc, rx.rx)::float8 * %(cw)s::float8 AS freq
+      FROM c CROSS JOIN t JOIN unnest(%(rxs)s::text[]) WITH ORDINALITY AS rx(rx, ord) ON rx.ord = t.ord)""",
+).replace("{{fold}}", "{fold}")
+# The stem list: Porter stems of the words (ctxscore.store.stemming), counted in the stored arrays.
+_STEM_SQL = _BM25_SQL.format(
+    length="stem_ntok",
+    candidates="""c AS (SELECT id, turn, substr(text, 1, 120) AS snippet, stem_ntok::float8 AS ntok, stems, stems_ctx
+      FROM ctx_messages
+      WHERE session_id = %(sid)s AND (stems && %(terms)s::text[] OR stems_ctx && %(terms)s::text[]))""",
+    frequencies="""f AS (SELECT c.id, c.turn, c.snippet, c.ntok, t.ord,
+             cardinality(array_positions(c.stems, t.term))::float8 * 1.0::float8
+               + cardinality(array_positions(c.stems_ctx, t.term))::float8 * %(cw)s::float8 AS freq
+      FROM c CROSS JOIN t)""",
+)
 
 
 def _require_driver() -> None:
@@ -334,16 +354,20 @@ class PostgresStore:
                 msg = replace(rec.message, id=mid, turn=turn)
                 text, exact = _pg_text(rec.text)
                 context, _ = _pg_text(rec.context)
+                indexed = index_text(text)  # what SQLite's full-text indexes hold
+                stems, n_text = stem_index(indexed)
+                stems_ctx, n_ctx = stem_index(context)
                 blob = None if rec.embedding is None else np.asarray(rec.embedding, dtype=np.float32).tobytes()
-                row = [session_id, mid, turn, msg.role, text, exact, context,
-                       trigram_tokens(rec.text) + trigram_tokens(rec.context),
+                row = [session_id, mid, turn, msg.role, text, exact, None if indexed == text else indexed, context,
+                       trigram_tokens(indexed) + trigram_tokens(context), stems, stems_ctx, n_text + n_ctx,
                        json.dumps(msg.to_openai(), ensure_ascii=False),
                        None if rec.prediction is None else json.dumps(rec.prediction, ensure_ascii=False), blob]
                 if self.pgvector:
                     row.append(None if rec.embedding is None else _vector_literal(rec.embedding))
                 rows.append(row)
                 out.append(StoredMessage(msg, rec.text, rec.prediction, Tier.VERBATIM, rec.embedding))
-            cols = "session_id, id, turn, role, text, text_exact, context, ntok, message, prediction, embedding"
+            cols = ("session_id, id, turn, role, text, text_exact, itext, context, ntok, stems, stems_ctx, stem_ntok, "
+                    "message, prediction, embedding")
             if self.pgvector:
                 cols += ", embedding_v"
             marks = ", ".join(["%s"] * len(rows[0]))
@@ -486,16 +510,21 @@ class PostgresStore:
         Raises:
             StoreError: the server cannot be read.
         """
-        fts_terms, short_terms = query_terms(query.replace("\x00", " "))
+        query = query.replace("\x00", " ")
+        fts_terms, short_terms = query_terms(query)
+        stems = [porter_stem(w) for w in stem_terms(query)]
         lists: list[RankedList] = []
+        similarity: dict[str, float] = {}
+        common = {"sid": session_id, "cw": CONTEXT_WEIGHT, "k1": BM25_K1, "b": BM25_B, "limit": limit}
         with self._conn("search") as conn:
             if fts_terms:
-                sql = _KEYWORD_SQL.format(fold=self._fold)
-                rows = conn.execute(sql, {
-                    "sid": session_id, "terms": fts_terms, "pats": [like_pattern(t) for t in fts_terms],
-                    "rxs": [_lookahead(t) for t in fts_terms], "cw": CONTEXT_WEIGHT, "k1": BM25_K1, "b": BM25_B,
-                    "limit": limit}).fetchall()
+                rows = conn.execute(_KEYWORD_SQL.format(fold=self._fold), {
+                    **common, "terms": fts_terms, "pats": [like_pattern(t) for t in fts_terms],
+                    "rxs": [_lookahead(t) for t in fts_terms]}).fetchall()
                 lists.append(("keyword", [(r[0], r[1], r[2]) for r in rows]))
+            if stems:
+                rows = conn.execute(_STEM_SQL, {**common, "terms": stems}).fetchall()
+                lists.append(("stem", [(r[0], r[1], r[2]) for r in rows]))
             for term in short_terms:
                 lists.append(("short", conn.execute(
                     f"SELECT id, turn, substr(text, 1, 120) FROM ctx_messages WHERE session_id = %s "
@@ -504,19 +533,23 @@ class PostgresStore:
             if query_embedding is not None:
                 q = np.asarray(query_embedding, dtype=np.float32)
                 if self.pgvector:
-                    lists.append(("vector", conn.execute(
-                        "SELECT id, turn, substr(text, 1, 120) FROM ctx_messages WHERE session_id = %s "
-                        "AND embedding_v IS NOT NULL ORDER BY embedding_v <#> %s::vector, seq LIMIT %s",
-                        (session_id, _vector_literal(q), limit)).fetchall()))
+                    rows = conn.execute(
+                        "SELECT id, turn, substr(text, 1, 120), -(embedding_v <#> %s::vector) AS sim FROM ctx_messages "
+                        "WHERE session_id = %s AND embedding_v IS NOT NULL ORDER BY embedding_v <#> %s::vector, seq "
+                        "LIMIT %s", (_vector_literal(q), session_id, _vector_literal(q), limit)).fetchall()
+                    lists.append(("vector", [(r[0], r[1], r[2]) for r in rows]))
+                    similarity = {r[0]: float(r[3]) for r in rows}
                 else:
                     ids, vecs = self._session_vectors(conn, session_id)
                     if ids:
-                        top = vector_ranking(ids, np.stack(vecs), q, limit)
+                        ranked = vector_ranking(ids, np.stack(vecs), q, limit)
+                        top = [i for i, _ in ranked]
+                        similarity = dict(ranked)
                         meta = {r[0]: (r[1], r[2]) for r in conn.execute(
                             "SELECT id, turn, substr(text, 1, 120) FROM ctx_messages WHERE session_id = %s "
                             "AND id = ANY(%s)", (session_id, top))}
                         lists.append(("vector", [(i, *meta[i]) for i in top if i in meta]))
-        return fuse(lists, k=k, only=only)
+        return fuse(lists, k=k, only=only, similarity=similarity)
 
     # -- layer records and events (ctxscore.store.base.RecordStore) -------------------------------
     def put_records(self, scope: str, kind: str, records: Mapping[str, Any]) -> dict[str, int]:

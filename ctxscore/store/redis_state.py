@@ -21,7 +21,8 @@ store. Redis is a cache here: losing it loses nothing, it only costs a re-read.
 
 :class:`RedisHotState` is the Redis side; :class:`HotStore` wraps a durable store and keeps the
 hot state current on every write (``open_store("postgresql://...", redis="redis://...")``);
-:class:`SharedSessions` is what a proxy worker uses: ``with sessions.turn(session_id) as cm:``
+:class:`SharedSessions` is what a proxy worker uses (``SharedSessions(store, ContextManager, budget=...)``;
+``with sessions.turn(session_id) as cm:``
 holds the session's lock, brings the worker's manager up to date, and publishes what it counted.
 """
 
@@ -32,7 +33,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,8 +44,10 @@ from ..tokens import DEFAULT_ENCODING, TokenCounter
 from .base import Event, NewRecord, Record, Store, StoredMessage
 
 if TYPE_CHECKING:
-    from ..window.manager import ContextManager
     from .retrieval import Hit
+
+#: A context manager (``ctxscore.ContextManager``; not imported here: the store sits below the window).
+Manager = Any
 
 try:  # the extra `redis`
     import redis as _redis
@@ -351,7 +354,7 @@ class SharedTokenCounter(TokenCounter):
 
 @dataclass
 class _Kept:
-    cm: ContextManager
+    cm: Manager
     counter: SharedTokenCounter
     version: int | None
 
@@ -368,6 +371,8 @@ class SharedSessions:
 
     Args:
         store: a :class:`HotStore` (e.g. ``open_store("postgresql://...", redis="redis://...")``).
+        manager: the manager class, :class:`ctxscore.ContextManager` (or a factory taking its keyword
+            arguments).
         max_sessions: managers kept by this worker (least recently used first out).
         encoding: tiktoken encoding of every manager.
         manager_kwargs: the other ``ContextManager`` arguments (``budget``, ``scorer``, ``policy`` ...).
@@ -376,14 +381,14 @@ class SharedSessions:
         ConfigError: ``store`` is not a :class:`HotStore`.
     """
 
-    def __init__(self, store: HotStore, *, max_sessions: int = 1024, encoding: str = DEFAULT_ENCODING,
-                 **manager_kwargs: Any) -> None:
+    def __init__(self, store: HotStore, manager: Callable[..., Manager], *, max_sessions: int = 1024,
+                 encoding: str = DEFAULT_ENCODING, **manager_kwargs: Any) -> None:
         if not isinstance(store, HotStore):
             raise ConfigError("SharedSessions needs a HotStore (open_store(url, redis=...))")
         for k in ("store", "archive_path", "session_id", "counter", "encoding"):
             if k in manager_kwargs:
                 raise ConfigError(f"SharedSessions sets {k!r} itself")
-        self.store, self.hot = store, store.hot
+        self.store, self.hot, self.manager = store, store.hot, manager
         self.encoding = encoding
         self.max_sessions = max_sessions
         self.manager_kwargs = manager_kwargs
@@ -393,7 +398,7 @@ class SharedSessions:
         self.stats = {"opened": 0, "refreshed": 0, "current": 0}
 
     @contextmanager
-    def turn(self, session_id: str) -> Iterator[ContextManager]:
+    def turn(self, session_id: str) -> Iterator[Manager]:
         """Hold the session for one turn and yield its up-to-date manager (see the class docstring).
 
         Raises:
@@ -408,8 +413,6 @@ class SharedSessions:
                 self._publish(session_id, kept)
 
     def _current(self, session_id: str) -> _Kept:
-        from ..window.manager import ContextManager
-
         version = self.hot.version(session_id)
         with self._lock:
             kept = self._kept.get(session_id)
@@ -425,7 +428,7 @@ class SharedSessions:
         if kept is not None:
             kept.cm.close()
         counter = SharedTokenCounter(self.encoding, self.hot.token_counts(session_id, self.encoding))
-        cm = ContextManager(store=self.store, session_id=session_id, counter=counter, **self.manager_kwargs)
+        cm = self.manager(store=self.store, session_id=session_id, counter=counter, **self.manager_kwargs)
         if version is None:  # no hot state (expired, or never written): publish this manager's
             tiers = {e.msg.id: e.tier for e in cm.history.entries if e.tier != Tier.VERBATIM}
             version = self.hot.bump(session_id, tiers=tiers, messages=len(cm), encoding=self.encoding)
@@ -455,7 +458,7 @@ class SharedSessions:
         self.store.close()
 
 
-def apply_tiers(cm: ContextManager, tiers: Mapping[str, Tier]) -> int:
+def apply_tiers(cm: Manager, tiers: Mapping[str, Tier]) -> int:
     """Give the messages of ``cm`` the tiers another worker recorded (ids not in ``tiers`` are
     verbatim); returns how many changed. The forms come from ``cm``'s own compressor and verifier,
     which reach the same tier the other worker reached."""

@@ -1,8 +1,10 @@
 """Retrieval shared by every store: query terms, ranked lists and their fusion.
 
 A store produces ranked lists of ``(message id, turn, snippet)`` for a query -- a keyword list
-(full-text search, bm25), one list per two-character term (Chinese words a trigram index cannot
-match), and a vector list (cosine similarity to the query embedding) -- and :func:`fuse` merges
+(full-text search over character trigrams, bm25), a stemmed keyword list (English words reduced to
+their stems by the Porter stemmer, so "Ferraris" finds "Ferrari" and "booked" finds "booking"), one
+list per two-character term (Chinese words a trigram index cannot match), and a vector list (cosine
+similarity to the query embedding) -- and :func:`fuse` merges
 them by weighted reciprocal rank fusion, score = sum over lists of w / (k + rank), k = 60
 (Cormack, Clarke and Buettcher, "Reciprocal rank fusion outperforms Condorcet and individual rank
 learning methods", SIGIR 2009). User text never reaches a query language as syntax: every term is
@@ -26,7 +28,9 @@ CONTEXT_WEIGHT = 0.4
 #: the vector list. Measured on the dev sessions' probes (rank of the key fact's source message):
 #: equal weights give recall@4 0.219 and recall@12 0.438; these 0.256 and 0.459 (held-out sessions:
 #: 0.200 -> 0.246 and 0.397 -> 0.428).
-RRF_WEIGHTS = {"keyword": 1.0, "short": 0.25, "vector": 0.25}
+RRF_WEIGHTS = {"keyword": 1.0, "stem": 0.5, "short": 0.25, "vector": 0.25}
+#: Lists that are lexical evidence (a term of the query occurs in the message).
+LEXICAL_LISTS = frozenset({"keyword", "stem", "short"})
 #: Okapi BM25 constants of the keyword list, SQLite FTS5's (``bm25()``): every store ranks with
 #: score = sum over terms of idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)), idf =
 #: ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6, f = occurrences of the term in the text plus
@@ -57,19 +61,57 @@ class Hit:
         turn: 0-based position of the message in its session.
         score: fused reciprocal-rank score (higher is better).
         snippet: the first 120 characters of the message text.
+        lists: the ranked lists it came from (``keyword``, ``stem``, ``short``, ``vector``).
+        similarity: its cosine similarity to the query embedding, when a vector list was used.
     """
 
     id: str
     turn: int
     score: float
     snippet: str
+    lists: frozenset[str] = frozenset()
+    similarity: float | None = None
+
+    @property
+    def lexical(self) -> bool:
+        """A term of the query occurs in the message (keyword, stem or short-term list)."""
+        return bool(self.lists & LEXICAL_LISTS)
+
+
+def _zh_words(run: str) -> list[str]:
+    """The words of a Chinese run: jieba's segmentation when installed, else pieces between function words."""
+    try:
+        import jieba  # noqa: PLC0415 - optional (the embed extra installs it)
+    except ImportError:
+        return [p for p in _ZH_STOP_RX.split(run) if p]
+    _quiet_jieba(jieba)
+    return [w for w in jieba.lcut(run) if w and not _ZH_STOP_RX.fullmatch(w)]
+
+
+def _quiet_jieba(jieba: object) -> None:
+    """Silence jieba and keep its cache in the per-user cache folder (not a temp folder shared by users)."""
+    if getattr(jieba, "_ctxscore_ready", False):
+        return
+    import logging
+    import os
+    from pathlib import Path
+
+    jieba.setLogLevel(logging.WARNING)  # type: ignore[attr-defined]
+    folder = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxscore"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        jieba.dt.tmp_dir = str(folder)  # type: ignore[attr-defined]
+    except OSError:
+        pass
+    jieba._ctxscore_ready = True  # type: ignore[attr-defined]
 
 
 def query_terms(query: str) -> tuple[list[str], list[str]]:
     """Split a free-text query into FTS terms (3+ characters) and short terms (2 characters).
 
-    English words are lower-cased and stop words dropped; Chinese runs are split at function words
-    (的, 是, 什么 ...) and pieces of three or more characters are also cut into overlapping trigrams.
+    English words are lower-cased and stop words dropped; Chinese runs are segmented into words
+    (jieba when installed, else split at function words 的, 是, 什么 ...); words of three or more
+    characters are also cut into overlapping trigrams.
 
     Returns:
         (fts_terms, short_terms), each de-duplicated in order of appearance.
@@ -82,13 +124,19 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
             continue
         (fts if len(lw) >= 3 else short).append(lw)
     for run in _CJK_RUN.findall(query):
-        for piece in _ZH_STOP_RX.split(run):
+        for piece in _zh_words(run):
             if len(piece) >= 3:
                 fts.append(piece)
                 fts.extend(piece[i : i + 3] for i in range(len(piece) - 2))
             elif len(piece) == 2:
                 short.append(piece)
     return list(dict.fromkeys(fts)), list(dict.fromkeys(short))
+
+
+def stem_terms(query: str) -> list[str]:
+    """The English words of a query (3+ letters, stop words dropped) for a Porter-stemmed index."""
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)
+                              if len(w) >= 3 and w.isascii() and w.isalpha() and w.lower() not in _EN_STOP))
 
 
 def fts_match_expression(terms: Sequence[str]) -> str:
@@ -108,8 +156,9 @@ def trigram_tokens(text: str) -> int:
     return max(len(text) - 2, 0)
 
 
-def vector_ranking(ids: Sequence[str], matrix: np.ndarray, query_embedding: np.ndarray, limit: int) -> list[str]:
-    """The ``limit`` ids whose embeddings have the highest dot product with the query, best first
+def vector_ranking(ids: Sequence[str], matrix: np.ndarray, query_embedding: np.ndarray,
+                   limit: int) -> list[tuple[str, float]]:
+    """The ``limit`` (id, dot product) pairs with the highest dot product with the query, best first
     (ties: the earlier message first).
 
     Args:
@@ -122,25 +171,28 @@ def vector_ranking(ids: Sequence[str], matrix: np.ndarray, query_embedding: np.n
     if not len(ids):
         return []
     sims = matrix @ np.asarray(query_embedding, dtype=np.float32)
-    return [ids[i] for i in np.argsort(-sims, kind="stable")[:limit]]
+    return [(ids[i], float(sims[i])) for i in np.argsort(-sims, kind="stable")[:limit]]
 
 
 #: A ranked list: its kind (a key of :data:`RRF_WEIGHTS`) and its rows (message id, turn, snippet), best first.
 RankedList = tuple[str, Sequence[tuple[str, int, str]]]
 
 
-def fuse(lists: Iterable[RankedList], k: int = 10, only: Callable[[str], bool] | None = None) -> list[Hit]:
+def fuse(lists: Iterable[RankedList], k: int = 10, only: Callable[[str], bool] | None = None,
+         similarity: dict[str, float] | None = None) -> list[Hit]:
     """Weighted reciprocal rank fusion of ranked lists (see the module docstring).
 
     Args:
         lists: ranked lists, each ``(kind, rows)``; ``kind`` selects the weight in :data:`RRF_WEIGHTS`.
         k: number of hits to return.
         only: keep only message ids for which this returns True (ranks are counted after filtering).
+        similarity: cosine similarity to the query per message id (from the vector list), recorded on the hits.
 
     Returns:
-        Up to ``k`` hits, best first (ties broken by the later turn).
+        Up to ``k`` hits, best first (ties broken by the later turn); each names its lists.
     """
     fused: dict[str, Hit] = {}
+    seen: dict[str, set[str]] = {}
     for kind, rows in lists:
         w = RRF_WEIGHTS[kind]
         rank = 0
@@ -150,6 +202,11 @@ def fuse(lists: Iterable[RankedList], k: int = 10, only: Callable[[str], bool] |
             rank += 1
             hit = fused.get(mid)
             if hit is None:
-                hit = fused[mid] = Hit(id=mid, turn=turn, score=0.0, snippet=snippet)
+                hit = fused[mid] = Hit(id=mid, turn=turn, score=0.0, snippet=snippet,
+                                       similarity=(similarity or {}).get(mid))
+                seen[mid] = set()
             hit.score += w / (RRF_K + rank)
+            seen[mid].add(kind)
+    for mid, hit in fused.items():
+        hit.lists = frozenset(seen[mid])
     return sorted(fused.values(), key=lambda h: (-h.score, -h.turn))[:k]

@@ -2,10 +2,13 @@
 
 Storage: stdlib ``sqlite3`` in WAL mode with a 5 s busy timeout, so several processes may share a
 file. Tables: ``meta`` (schema version), ``messages`` (the original OpenAI-style message as JSON, its
-rendered text, the scorer's prediction, the current tier and the embedding) and ``messages_fts``, an
+rendered text, the scorer's prediction, the current tier and the embedding), ``messages_fts``, an
 FTS5 index with the trigram tokenizer over the rendered text and a context column (the start of the
-previous messages, weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT` in bm25)
-(https://www.sqlite.org/fts5.html#the_trigram_tokenizer), so Chinese text matches without a segmenter.
+previous messages and the message's facts, weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`
+in bm25) (https://www.sqlite.org/fts5.html#the_trigram_tokenizer), so Chinese text matches without a
+segmenter, and ``messages_stem``, the same columns with FTS5's Porter stemmer for English words.
+Schema version 3; a version 2 file is upgraded in place (the stemmed index is built from the
+stored rows) the first time it is opened.
 
 Writes are atomic: :meth:`SQLiteStore.add` allocates turns and automatic ids inside one
 ``BEGIN IMMEDIATE`` transaction, so two managers or processes appending to one session never
@@ -43,6 +46,7 @@ from .retrieval import (
     fuse,
     like_pattern,
     query_terms,
+    stem_terms,
     vector_ranking,
 )
 
@@ -57,6 +61,8 @@ CREATE TABLE IF NOT EXISTS messages(
 CREATE INDEX IF NOT EXISTS messages_turn ON messages(session_id, turn);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
     text, context, content='messages', content_rowid='rowid', tokenize='trigram');
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_stem USING fts5(
+    text, context, content='messages', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2');
 CREATE TABLE IF NOT EXISTS records(
     scope TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
     version INTEGER NOT NULL, updated REAL NOT NULL, PRIMARY KEY(scope, kind, key));
@@ -65,6 +71,17 @@ CREATE TABLE IF NOT EXISTS events(
     PRIMARY KEY(scope, seq));
 """
 _COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
+#: The full-text indexes hold at most the first ``INDEX_HEAD`` and last ``INDEX_TAIL`` characters of a
+#: message (a multi-KB tool dump costs about 1 ms per 10 KB to index); the message is stored whole.
+INDEX_HEAD = 10_000
+INDEX_TAIL = 2_000
+
+
+def index_text(text: str) -> str:
+    """The part of a message's text the full-text indexes hold (see :data:`INDEX_HEAD`)."""
+    if len(text) <= INDEX_HEAD + INDEX_TAIL:
+        return text
+    return text[:INDEX_HEAD] + "\n" + text[-INDEX_TAIL:]
 
 
 class SQLiteStore:
@@ -79,9 +96,10 @@ class SQLiteStore:
             has another schema version, or cannot be opened; the file is left untouched.
     """
 
-    SCHEMA_VERSION = 3
-    #: Older schema versions this version upgrades in place (3 added ``records`` and ``events``).
-    UPGRADES_FROM = ("2",)
+    #: 3 added the stemmed index, 4 the layer records and events.
+    SCHEMA_VERSION = 4
+    #: Older schema versions this version upgrades in place.
+    UPGRADES_FROM = ("2", "3")
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path in (None, ":memory:") else Path(path)
@@ -112,20 +130,17 @@ class SQLiteStore:
         db = self._db
         db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
         row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is not None and str(row[0]) != str(self.SCHEMA_VERSION) and str(row[0]) not in self.UPGRADES_FROM:
-            raise StoreError(f"schema version {row[0]} != {self.SCHEMA_VERSION}")
-        if row is not None and str(row[0]) == str(self.SCHEMA_VERSION):
-            return
-        db.execute("BEGIN IMMEDIATE")  # create or upgrade (new tables only) in one transaction
-        try:
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
-            db.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        version = None if row is None else str(row[0])
+        if version not in (None, *self.UPGRADES_FROM, str(self.SCHEMA_VERSION)):
+            raise StoreError(f"schema version {version} is not one this ctxscore reads "
+                             f"({', '.join(self.UPGRADES_FROM)} or {self.SCHEMA_VERSION})")
+        stem_missing = db.execute("SELECT 1 FROM sqlite_master WHERE name='messages_stem'").fetchone() is None
+        db.executescript(_SCHEMA)  # creates what is missing (3: the stemmed index; 4: records and events)
+        db.execute("BEGIN IMMEDIATE")
+        if version == "2" and stem_missing:  # upgrade: build the stemmed index from the stored rows
+            db.execute("INSERT INTO messages_stem(rowid, text, context) SELECT rowid, text, context FROM messages")
+        db.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
+        db.execute("COMMIT")
 
     @contextmanager
     def _guard(self, what: str, transaction: bool = False) -> Iterator[sqlite3.Connection]:
@@ -178,8 +193,10 @@ class SQLiteStore:
                         f"message id {mid!r} already exists in session {session_id!r}; give each message a unique id "
                         "(or none: automatic ids skip the used ones)"
                     ) from None
-                db.execute("INSERT INTO messages_fts(rowid, text, context) VALUES(?, ?, ?)",
-                           (cur.lastrowid, rec.text, rec.context))
+                indexed = index_text(rec.text)
+                for table in ("messages_fts", "messages_stem"):
+                    db.execute(f"INSERT INTO {table}(rowid, text, context) VALUES(?, ?, ?)",
+                               (cur.lastrowid, indexed, rec.context))
                 out.append(StoredMessage(msg, rec.text, rec.prediction, Tier.VERBATIM, rec.embedding))
             if out and last == self._last_turn.get(session_id, -1):
                 self._last_turn[session_id] = out[-1].turn  # nothing unseen in between
@@ -286,13 +303,20 @@ class SQLiteStore:
             Up to ``k`` hits, best first.
         """
         fts_terms, short_terms = query_terms(query)
+        stems = stem_terms(query)
         lists: list[RankedList] = []
+        similarity: dict[str, float] = {}
         with self._guard("search") as db:
             if fts_terms:
                 lists.append(("keyword", db.execute(
                     "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_fts f JOIN messages m ON m.rowid = f.rowid "
                     "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts, 1.0, ?), m.turn LIMIT ?",
                     (fts_match_expression(fts_terms), session_id, CONTEXT_WEIGHT, limit)).fetchall()))
+            if stems:
+                lists.append(("stem", db.execute(
+                    "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_stem f JOIN messages m ON m.rowid = f.rowid "
+                    "WHERE messages_stem MATCH ? AND m.session_id = ? ORDER BY bm25(messages_stem, 1.0, ?), m.turn LIMIT ?",
+                    (fts_match_expression(stems), session_id, CONTEXT_WEIGHT, limit)).fetchall()))
             for term in short_terms:
                 lists.append(("short", db.execute(
                     "SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id = ? AND text LIKE ? ESCAPE '\\' "
@@ -301,12 +325,14 @@ class SQLiteStore:
                 vecs = self._session_vectors(db, session_id)
                 if vecs:
                     ids = list(vecs)
-                    top = vector_ranking(ids, np.stack([vecs[i] for i in ids]), query_embedding, limit)
+                    ranked = vector_ranking(ids, np.stack([vecs[i] for i in ids]), query_embedding, limit)
+                    top = [i for i, _ in ranked]
+                    similarity = dict(ranked)
                     meta = {r[0]: (r[1], r[2]) for r in db.execute(
                         f"SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id=? "
                         f"AND id IN ({','.join('?' * len(top))})", (session_id, *top))}
                     lists.append(("vector", [(i, *meta[i]) for i in top if i in meta]))
-        return fuse(lists, k=k, only=only)
+        return fuse(lists, k=k, only=only, similarity=similarity)
 
     # -- layer records and events (ctxscore.store.base.RecordStore) ----------------------------------
     def put_records(self, scope: str, kind: str, records: Mapping[str, Any]) -> dict[str, int]:

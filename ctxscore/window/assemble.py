@@ -33,7 +33,7 @@ import numpy as np
 from ..config import Policy
 from ..messages import Message, Role, Tier
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
-from .history import ARCHIVED, TIERS, History
+from .history import ARCHIVED, CODE, TIERS, Form, History
 from .pagein import PageInPlan
 from .result import ContextWindow, Decision, SectionInfo, WindowWarning
 from .tiers import Forms, stub_cap
@@ -64,6 +64,8 @@ class BuildView:
         paged: entry index -> hit id of the entries paged in for the query.
         lead: entries before this index are the leading system messages.
         recent: entries from this index on belong to the last ``recent_turns`` turns.
+        values: the value of every entry in this build, shape (n,), or ``None``.
+        overrides: entries shown in a form made for this build (the blocks a query names), index -> form.
     """
 
     history: History
@@ -79,6 +81,8 @@ class BuildView:
     paged: dict[int, str] = field(default_factory=dict)
     lead: int = 0
     recent: int = 0
+    values: np.ndarray | None = None
+    overrides: dict[int, Form] = field(default_factory=dict)
 
     def note(self, lines: Sequence[str]) -> tuple[dict[str, Any], int]:
         """A system note holding ``lines`` and its tokens."""
@@ -97,7 +101,7 @@ class BuildView:
         tier = TIERS[self.codes[i]]
         if tier == Tier.VERBATIM:
             return e.msg.to_openai(), e.tokens
-        form = self.forms.get(e, tier)
+        form = self.overrides.get(i) or self.forms.get(e, tier)
         return e.msg.to_openai(content=form.text), form.tokens
 
 
@@ -187,7 +191,7 @@ def sort_sections(sections: Sequence[Section]) -> list[Section]:
 
 
 def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Policy, budget: int,
-              query: str | None, plan: PageInPlan) -> BuildView:
+              query: str | None, plan: PageInPlan, values: np.ndarray | None = None) -> BuildView:
     """The :class:`BuildView` of one build: tier codes with the page-in plan applied, and which stubs
     are shown and which collapse."""
     n = len(history)
@@ -197,7 +201,7 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
         codes[i] = ARCHIVED
         stubs[i] = forms.get(history.entries[i], Tier.ARCHIVED).tokens
     for i in plan.shown:
-        codes[i] = 0
+        codes[i] = CODE[Tier.COMPRESSED if i in plan.texts else plan.forms.get(i, Tier.VERBATIM)]
     arch = np.flatnonzero(codes == ARCHIVED)
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), stub_cap(policy, budget), side="right")) if len(arch) else 0
     lead = 0
@@ -206,7 +210,7 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))
     return BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
-                     paged=dict(plan.shown), lead=lead, recent=recent)
+                     paged=dict(plan.shown), lead=lead, recent=recent, values=values, overrides=dict(plan.texts))
 
 
 def assemble(view: BuildView, sections: Sequence[Section], values: ValueModel, vals: np.ndarray, rel: np.ndarray,
@@ -246,7 +250,7 @@ class _Snapshot:
             if v.codes[i] == ARCHIVED:
                 after = int(v.stubs[i]) if i in shown else 0
             else:
-                after = v.forms.get(e, tier).tokens
+                after = (v.overrides.get(i) or v.forms.get(e, tier)).tokens
             paged = i in v.paged
             out.append(Decision(
                 id=e.msg.id or "", turn=i, role=e.msg.role, category=e.category, value=float(self.vals[i]), tier=tier,

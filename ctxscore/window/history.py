@@ -13,6 +13,8 @@ is O(1) per build.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,14 @@ ARCHIVED = CODE[Tier.ARCHIVED]
 
 #: Category strength, for the category of a unit (its strongest member).
 CATEGORY_RANK = {Category.FAILURE: 0, Category.REASONING: 1, Category.KEY_STATE: 2, Category.INSTRUCTION: 3}
+
+
+class Pin(StrEnum):
+    """Why an entry is pinned (never compressed or archived)."""
+
+    SYSTEM = "system"  #: a system message
+    INSTRUCTION = "instruction"  #: an instruction of the active task (unpinned when the task ends)
+    CORRECTION = "correction"  #: a user correction of a requirement
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +62,19 @@ class Entry:
         entities: entities of its scan text (head and tail of long texts).
         unit: index of the first entry of its unit.
         turn_no: number of the conversational turn it belongs to (0 before the first user message).
-        pinned: never compressed or archived.
+        pinned: never compressed or archived (``pin`` says why).
+        task: number of the task it belongs to (a new task starts at a detected task boundary).
+        constraints: its hard-constraint sentences: kept byte-exact in every compressed form, and the
+            entry is never archived.
+        pin: why it is pinned, or ``None``.
+        date_from: index of the message whose date governs this one (a session's date marker), or ``None``.
         static: value factors that do not change with time (base, density ...), for explanations.
         confirmed: the user confirmed it right after.
         tier: its current tier.
         cur_tokens: tokens in the current tier (stub tokens when archived).
         forms: cached forms per tier.
         no_compress: compression fell back to verbatim; do not retry.
+        blocks: the semantic blocks of a long message, once computed.
     """
 
     msg: Message
@@ -69,17 +85,29 @@ class Entry:
     unit: int
     turn_no: int
     pinned: bool
+    task: int = 0
+    constraints: tuple[str, ...] = ()
+    pin: Pin | None = None
+    date_from: int | None = None
     static: dict[str, float] = field(default_factory=dict)
     confirmed: bool = False
     tier: Tier = Tier.VERBATIM
     cur_tokens: int = 0
     forms: dict[Tier, Form] = field(default_factory=dict)
     no_compress: bool = False
+    blocks: list[Any] | None = None
 
     @property
     def category(self) -> str:
         """The predicted category."""
         return self.pred.category
+
+    @property
+    def tier_category(self) -> str:
+        """The category the tier policy treats it as: an instruction of a finished task is a goal
+        record, summarised like ``key_state`` and competing by value."""
+        c = self.pred.category
+        return Category.KEY_STATE if c == Category.INSTRUCTION and not self.pinned else c
 
 
 class _Grow:
@@ -108,6 +136,11 @@ class History:
         self.units: dict[int, list[int]] = {}
         self.call_owner: dict[str, int] = {}  # tool_call_id -> index of the assistant message
         self.turn_no = 0
+        self.task_no = 0
+        self.today: date | None = None  # the session's date, when a message gave one
+        self.date_source: int | None = None  # index of the message that gave it
+        self.task_starts: list[int] = [0]  # index of the first entry of each task
+        self.active_pins: list[int] = []  # entries pinned as instructions of the active task
         self.total_tokens = 0
         self.pinned_tokens = 0
         self.msg_tokens = 0
@@ -128,15 +161,32 @@ class History:
             return self.entries[self.call_owner[msg.tool_call_id]].unit
         return None
 
+    def start_task(self) -> list[int]:
+        """Begin a new task at the next entry: the previous task's instructions are unpinned (they
+        become goal records that compete by value); returns their indices."""
+        done = self.active_pins
+        for i in done:
+            e = self.entries[i]
+            e.pinned, e.pin = False, None
+            self.pinned_tokens -= e.tokens
+        self.active_pins = []
+        self.task_no += 1
+        self.task_starts.append(len(self.entries))
+        return done
+
     def append(self, msg: Message, text: str, tokens: int, pred: Prediction, entities: tuple[str, ...],
-               pinned: bool) -> Entry:
+               pin: Pin | None, constraints: tuple[str, ...] = ()) -> Entry:
         """Add the entry of a new message (its ``turn`` is its index) and return it."""
         idx = len(self.entries)
         unit = self.unit_of(msg)
         if msg.role == Role.USER:
             self.turn_no += 1
+        pinned = pin is not None
         e = Entry(msg=msg, text=text, tokens=tokens, pred=pred, entities=entities,
-                  unit=idx if unit is None else unit, turn_no=self.turn_no, pinned=pinned, cur_tokens=tokens)
+                  unit=idx if unit is None else unit, turn_no=self.turn_no, pinned=pinned, task=self.task_no,
+                  constraints=constraints, pin=pin, date_from=self.date_source, cur_tokens=tokens)
+        if pin == Pin.INSTRUCTION:
+            self.active_pins.append(idx)
         self.entries.append(e)
         self.ids[msg.id] = idx  # type: ignore[index]
         self.units.setdefault(e.unit, []).append(idx)
@@ -188,8 +238,12 @@ class History:
         }
 
     def unit_category(self, members: list[int]) -> str:
-        """The strongest category among a unit's members."""
-        return max((self.entries[i].category for i in members), key=lambda c: CATEGORY_RANK[Category(c)])
+        """The strongest tier category among a unit's members (:attr:`Entry.tier_category`)."""
+        return max((self.entries[i].tier_category for i in members), key=lambda c: CATEGORY_RANK[Category(c)])
+
+    def archivable(self, members: list[int]) -> bool:
+        """A unit may be archived unless a member holds a hard constraint (it is only compressed)."""
+        return not any(self.entries[i].constraints for i in members)
 
     def codes(self) -> np.ndarray:
         """A copy of the tier codes of every entry, shape (n,)."""

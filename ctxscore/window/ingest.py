@@ -8,13 +8,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ConfigError, InputError
+from ..memory.facts import FactContext, extract_facts, session_date
 from ..messages import CATEGORIES, Category, Message, Role
 from ..scoring.base import Prediction, Scorer
-from ..scoring.rules import RuleClassifier, extract_entities, scan_text
+from ..scoring.rules import RuleClassifier, extract_entities, hard_constraints, scan_text, typed_entity_spans
 from ..store.base import NewRecord, StoredMessage
 from ..tokens import TokenCounter
 from .history import History
-from .tiers import is_pinned
+from .tasks import starts_task
+from .tiers import pin_reason
 from .value import ValueModel
 
 #: The start (characters) of each of the previous messages indexed as the search context of a
@@ -22,6 +24,8 @@ from .value import ValueModel
 CONTEXT_CHARS = 200
 #: ... and how many previous messages.
 CONTEXT_MESSAGES = 3
+#: At most this many of a message's facts are indexed with it.
+CONTEXT_FACTS = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +91,19 @@ def score(scorer: Scorer, rules: RuleClassifier, msgs: Sequence[Message], start:
     return [Scored(m, p, e) for m, p, e in zip(msgs, preds, ents, strict=True)]
 
 
-def record(s: Scored, history: History) -> NewRecord:
-    """The store record of a scored message (its context: the start of the previous messages)."""
+def record(s: Scored, history: History, rules: RuleClassifier) -> NewRecord:
+    """The store record of a scored message. Its index context (searched with a lower weight than the
+    text): the start of the previous messages (the question it answers), its facts named by their
+    slots (``pickup time 17:00``) and the session's date when one is known."""
     p = s.pred
-    context = "\n".join(e.text[:CONTEXT_CHARS] for e in history.entries[-CONTEXT_MESSAGES:])
-    return NewRecord(message=replace(s.msg, turn=None), text=s.msg.text(),
+    cfg = rules.config
+    msg = replace(s.msg, turn=None)
+    today = session_date(msg) or history.today
+    facts = extract_facts(msg, history.task_no, FactContext(cfg, today=today, spans=lambda t: typed_entity_spans(t, cfg)))
+    context = "\n".join([*(e.text[:CONTEXT_CHARS] for e in history.entries[-CONTEXT_MESSAGES:]),
+                         "; ".join(f"{f.slot} {f.value}" for f in facts[:CONTEXT_FACTS]),
+                         f"date {today.isoformat()}" if today else ""]).strip()
+    return NewRecord(message=msg, text=s.msg.text(),
                      prediction={"category": p.category, "probs": p.probs, "value": p.value, "source": p.source,
                                  "signals": p.signals},
                      embedding=p.embedding, context=context)
@@ -111,7 +123,14 @@ def append(history: History, values: ValueModel, rules: RuleClassifier, counter:
         raise InputError(f"message {msg.id!r} has turn {msg.turn}, but the history has {len(history)} messages")
     if entities is None:
         entities = tuple(extract_entities(scan_text(msg.text()), rules.config))
-    pinned = is_pinned(msg, pred, entities, rules.config)
-    history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pinned)
+    cfg = rules.config
+    if starts_task(history, msg, cfg):
+        history.start_task()
+    day = session_date(msg)
+    if day is not None:  # the date this message gives governs the messages after it
+        history.today, history.date_source = day, len(history)
+    constraints = hard_constraints(msg.content, cfg) if msg.role in (Role.USER, Role.SYSTEM) and len(msg.content) <= 4000 else ()
+    history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pin_reason(msg, pred, entities, cfg),
+                   constraints)
     confirms = msg.role == Role.USER and rules.config.keyword_regexes["confirmation"].search(msg.content) is not None
     values.added(history, len(history) - 1, confirms)

@@ -65,7 +65,8 @@ class ContextManager:
         counter: token counter (default: ``TokenCounter(encoding)``).
         sections: extra window sections, placed by their ``position``.
         hooks: post-build hooks, called in order with each window and its build view.
-        layers: :class:`~ctxscore.window.layers.Layer` s (fact ledger, profile, verifier ...).
+        layers: :class:`~ctxscore.window.layers.Layer` s: the fact ledger
+            (:class:`~ctxscore.memory.ledger.FactLedger`), a user profile, a verifier ...
 
     Raises:
         ConfigError: bad budget, session id, policy, rule file, scorer or store argument.

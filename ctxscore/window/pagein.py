@@ -1,26 +1,30 @@
 """Page-in: which archived or compressed messages come back verbatim for the current query.
 
-The planner takes the query's search hits (best first) and shows up to ``page_in_k`` units verbatim
-for this build only. When a hit does not fit within ``page_in_limit`` of the budget, the
-lowest-value evictable units (not pinned, not recent) are shown as stubs for this build to make
-room: the best hit may displace anything evictable, later hits only units worth less than
-themselves. Tiers do not change: the next build without a query is the same as before.
+The planner takes the query's search hits (best first), drops those below the relevance floor (no
+query term in them and an embedding similarity under ``page_in_floor``), and shows up to
+``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
+answer replies to, the answer a question got) and by the message that gave its date (a session's
+date marker) when they fit. When a hit does not fit within
+``page_in_limit`` of the budget, the lowest-value evictable units (not pinned, not recent) are
+shown as stubs for this build to make room: the best hit may displace anything evictable, later
+hits only units worth less than themselves; when even that is not enough, the best hit's unit is
+shown in its structured form. Tiers do not change: the next build without a query is the same.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..config import Policy
-from ..messages import Tier
+from ..messages import Role, Tier
 from ..store.base import Store
 from ..store.retrieval import Hit
-from .history import History
+from .history import Form, History
 from .tiers import Forms
 
 log = logging.getLogger("ctxscore")
@@ -37,15 +41,20 @@ class PageInPlan:
     """What one build pages in.
 
     Attributes:
-        shown: entry index -> id of the hit it is shown verbatim for (a unit's members share it),
-            in the order the hits ranked.
+        shown: entry index -> id of the hit it is shown for (a unit's members share it), in the order
+            the hits ranked.
         evicted: entries shown as stubs for this build to make room.
         unplaced: hits that had no room even after eviction (ids, best first).
+        forms: entries of ``shown`` that are shown in a compressed tier rather than verbatim (the
+            best hit's unit did not fit verbatim), entry index -> tier.
+        texts: long entries of ``shown`` shown as the blocks the query names, entry index -> form.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
     evicted: frozenset[int] = frozenset()
     unplaced: tuple[str, ...] = ()
+    forms: dict[int, Tier] = field(default_factory=dict)
+    texts: dict[int, Form] = field(default_factory=dict)
 
     def without_last(self) -> PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay)."""
@@ -53,11 +62,13 @@ class PageInPlan:
         if not order:
             return self
         drop = order[-1]
-        return PageInPlan({i: h for i, h in self.shown.items() if h != drop}, self.evicted, (*self.unplaced, drop))
+        shown = {i: h for i, h in self.shown.items() if h != drop}
+        return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown},
+                          {i: f for i, f in self.texts.items() if i in shown})
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
-                 budget: int, occupancy: int) -> PageInPlan:
+                 budget: int, occupancy: int, terms: Sequence[str] = ()) -> PageInPlan:
     """Plan the page-in of one build (see the module docstring).
 
     Args:
@@ -68,55 +79,157 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         policy: ``page_in_k``, ``page_in_limit`` and ``recent_turns``.
         budget: the token budget of this build.
         occupancy: the window's estimated tokens before page-in.
+        terms: the query's terms (a long message that does not fit is shown as the blocks holding them).
     """
-    entries, ids = history.entries, history.ids
-    limit = policy.page_in_limit * budget
-    cands = [h for h in hits if h.id in ids and entries[ids[h.id]].tier != Tier.VERBATIM]
-    cands = cands[: policy.page_in_k * CANDIDATES_PER_SLOT]
-    shown: dict[int, str] = {}
-    unplaced: list[str] = []
-    occ = occupancy
-    evicted: set[int] = set()
-    units_done: set[int] = set()
-    evictable: dict[int, list[int]] | None = None  # computed once, when room is first needed
+    hits = [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)]
+    return _Planner(history, values, forms, policy, budget, occupancy, terms).plan(hits)
 
-    def unit_value(members: list[int]) -> float:
-        return float(max(values[i] for i in members))
 
-    for h in cands:
-        if len(units_done) >= policy.page_in_k:
-            break
-        hit = ids[h.id]
-        u = entries[hit].unit
-        if u in units_done:
-            continue
-        members = history.units[u]
-        delta = sum(entries[i].tokens - entries[i].cur_tokens for i in members)
-        if occ + delta > limit:
-            if evictable is None:
-                evictable = history.eligible_units(policy.recent_turns)
-            room = sorted(
-                (m for uu, m in evictable.items()
-                 if uu != u and uu not in units_done and not evicted.intersection(m)
-                 and any(entries[i].tier != Tier.ARCHIVED for i in m)),
-                key=unit_value,
-            )
-            for m in room:
-                if occ + delta <= limit:
-                    break
-                if units_done and unit_value(m) >= values[hit]:
-                    break  # later hits displace only units worth less than themselves
-                occ -= sum(entries[i].cur_tokens - forms.get(entries[i], Tier.ARCHIVED).tokens
-                           for i in m if entries[i].tier != Tier.ARCHIVED)
-                evicted.update(m)
-            if occ + delta > limit:
-                unplaced.append(h.id)
-                continue
+class _Planner:
+    """The state of one page-in plan (see :func:`plan_page_in`)."""
+
+    def __init__(self, history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
+                 occupancy: int, terms: Sequence[str]) -> None:
+        self.h, self.values, self.forms, self.policy, self.terms = history, values, forms, policy, terms
+        self.limit = policy.page_in_limit * budget
+        self.occ = occupancy
+        self.shown: dict[int, str] = {}
+        self.tiers: dict[int, Tier] = {}
+        self.texts: dict[int, Form] = {}
+        self.unplaced: list[str] = []
+        self.evicted: set[int] = set()
+        self.done: set[int] = set()
+        self._evictable: dict[int, list[int]] | None = None  # computed once, when room is first needed
+
+    def unit_value(self, members: list[int]) -> float:
+        return float(max(self.values[i] for i in members))
+
+    def delta(self, members: list[int]) -> int:
+        """Tokens added by showing ``members`` verbatim."""
+        return sum(self.h.entries[i].tokens - self.h.entries[i].cur_tokens for i in members)
+
+    def plan(self, hits: list[Hit]) -> PageInPlan:
+        entries, ids = self.h.entries, self.h.ids
+        cands = [h for h in hits if h.id in ids and entries[ids[h.id]].tier != Tier.VERBATIM]
+        for h in cands[: self.policy.page_in_k * CANDIDATES_PER_SLOT]:
+            if len(self.done) >= self.policy.page_in_k:
+                break
+            hit = ids[h.id]
+            if entries[hit].unit not in self.done:
+                self.place(h.id, hit)
+        return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
+                          unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts)
+
+    def place(self, hid: str, hit: int) -> None:
+        """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit), then its neighbours."""
+        u = self.h.entries[hit].unit
+        members = self.h.units[u]
+        delta = self.delta(members)
+        tiers: dict[int, Tier] = {}
+        texts: dict[int, Form] = {}
+        if self.occ + delta > self.limit:
+            self.make_room(u, delta, hit)
+            if self.occ + delta > self.limit:  # long members: only the blocks the query names
+                delta, texts = _query_blocks(members, self.forms, self.h, self.terms, self.limit - self.occ, delta)
+            if self.occ + delta > self.limit and not self.done:  # the best hit: its structured form rather than nothing
+                texts = {}
+                delta, tiers = _structured(members, hit, self.forms, self.h, self.occ, self.limit, self.delta(members))
+            if self.occ + delta > self.limit:
+                self.unplaced.append(hid)
+                return
         for i in members:
-            shown[i] = h.id
-        occ += delta
-        units_done.add(u)
-    return PageInPlan(shown=shown, evicted=frozenset(evicted - set(shown)), unplaced=tuple(unplaced))
+            self.shown[i] = hid
+        self.tiers.update(tiers)
+        self.texts.update(texts)
+        self.occ += delta
+        self.done.add(u)
+        for nb in (_neighbour(self.h, hit), _date_source(self.h, hit)):
+            if nb is not None and nb not in self.done:
+                extra = sum(self.h.entries[i].tokens - self.h.entries[i].cur_tokens for i in self.h.units[nb]
+                            if i not in self.shown)
+                if self.occ + extra <= self.limit:
+                    for i in self.h.units[nb]:
+                        self.shown.setdefault(i, hid)
+                    self.occ += extra
+
+    def make_room(self, u: int, delta: int, hit: int) -> None:
+        """Show the lowest-value evictable units as stubs until ``delta`` tokens fit: the best hit may
+        displace anything evictable, later hits only units worth less than themselves."""
+        entries = self.h.entries
+        if self._evictable is None:
+            self._evictable = self.h.eligible_units(self.policy.recent_turns)
+        room = sorted(
+            (m for uu, m in self._evictable.items()
+             if uu != u and uu not in self.done and not self.evicted.intersection(m) and self.h.archivable(m)
+             and any(entries[i].tier != Tier.ARCHIVED for i in m)),
+            key=self.unit_value,
+        )
+        for m in room:
+            if self.occ + delta <= self.limit:
+                break
+            if self.done and self.unit_value(m) >= self.values[hit]:
+                break
+            self.occ -= sum(entries[i].cur_tokens - self.forms.get(entries[i], Tier.ARCHIVED).tokens
+                            for i in m if entries[i].tier != Tier.ARCHIVED)
+            self.evicted.update(m)
+
+
+def _neighbour(history: History, i: int) -> int | None:
+    """The unit of the message that pairs with entry ``i`` as question and answer (the user message an
+    assistant reply answers, or the assistant reply to a user message), when it is not verbatim."""
+    entries = history.entries
+    role = entries[i].msg.role
+    j = entries[i].unit - 1 if role == Role.ASSISTANT else (i + 1 if role == Role.USER else None)
+    if j is None or not 0 <= j < len(entries):
+        return None
+    e = entries[j]
+    want = Role.USER if role == Role.ASSISTANT else Role.ASSISTANT
+    if e.msg.role != want or all(entries[k].tier == Tier.VERBATIM for k in history.units[e.unit]):
+        return None
+    return e.unit
+
+
+def _query_blocks(members: list[int], forms: Forms, history: History, terms: Sequence[str], room: float,
+                  delta: int) -> tuple[int, dict[int, Form]]:
+    """The unit with its long members shown as the blocks holding the query's terms: ``(tokens added,
+    forms)``, or the verbatim figures when no member is long or no block matches."""
+    entries = history.entries
+    texts: dict[int, Form] = {}
+    d = 0
+    for i in members:
+        e = entries[i]
+        f = forms.query_form(e, list(terms), int(room) - d) if e.tokens > room / 2 else None
+        if f is not None and f.tokens < e.tokens:
+            texts[i] = f
+            d += f.tokens - e.cur_tokens
+        else:
+            d += e.tokens - e.cur_tokens
+    return (d, texts) if texts else (delta, {})
+
+
+def _date_source(history: History, i: int) -> int | None:
+    """The unit of the message whose date marker governs entry ``i`` ("[8 May 2023] ..."), when it is
+    not verbatim: a page-in then carries the date the hit happened on."""
+    j = history.entries[i].date_from
+    if j is None or j == i:
+        return None
+    u = history.entries[j].unit
+    return None if all(history.entries[k].tier == Tier.VERBATIM for k in history.units[u]) else u
+
+
+def _structured(members: list[int], hit: int, forms: Forms, history: History, occ: int, limit: float,
+                delta: int) -> tuple[int, dict[int, Tier]]:
+    """The cheapest way to show a unit that does not fit verbatim: the hit verbatim and the other
+    members structured, else every member structured; ``(tokens added, tiers)`` of the first that
+    fits, else the verbatim figures."""
+    entries = history.entries
+    for keep in (hit, None):
+        tiers = {i: forms.reached(entries[i], Tier.STRUCTURED) for i in members if i != keep}
+        d = sum((forms.get(entries[i], tiers[i]).tokens if i in tiers else entries[i].tokens) - entries[i].cur_tokens
+                for i in members)
+        if occ + d <= limit:
+            return d, {i: t for i, t in tiers.items() if t != Tier.VERBATIM}
+    return delta, {}
 
 
 def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> list[Hit]:

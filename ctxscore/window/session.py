@@ -19,7 +19,7 @@ from ..messages import Message, Tier
 from ..scoring.base import Scorer
 from ..scoring.rules import RuleClassifier
 from ..store.base import Store
-from ..store.retrieval import Hit
+from ..store.retrieval import Hit, query_terms
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
 from .assemble import PostBuildHook, Section, assemble, make_view
@@ -79,7 +79,7 @@ class SessionState:
     def add(self, msgs: list[Message]) -> list[Message]:
         """Score, store (one transaction) and append validated messages; returns them stored."""
         scored = ingest.score(self.scorer, self.rules, msgs, len(self.history))
-        rows = self.store.add(self.session_id, [ingest.record(s, self.history) for s in scored])
+        rows = self.store.add(self.session_id, [ingest.record(s, self.history, self.rules) for s in scored])
         if rows[0].turn != len(self.history):  # another writer appended in between: read its messages first
             self.catch_up()
             return [self.history.entries[r.turn].msg for r in rows]
@@ -100,7 +100,7 @@ class SessionState:
         pol, h = self.policy, self.history
         relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
         vals, rel = self.values.values(h, relevance)
-        reserved = self._reserved(query, B)
+        reserved = self._reserved(query, B, vals)
         occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
         changed: list[int] = []
         if occ >= pol.t_compact * B:
@@ -114,13 +114,15 @@ class SessionState:
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
         occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
-        plan = plan_page_in(hits, h, vals, self.forms, pol, B, occ) if hits else PageInPlan()
+        plan = plan_page_in(hits, h, vals, self.forms, pol, B, occ, _terms(query)) if hits else PageInPlan()
         window = self._assemble(query, B, plan, vals, rel, warns)
-        if (not plan.shown and not plan.evicted and window.tokens >= pol.t_archive * B and not changed
+        if (not plan.shown and not plan.evicted and window.tokens >= pol.t_archive * B
                 and self.stuck != (len(h), B)):
-            # the occupancy estimate (stub notes) was under the high-water mark but the assembled window is not
-            changed += self._compact(vals, B, reserved)
-            if changed:
+            # the estimate (stub notes; layer sections grow as messages are compacted) was under the
+            # high-water mark but the assembled window is not: compact again on the exact figures
+            more = self._compact(vals, B, self._reserved(query, B, vals))
+            if more:
+                changed += more
                 window = self._assemble(query, B, plan, vals, rel, warns)
         self._save_tiers(changed, warns)
         if (plan.shown or plan.evicted) and window.tokens > pol.page_in_limit * B:
@@ -133,11 +135,11 @@ class SessionState:
             layer.after_build(window, self.view)
         return window
 
-    def _reserved(self, query: str | None, B: int) -> int:
+    def _reserved(self, query: str | None, B: int, vals: np.ndarray) -> int:
         """Tokens of the layers' sections (they count like pinned content)."""
         if not self.layer_sections:
             return 0
-        view = make_view(self.history, self.forms, self.counter, self.policy, B, query, PageInPlan())
+        view = make_view(self.history, self.forms, self.counter, self.policy, B, query, PageInPlan(), vals)
         return sum(s.render(view)[1] for s in self.layer_sections)
 
     def _compact(self, vals: np.ndarray, B: int, reserved: int) -> list[int]:
@@ -163,8 +165,16 @@ class SessionState:
 
     def _assemble(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
                   warns: list[WindowWarning]) -> ContextWindow:
-        view = self.view = make_view(self.history, self.forms, self.counter, self.policy, B, query, plan)
+        view = self.view = make_view(self.history, self.forms, self.counter, self.policy, B, query, plan, vals)
         window = assemble(view, self.sections, self.values, vals, rel, warns)
         for hook in self.hooks:
             hook(window, view)
         return window
+
+
+def _terms(query: str | None) -> list[str]:
+    """The words of a query that page-in looks for inside long messages."""
+    if not query:
+        return []
+    fts, short = query_terms(query)
+    return [*fts, *short]

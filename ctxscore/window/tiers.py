@@ -26,13 +26,15 @@ from typing import Any
 import numpy as np
 
 from ..compress.base import Compressor, compress_verified
+from ..compress.blocks import BLOCK_MIN_CHARS, Block, blocked_form, key_blocks, query_blocks, split_blocks
 from ..compress.extractive import archive_stub
+from ..compress.verify import key_spans
 from ..config import Policy
 from ..messages import Category, Message, Role, Tier
 from ..scoring.base import Prediction
 from ..scoring.rules import RuleConfig
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
-from .history import Entry, Form, History
+from .history import Entry, Form, History, Pin
 from .result import WarningKind, WindowWarning
 
 #: Allowance for the line that collapses the oldest stubs, in tokens (occupancy estimate).
@@ -41,15 +43,18 @@ COLLAPSED_LINE_TOKENS = 40
 CORRECTION_MAX_CHARS = 400
 
 
-def is_pinned(msg: Message, pred: Prediction, entities: tuple[str, ...], config: RuleConfig) -> bool:
-    """Pinned messages are never compressed or archived: system messages, instructions, and user
-    corrections (a short user message with a value and a ``correction`` keyword of the rule file:
-    it restates a requirement, so the new value is never archived while the old request stays)."""
-    if msg.role == Role.SYSTEM or pred.category == Category.INSTRUCTION:
-        return True
+def pin_reason(msg: Message, pred: Prediction, entities: tuple[str, ...], config: RuleConfig) -> Pin | None:
+    """Why a new message is pinned, or ``None``: system messages; instructions (of the active task:
+    :meth:`History.start_task` unpins them when the task ends); user corrections (a short user
+    message with a value and a ``correction`` keyword of the rule file: it restates a requirement, so
+    the new value is never archived while the old request stays)."""
+    if msg.role == Role.SYSTEM:
+        return Pin.SYSTEM
+    if pred.category == Category.INSTRUCTION:
+        return Pin.INSTRUCTION
     if msg.role != Role.USER or not entities or len(msg.content) > CORRECTION_MAX_CHARS or "correction" not in config.keywords:
-        return False
-    return config.keyword_counts(msg.content).get("correction", 0) > 0
+        return None
+    return Pin.CORRECTION if config.keyword_counts(msg.content).get("correction", 0) > 0 else None
 
 
 class Forms:
@@ -70,24 +75,75 @@ class Forms:
 
     def get(self, e: Entry, tier: Tier) -> Form:
         """The form of ``e`` in ``tier`` (compression may fall back to a gentler tier; see
-        :func:`ctxscore.compress.base.compress_verified`). Messages with media parts, empty ones and
-        ones above ``max_compress_chars`` are never compressed."""
+        :func:`ctxscore.compress.base.compress_verified`). Messages with media parts and empty ones
+        are never compressed; a message longer than :data:`~ctxscore.compress.blocks.BLOCK_MIN_CHARS`
+        characters is compacted block by block (its head, errors, key blocks and tail kept
+        byte-exact, the other blocks archived in place), unless its verified structured summary
+        (up to ``max_compress_chars``) is at most half as long."""
         if tier == Tier.VERBATIM:
             return Form(e.msg.content, e.tokens, Tier.VERBATIM)
         got = e.forms.get(tier)
         if got is None:
+            content = e.msg.content
             if tier == Tier.ARCHIVED:
                 stub = archive_stub(e.msg.id or "", e.text)
                 got = Form(stub, self.counter.count(stub) + 1, Tier.ARCHIVED)
-            elif not e.msg.content.strip() or len(e.msg.content) > self.max_compress_chars or e.msg.has_media:
-                got = Form(e.msg.content, e.tokens, Tier.VERBATIM)
+            elif not content.strip() or e.msg.has_media:
+                got = Form(content, e.tokens, Tier.VERBATIM)
             else:
-                res = compress_verified(self.compressor, e.msg.content, tier, config=self.config)
-                got = Form(res.text, self.counter.count_message(e.msg, content=res.text), res.tier)
-                if res.pending:  # an asynchronous compressor has no form yet: verbatim now, ask again later
-                    return Form(e.msg.content, e.tokens, Tier.VERBATIM, pending=True)
+                got = None
+                if len(content) <= self.max_compress_chars:
+                    got = self._compressed(e, tier)
+                    if got is None:
+                        return Form(content, e.tokens, Tier.VERBATIM, pending=True)
+                if len(content) > BLOCK_MIN_CHARS and (got is None or got.tier == Tier.VERBATIM
+                                                       or len(got.text) * 2 > len(content)):
+                    got = self._blocked(e)
+                got = got or Form(content, e.tokens, Tier.VERBATIM)
             e.forms[tier] = got
         return got
+
+    def _compressed(self, e: Entry, tier: Tier) -> Form | None:
+        """The verified form of a message's text for ``tier`` (``None`` while an async compressor works)."""
+        spans = [*key_spans(e.msg.content, self.config), *e.constraints] if e.constraints else None
+        res = compress_verified(self.compressor, e.msg.content, tier, spans=spans, config=self.config)
+        if res.pending:  # an asynchronous compressor has no form yet: verbatim now, ask again later
+            return None
+        return Form(res.text, self.counter.count_message(e.msg, content=res.text), res.tier)
+
+    def blocks(self, e: Entry) -> list[Block]:
+        """The semantic blocks of a long message (computed once)."""
+        if e.blocks is None:
+            e.blocks = split_blocks(e.msg.content)
+        return e.blocks
+
+    def _blocked(self, e: Entry) -> Form:
+        """A long message with its key blocks kept and the others archived in place (see :mod:`ctxscore.compress.blocks`)."""
+        content = e.msg.content
+        blocks = self.blocks(e)
+        if len(blocks) < 3:
+            return Form(content, e.tokens, Tier.VERBATIM)
+        text = blocked_form(content, blocks, key_blocks(content, blocks, config=self.config), e.msg.id or "")
+        return Form(text, self.counter.count_message(e.msg, content=text), Tier.COMPRESSED)
+
+    def query_form(self, e: Entry, terms: list[str], limit_tokens: int) -> Form | None:
+        """A long message shown for a query: its first block and the blocks holding the query's terms,
+        within about ``limit_tokens`` tokens; ``None`` for a short message or when no block matches."""
+        content = e.msg.content
+        if len(content) <= BLOCK_MIN_CHARS or e.msg.has_media or not terms:
+            return None
+        blocks = self.blocks(e)
+        chars = max(0, limit_tokens) * 3.0  # a first guess of characters per token, corrected below
+        for _ in range(3):
+            keep = query_blocks(content, blocks, terms, limit_chars=int(chars))
+            if len(keep) <= 1:
+                return None
+            text = blocked_form(content, blocks, keep, e.msg.id or "")
+            form = Form(text, self.counter.count_message(e.msg, content=text), Tier.COMPRESSED)
+            if form.tokens <= limit_tokens:
+                return form
+            chars *= 0.9 * limit_tokens / form.tokens
+        return None
 
     def reached(self, e: Entry, tier: Tier) -> Tier:
         """The tier ``e`` actually reaches when asked for ``tier``; marks it ``no_compress`` when
@@ -190,7 +246,7 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
         for members in units.values():
             for i in members:
                 e = h.entries[i]
-                if e.category == category and ov.tier(i) == Tier.VERBATIM and not e.no_compress:
+                if e.tier_category == category and ov.tier(i) == Tier.VERBATIM and not e.no_compress:
                     ov.set(i, tier)
 
     def stub(u: int) -> int:
@@ -211,7 +267,8 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
                 ov.set(i, Tier.ARCHIVED)
 
     def live() -> list[int]:
-        return [u for u, m in units.items() if any(ov.tier(i) != Tier.ARCHIVED for i in m)]
+        """Units that may still be archived (not all archived; no hard constraint)."""
+        return [u for u, m in units.items() if h.archivable(m) and any(ov.tier(i) != Tier.ARCHIVED for i in m)]
 
     if relaxed:
         compress_all(Category.REASONING, Tier.COMPRESSED)
@@ -264,9 +321,9 @@ def prepare_forms(history: History, forms: Forms, start: int, recent_turns: int)
     while i < len(entries) and entries[i].turn_no <= cutoff:
         e = entries[i]
         if not e.pinned:
-            if e.category == Category.REASONING:
+            if e.tier_category == Category.REASONING:
                 forms.get(e, Tier.COMPRESSED)
-            elif e.category == Category.KEY_STATE:
+            elif e.tier_category == Category.KEY_STATE:
                 forms.get(e, Tier.STRUCTURED)
         i += 1
     return i

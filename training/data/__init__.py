@@ -13,6 +13,8 @@ Formats are in ``docs/contracts.md``; sources, licences, label rules and counts 
 
 from __future__ import annotations
 
+from ..extra import require_train_extra
+from ..paths import CORPORA_ENV, CorporaMissingError, corpora_root, require_corpora
 from .build import (
     FEATURES,
     BuildConfig,
@@ -23,8 +25,9 @@ from .build import (
 )
 from .labels import importance_to_value, load_distilled
 from .locomo import load_locomo
-from .paths import CORPORA_ENV, CorporaMissingError, corpora_root, require_corpora
 from .splits import split_of
+
+require_train_extra("training", "training.data", ("datasets", "tqdm"))
 
 __all__ = [
     "CORPORA_ENV",

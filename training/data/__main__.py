@@ -14,10 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
+from ..paths import CorporaMissingError
 from .build import BuildConfig, build, load_manifest
 from .labels import accuracy_table_markdown
 from .locomo import LocomoFormatError, load_locomo
-from .paths import CorporaMissingError
 
 
 def _counts(text: str | None, base: dict[str, int]) -> dict[str, int]:

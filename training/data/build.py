@@ -32,11 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
+from ctxscore.io import iter_jsonl
 
-from . import chain as chain_mod
-from .labels import accuracy_table_markdown, importance_to_value, load_distilled, weak_label_accuracy
-from .paths import (
+from ..paths import (
     CORPORA_ENV,
     DEFAULT_BUNDLED,
     DEFAULT_OUT,
@@ -48,7 +46,9 @@ from .paths import (
     corpora_root,
     missing_message,
 )
-from .schema import Session
+from . import chain as chain_mod
+from .labels import accuracy_table_markdown, importance_to_value, load_distilled, weak_label_accuracy
+from .schema import CorpusSession
 from .sources import SOURCES, bundled
 from .splits import DEFAULT_FRACTIONS, SPLITS, assign_few, split_of, unit_hash
 
@@ -197,10 +197,10 @@ class _Bounded:
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self._heap: list[tuple[Any, int, Session]] = []
+        self._heap: list[tuple[Any, int, CorpusSession]] = []
         self._n = 0
 
-    def push(self, key: Any, item: Session) -> None:
+    def push(self, key: Any, item: CorpusSession) -> None:
         if self.cap <= 0:
             return
         self._n += 1
@@ -210,7 +210,7 @@ class _Bounded:
         elif key < self._heap[0][0].key:
             heapq.heapreplace(self._heap, entry)
 
-    def items(self) -> list[Session]:
+    def items(self) -> list[CorpusSession]:
         return [e[2] for e in sorted(self._heap, key=lambda e: e[0].key)]
 
 
@@ -227,7 +227,7 @@ class _Neg:
         return isinstance(other, _Neg) and other.key == self.key
 
 
-def _rows(session: Session, split: str, labels: dict[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def _rows(session: CorpusSession, split: str, labels: dict[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
     msgs = session["messages"]
     prev = ""
     for m in msgs:
@@ -249,7 +249,7 @@ def _rows(session: Session, split: str, labels: dict[str, dict[str, Any]]) -> It
         prev = m["text"]
 
 
-def _session_record(s: Session) -> dict[str, Any]:
+def _session_record(s: CorpusSession) -> dict[str, Any]:
     keep = ("id", "index", "role", "content", "name", "tool_calls", "tool_call_id", "text")
     return {
         "session_id": s["session_id"], "source": s["source"], "group": s["group"], "language": s["language"],
@@ -279,6 +279,212 @@ def _known_gaps(root: Path | None, present: list[str]) -> list[str]:
         if src not in present and not (root / d).is_dir():
             gaps.append(f"{src}: folder {root / d} absent; source skipped")
     return gaps
+
+
+def _progress(items: Iterable[Any], desc: str, enabled: bool, **kwargs: Any) -> Iterable[Any]:
+    """``items`` wrapped in a tqdm progress bar when ``enabled`` (tqdm is imported only then)."""
+    if not enabled:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, **kwargs)
+
+
+def _resolve_inputs(corpora: str | os.PathLike[str] | None, bpath: Path, require_corpora: bool,
+                    use_corpora: bool) -> Path | None:
+    """The corpora root to read, or ``None`` to build from the bundled set ``bpath`` alone.
+
+    Raises:
+        FileNotFoundError: a bundled-only build without a bundled set.
+        CorporaMissingError: the corpora are absent and (``require_corpora``, an explicit corpora
+            path / ``CTXSCORE_CORPORA``, or no bundled set to fall back to).
+    """
+    root = corpora_root(corpora)
+    if not use_corpora:
+        if not bpath.is_file():
+            raise FileNotFoundError(f"bundled-only build asked for, but there is no bundled set at {bpath}")
+        log.info("building from the bundled set alone (%s), corpora not used", bpath)
+        return None
+    if not corpora_present(root):
+        if require_corpora or corpora_explicit(corpora) or not bpath.is_file():
+            extra = "" if bpath.is_file() else f" No bundled set at {bpath} to fall back to either."
+            raise CorporaMissingError(missing_message(root) + extra)
+        log.warning("%s Building from the bundled set alone (%s).", missing_message(root), bpath)
+        return None
+    if not bpath.is_file():
+        log.warning("bundled set not found at %s; building from the corpora without it", bpath)
+    return root
+
+
+def _up_to_date(out_dir: Path, key: str) -> dict[str, Any] | None:
+    """The manifest of ``out_dir`` when it was built with ``key`` and every output is there, else ``None``."""
+    manifest_path = out_dir / "manifest.json"
+    if not manifest_path.is_file() or not all(p.exists() for p in _outputs(out_dir)):
+        return None
+    try:
+        old = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None
+    return old if old.get("build_key") == key else None
+
+
+@dataclass
+class _Collected:
+    """Sessions read from the sources, sorted into the dataset, weak-only samples and held-out pools.
+
+    Attributes:
+        dataset_sessions: sessions with a gold label (and every bundled session).
+        weak_heaps: per source, the weak-only sessions kept (the ``weak_caps`` smallest hashes).
+        pools: per (source, split) of dev/test, chaining material for the evaluation sessions.
+        loaded: sessions read per source.
+        present: sources read, in order.
+        split_assignments: per few-group source, group -> split.
+        label_hits: distilled labels matched by a loaded message.
+    """
+
+    cfg: BuildConfig
+    labels: dict[str, dict[str, Any]]
+    dataset_sessions: list[CorpusSession] = field(default_factory=list)
+    weak_heaps: dict[str, _Bounded] = field(default_factory=dict)
+    pools: dict[tuple[str, str], _Bounded] = field(default_factory=dict)
+    loaded: Counter[str] = field(default_factory=Counter)
+    present: list[str] = field(default_factory=list)
+    split_assignments: dict[str, dict[str, str]] = field(default_factory=dict)
+    label_hits: int = 0
+
+    def take(self, s: CorpusSession, split: str | None = None) -> None:
+        """File one session: its split (by group hash unless given), dataset or weak sample, pool."""
+        src = s["source"]
+        self.loaded[src] += 1
+        split = split or split_of(s["group"], self.cfg.fractions)
+        s["split"] = split
+        n_lab = sum(1 for m in s["messages"] if m["id"] in self.labels or m.get("gold"))
+        self.label_hits += n_lab if src != "bundled" else 0
+        if n_lab or src == "bundled":
+            self.dataset_sessions.append(s)
+        else:
+            heap = self.weak_heaps.setdefault(src, _Bounded(self.cfg.weak_caps.get(src, 0)))
+            heap.push(unit_hash(s["session_id"], "weak"), s)
+        if split in ("dev", "test"):
+            prio = (s.get("upstream_split") not in ("test", "bundled"), unit_hash(s["session_id"], "pool"))
+            self.pools.setdefault((src, split), _Bounded(self.cfg.pool_cap)).push(prio, s)
+
+    def take_few_groups(self, name: str, sessions: list[CorpusSession]) -> None:
+        """File the sessions of a source with few groups, split by :func:`assign_few`."""
+        assignment = assign_few([s["group"] for s in sessions], self.cfg.fractions)
+        self.split_assignments[name] = assignment
+        for s in sessions:
+            self.take(s, assignment[s["group"]])
+
+
+def _collect(root: Path | None, bpath: Path, cfg: BuildConfig, labels: dict[str, dict[str, Any]],
+             progress: bool) -> _Collected:
+    """Read every source (and the bundled set) into a :class:`_Collected`, dataset sessions sorted."""
+    got = _Collected(cfg, labels)
+    if root is not None:
+        for name, mod in SOURCES.items():
+            if cfg.sources is not None and name not in cfg.sources:
+                continue
+            if not (root / SOURCE_DIRS[name]).is_dir() or not mod.input_files(root):
+                log.warning("source %s: no input files under %s; skipped", name, root / SOURCE_DIRS[name])
+                continue
+            got.present.append(name)
+            it = _progress(mod.iter_sessions(root), f"load {name}", progress, unit=" sessions", mininterval=0.5)
+            if name in FEW_GROUP_SOURCES:
+                got.take_few_groups(name, list(it))
+                continue
+            for s in it:
+                got.take(s)
+    if bpath.is_file():
+        got.present.append("bundled")
+        got.take_few_groups("bundled", list(_progress(bundled.load_bundled(bpath), "load bundled", progress,
+                                                      unit=" sessions")))
+    if root is not None and got.label_hits != len(labels) and cfg.sources is None:
+        log.warning("%d of %d distilled labels matched a loaded message (missing files?)", got.label_hits, len(labels))
+    for heap in got.weak_heaps.values():
+        got.dataset_sessions.extend(heap.items())
+    order = {name: i for i, name in enumerate([*SOURCES, "bundled"])}
+    got.dataset_sessions.sort(key=lambda s: (order.get(s["source"], 99), s["session_id"]))
+    return got
+
+
+def _write_dataset(out_dir: Path, sessions: list[CorpusSession], labels: dict[str, dict[str, Any]],
+                   progress: bool) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], str]:
+    """Message rows of ``sessions`` saved as the ``dataset/`` DatasetDict (atomically replaced).
+
+    Returns:
+        ``(rows by split, gold rows for the weak-label accuracy, dataset fingerprint)``.
+    """
+    from datasets import Dataset, DatasetDict
+
+    by_split: dict[str, list[dict[str, Any]]] = {sp: [] for sp in SPLITS}
+    acc_rows: list[dict[str, Any]] = []
+    for s in _progress(sessions, "rows", progress, unit=" sessions", mininterval=0.5):
+        for r in _rows(s, s["split"], labels):
+            split = r.pop("_split")
+            by_split[split].append(r)
+            if r["label_source"] != "weak":
+                acc_rows.append({"source": r["source"], "category": r["category"], "weak_category": r["weak_category"],
+                                 "importance": r["importance"], "weak_importance": r["weak_importance"], "split": split,
+                                 "label_source": r["label_source"]})
+    features = _features()
+    dd = DatasetDict({sp: Dataset.from_list(by_split[sp], features=features) for sp in SPLITS})
+    fp = hashlib.sha256()
+    for sp in SPLITS:
+        for r in by_split[sp]:
+            fp.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode())
+    tmp_ds = out_dir / "dataset.tmp"
+    if tmp_ds.exists():
+        shutil.rmtree(tmp_ds)
+    dd.save_to_disk(str(tmp_ds))
+    if (out_dir / "dataset").exists():
+        shutil.rmtree(out_dir / "dataset")
+    os.replace(tmp_ds, out_dir / "dataset")
+    return by_split, acc_rows, fp.hexdigest()
+
+
+def _eval_file_info(split: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts of one evaluation-session file for the manifest (sessions, messages, facts, per source)."""
+    return {
+        "split": split,
+        "sessions": len(sessions),
+        "messages": sum(s["n_messages"] for s in sessions),
+        "key_facts": sum(len(s["key_facts"]) for s in sessions),
+        "superseded_facts": sum(1 for s in sessions for f in s["key_facts"] if "superseded" in f),
+        "per_source": {src: {"sessions": sum(1 for s in sessions if s["source"] == src),
+                             "messages": sum(s["n_messages"] for s in sessions if s["source"] == src),
+                             "key_facts": sum(len(s["key_facts"]) for s in sessions if s["source"] == src),
+                             "lengths": sorted(s["n_messages"] for s in sessions if s["source"] == src)}
+                       for src in sorted({s["source"] for s in sessions})},
+    }
+
+
+def _write_sessions(out_dir: Path, got: _Collected) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Write ``sessions.jsonl.gz`` and the evaluation-session files; returns ``(sha256 by output
+    file, manifest entry by evaluation file)``."""
+    cfg = got.cfg
+    outputs = {"sessions.jsonl.gz": _write_sessions_gz(out_dir / "sessions.jsonl.gz", got.dataset_sessions)}
+    eval_files: dict[str, dict[str, Any]] = {}
+    for split, fname, counts in (("test", "eval_sessions.jsonl", cfg.eval_counts), ("dev", "dev_sessions.jsonl", cfg.dev_counts)):
+        split_pools = {src: got.pools[(src, sp)].items() for src, sp in list(got.pools) if sp == split}
+        sessions = chain_mod.build_eval_sessions(split_pools, split, counts, seed=cfg.seed)
+        outputs[fname] = _write_jsonl(out_dir / fname, sessions)
+        eval_files[fname] = _eval_file_info(split, sessions)
+    return outputs, eval_files
+
+
+def _sources_info(got: _Collected, by_split: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per source read: provenance, licence, sessions loaded, dataset sessions / messages / labelled messages."""
+    info = {}
+    for src in got.present:
+        repo, lic = PROVENANCE[src]
+        rows = [r for sp in SPLITS for r in by_split[sp] if r["source"] == src]
+        info[src] = {
+            "upstream": repo, "licence": lic, "sessions_loaded": got.loaded[src],
+            "dataset_sessions": len({r["session_id"] for r in rows}), "dataset_messages": len(rows),
+            "labelled_messages": sum(1 for r in rows if r["label_source"] != "weak"),
+        }
+    return info
 
 
 def build(
@@ -312,160 +518,43 @@ def build(
     cfg = config or BuildConfig()
     out_dir = Path(out) if out is not None else DEFAULT_OUT
     bpath = Path(bundled_path) if bundled_path is not None else DEFAULT_BUNDLED
-    root: Path | None = corpora_root(corpora)
-    if not use_corpora:
-        if not bpath.is_file():
-            raise FileNotFoundError(f"bundled-only build asked for, but there is no bundled set at {bpath}")
-        log.info("building from the bundled set alone (%s), corpora not used", bpath)
-        root = None
-    elif not corpora_present(root):
-        if require_corpora or corpora_explicit(corpora) or not bpath.is_file():
-            extra = "" if bpath.is_file() else f" No bundled set at {bpath} to fall back to either."
-            raise CorporaMissingError(missing_message(root) + extra)
-        log.warning("%s Building from the bundled set alone (%s).", missing_message(root), bpath)
-        root = None
-    elif not bpath.is_file():
-        log.warning("bundled set not found at %s; building from the corpora without it", bpath)
-
-    files = input_files(root, bpath, cfg.sources)
-    hashes = {_rel(p, root): sha256_file(p) for p in files}
+    root = _resolve_inputs(corpora, bpath, require_corpora, use_corpora)
+    hashes = {_rel(p, root): sha256_file(p) for p in input_files(root, bpath, cfg.sources)}
     chash = code_hash()
     key = hashlib.sha256(json.dumps({"inputs": hashes, "code": chash, "config": cfg.key_dict()},
                                     sort_keys=True).encode()).hexdigest()
-    manifest_path = out_dir / "manifest.json"
-    if not force and manifest_path.is_file() and all(p.exists() for p in _outputs(out_dir)):
-        try:
-            old = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            old = {}
-        if old.get("build_key") == key:
-            log.info("data/processed is up to date (inputs, code and config match the manifest); "
-                     "nothing to do. Use --force to rebuild.")
-            old["skipped"] = True
-            return old
+    old = None if force else _up_to_date(out_dir, key)
+    if old is not None:
+        log.info("data/processed is up to date (inputs, code and config match the manifest); "
+                 "nothing to do. Use --force to rebuild.")
+        old["skipped"] = True
+        return old
 
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = load_distilled(root / "labels" / "distilled.jsonl") if root is not None else {}
-    dataset_sessions: list[Session] = []
-    weak_heaps: dict[str, _Bounded] = {}
-    pools: dict[tuple[str, str], _Bounded] = defaultdict(lambda: _Bounded(cfg.pool_cap))
-    loaded: Counter[str] = Counter()
-    present: list[str] = []
-    split_assignments: dict[str, dict[str, str]] = {}
-    label_hits = 0
-
-    def take(s: Session, split: str | None = None) -> None:
-        nonlocal label_hits
-        src = s["source"]
-        loaded[src] += 1
-        split = split or split_of(s["group"], cfg.fractions)
-        s["split"] = split
-        n_lab = sum(1 for m in s["messages"] if m["id"] in labels or m.get("gold"))
-        label_hits += n_lab if src != "bundled" else 0
-        if n_lab or src == "bundled":
-            dataset_sessions.append(s)
-        else:
-            weak_heaps.setdefault(src, _Bounded(cfg.weak_caps.get(src, 0))).push(unit_hash(s["session_id"], "weak"), s)
-        if split in ("dev", "test"):
-            prio = (s.get("upstream_split") not in ("test", "bundled"), unit_hash(s["session_id"], "pool"))
-            pools[(src, split)].push(prio, s)
-
-    if root is not None:
-        for name, mod in SOURCES.items():
-            if cfg.sources is not None and name not in cfg.sources:
-                continue
-            if not (root / SOURCE_DIRS[name]).is_dir() or not mod.input_files(root):
-                log.warning("source %s: no input files under %s; skipped", name, root / SOURCE_DIRS[name])
-                continue
-            present.append(name)
-            it = tqdm(mod.iter_sessions(root), desc=f"load {name}", unit=" sessions", disable=not progress,
-                      mininterval=0.5)
-            if name in FEW_GROUP_SOURCES:
-                sessions = list(it)
-                assignment = assign_few([s["group"] for s in sessions], cfg.fractions)
-                split_assignments[name] = assignment
-                for s in sessions:
-                    take(s, assignment[s["group"]])
-                continue
-            for s in it:
-                take(s)
-    if bpath.is_file():
-        present.append("bundled")
-        bundled_sessions = bundled.load_bundled(bpath)
-        assignment = assign_few([s["group"] for s in bundled_sessions], cfg.fractions)
-        split_assignments["bundled"] = assignment
-        for s in tqdm(bundled_sessions, desc="load bundled", unit=" sessions", disable=not progress):
-            take(s, assignment[s["group"]])
-    if root is not None and label_hits != len(labels) and cfg.sources is None:
-        log.warning("%d of %d distilled labels matched a loaded message (missing files?)", label_hits, len(labels))
-
-    for heap in weak_heaps.values():
-        dataset_sessions.extend(heap.items())
-    order = {name: i for i, name in enumerate([*SOURCES, "bundled"])}
-    dataset_sessions.sort(key=lambda s: (order.get(s["source"], 99), s["session_id"]))
-
-    # --- message rows and the dataset ------------------------------------------------------
-    from datasets import Dataset, DatasetDict
-
-    by_split: dict[str, list[dict[str, Any]]] = {sp: [] for sp in SPLITS}
-    acc_rows: list[dict[str, Any]] = []
-    fp = hashlib.sha256()
-    for s in tqdm(dataset_sessions, desc="rows", unit=" sessions", disable=not progress, mininterval=0.5):
-        for r in _rows(s, s["split"], labels):
-            split = r.pop("_split")
-            by_split[split].append(r)
-            if r["label_source"] != "weak":
-                acc_rows.append({"source": r["source"], "category": r["category"], "weak_category": r["weak_category"],
-                                 "importance": r["importance"], "weak_importance": r["weak_importance"], "split": split,
-                                 "label_source": r["label_source"]})
-    features = _features()
-    dd = DatasetDict({sp: Dataset.from_list(by_split[sp], features=features) for sp in SPLITS})
-    for sp in SPLITS:
-        for r in by_split[sp]:
-            fp.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode())
-    tmp_ds = out_dir / "dataset.tmp"
-    if tmp_ds.exists():
-        shutil.rmtree(tmp_ds)
-    dd.save_to_disk(str(tmp_ds))
-    if (out_dir / "dataset").exists():
-        shutil.rmtree(out_dir / "dataset")
-    os.replace(tmp_ds, out_dir / "dataset")
-
-    # --- sessions and evaluation sessions --------------------------------------------------
-    outputs: dict[str, str] = {}
-    outputs["sessions.jsonl.gz"] = _write_sessions_gz(out_dir / "sessions.jsonl.gz", dataset_sessions)
-    eval_files: dict[str, dict[str, Any]] = {}
-    for split, fname, counts in (("test", "eval_sessions.jsonl", cfg.eval_counts), ("dev", "dev_sessions.jsonl", cfg.dev_counts)):
-        split_pools = {src: pools[(src, split)].items() for src, sp in list(pools) if sp == split}
-        sessions = chain_mod.build_eval_sessions(split_pools, split, counts, seed=cfg.seed)
-        outputs[fname] = _write_jsonl(out_dir / fname, sessions)
-        eval_files[fname] = {
-            "split": split,
-            "sessions": len(sessions),
-            "messages": sum(s["n_messages"] for s in sessions),
-            "key_facts": sum(len(s["key_facts"]) for s in sessions),
-            "superseded_facts": sum(1 for s in sessions for f in s["key_facts"] if "superseded" in f),
-            "per_source": {src: {"sessions": sum(1 for s in sessions if s["source"] == src),
-                                 "messages": sum(s["n_messages"] for s in sessions if s["source"] == src),
-                                 "key_facts": sum(len(s["key_facts"]) for s in sessions if s["source"] == src),
-                                 "lengths": sorted(s["n_messages"] for s in sessions if s["source"] == src)}
-                           for src in sorted({s["source"] for s in sessions})},
-        }
-
-    # --- manifest ---------------------------------------------------------------------------
+    got = _collect(root, bpath, cfg, labels, progress)
+    by_split, acc_rows, fingerprint = _write_dataset(out_dir, got.dataset_sessions, labels, progress)
+    outputs, eval_files = _write_sessions(out_dir, got)
     acc = weak_label_accuracy(acc_rows) if acc_rows else {}
-    counts = _counts(by_split)
-    groups = {sp: sorted({r["group"] for r in by_split[sp]}) for sp in SPLITS}
-    sources_info = {}
-    for src in present:
-        repo, lic = PROVENANCE[src]
-        rows = [r for sp in SPLITS for r in by_split[sp] if r["source"] == src]
-        sources_info[src] = {
-            "upstream": repo, "licence": lic, "sessions_loaded": loaded[src],
-            "dataset_sessions": len({r["session_id"] for r in rows}), "dataset_messages": len(rows),
-            "labelled_messages": sum(1 for r in rows if r["label_source"] != "weak"),
-        }
-    manifest = {
+    manifest = _manifest(cfg, root, key, chash, hashes, got, by_split, labels, acc, eval_files, fingerprint, outputs)
+    (out_dir / "weak_label_accuracy.md").write_text(
+        "# Weak-label accuracy against the distilled labels\n\n" + (accuracy_table_markdown(acc) if acc else "(no gold labels)") + "\n",
+        encoding="utf-8")
+    manifest["build_seconds"] = round(time.perf_counter() - t0, 1)
+    manifest["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    _write_manifest(out_dir / "manifest.json", manifest)
+    log.info("built %s in %.1f s (peak RSS %.0f MB): %s rows, eval %d sessions / %d messages, dev %d / %d",
+             out_dir, manifest["build_seconds"], manifest["peak_rss_mb"], manifest["counts"]["split"],
+             eval_files["eval_sessions.jsonl"]["sessions"], eval_files["eval_sessions.jsonl"]["messages"],
+             eval_files["dev_sessions.jsonl"]["sessions"], eval_files["dev_sessions.jsonl"]["messages"])
+    return manifest
+
+
+def _manifest(cfg: BuildConfig, root: Path | None, key: str, chash: str, hashes: dict[str, str], got: _Collected,
+              by_split: dict[str, list[dict[str, Any]]], labels: dict[str, dict[str, Any]], acc: dict[str, Any],
+              eval_files: dict[str, dict[str, Any]], fingerprint: str, outputs: dict[str, str]) -> dict[str, Any]:
+    """The manifest of a build (see the module docstring); ``build_seconds`` and ``peak_rss_mb`` are added last."""
+    return {
         "format_version": FORMAT_VERSION,
         "build_key": key,
         "code_hash": chash,
@@ -475,36 +564,30 @@ def build(
         "corpora_env": CORPORA_ENV,
         "created_unix": int(time.time()),
         "inputs": hashes,
-        "sources": sources_info,
-        "counts": counts,
-        "groups_per_split": {sp: len(g) for sp, g in groups.items()},
+        "sources": _sources_info(got, by_split),
+        "counts": _counts(by_split),
+        "groups_per_split": {sp: len({r["group"] for r in by_split[sp]}) for sp in SPLITS},
         "split_method": {"default": "sha1 of the group name (training.data.splits.split_of)",
-                         **{src: "rank by hash, fixed counts (training.data.splits.assign_few)" for src in split_assignments}},
-        "split_assignments": split_assignments,
-        "distilled_labels": {"total": len(labels), "matched": label_hits},
+                         **{src: "rank by hash, fixed counts (training.data.splits.assign_few)"
+                            for src in got.split_assignments}},
+        "split_assignments": got.split_assignments,
+        "distilled_labels": {"total": len(labels), "matched": got.label_hits},
         "value_target": "value = importance / 3 (see training/data/labels.py)",
         "weak_label_accuracy": acc,
         "eval_files": eval_files,
-        "dataset_fingerprint": fp.hexdigest(),
+        "dataset_fingerprint": fingerprint,
         "outputs": outputs,
-        "known_gaps": _known_gaps(root, present),
+        "known_gaps": _known_gaps(root, got.present),
     }
-    (out_dir / "weak_label_accuracy.md").write_text(
-        "# Weak-label accuracy against the distilled labels\n\n" + (accuracy_table_markdown(acc) if acc else "(no gold labels)") + "\n",
-        encoding="utf-8")
-    manifest["build_seconds"] = round(time.perf_counter() - t0, 1)
-    manifest["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    tmp = manifest_path.with_suffix(".json.tmp")
+
+
+def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, manifest_path)
-    log.info("built %s in %.1f s (peak RSS %.0f MB): %s rows, eval %d sessions / %d messages, dev %d / %d",
-             out_dir, manifest["build_seconds"], manifest["peak_rss_mb"], counts["split"],
-             eval_files["eval_sessions.jsonl"]["sessions"], eval_files["eval_sessions.jsonl"]["messages"],
-             eval_files["dev_sessions.jsonl"]["sessions"], eval_files["dev_sessions.jsonl"]["messages"])
-    return manifest
+    os.replace(tmp, path)
 
 
-def _write_sessions_gz(path: Path, sessions: list[Session]) -> str:
+def _write_sessions_gz(path: Path, sessions: list[CorpusSession]) -> str:
     tmp = path.with_suffix(".tmp")
     # mtime=0 keeps the gzip bytes identical across builds of the same data
     with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
@@ -578,6 +661,7 @@ def load_eval_sessions(path: str | os.PathLike[str] | None = None, which: str = 
     Raises:
         FileNotFoundError: the file is missing (the message says how to build it).
         ValueError: ``which`` is not ``"eval"`` or ``"dev"``.
+        ctxscore.errors.InputError: a line is not valid JSON (the message names the file and line).
     """
     if which not in ("eval", "dev"):
         raise ValueError(f"which must be 'eval' or 'dev', got {which!r}")
@@ -586,5 +670,4 @@ def load_eval_sessions(path: str | os.PathLike[str] | None = None, which: str = 
         p = p / f"{which}_sessions.jsonl"
     if not p.is_file():
         raise FileNotFoundError(f"no evaluation sessions at {p}; run `python -m training.data build` first")
-    with p.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    return [obj for _, obj in iter_jsonl(p)]

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .facts import check_facts
-from .schema import Session
+from .schema import CorpusSession
 from .splits import unit_hash
 
 #: Length bounds of an evaluation session, in messages.
@@ -57,7 +57,7 @@ def eval_message(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def chain(units: Sequence[Session], session_id: str, split: str) -> dict[str, Any]:
+def chain(units: Sequence[CorpusSession], session_id: str, split: str) -> dict[str, Any]:
     """One evaluation session made of ``units`` in order (see the module docstring).
 
     Raises:
@@ -101,7 +101,7 @@ def chain(units: Sequence[Session], session_id: str, split: str) -> dict[str, An
     return out
 
 
-def _order(source: str, pool: list[Session], seed: int) -> list[Session]:
+def _order(source: str, pool: list[CorpusSession], seed: int) -> list[CorpusSession]:
     if source == "tau_airline":
         return sorted(pool, key=lambda s: (s["meta"]["trial"], s["meta"].get("user_id") or "", s["meta"]["task_id"]))
     if source == "bundled":
@@ -110,11 +110,11 @@ def _order(source: str, pool: list[Session], seed: int) -> list[Session]:
     return sorted(pool, key=lambda s: (s.get("upstream_split") != "test", unit_hash(s["session_id"], f"chain{seed}")))
 
 
-def _pack(units: list[Session], n: int, rng: random.Random, lo: int, hi: int,
-          min_messages: int, max_messages: int) -> list[list[Session]]:
+def _pack(units: list[CorpusSession], n: int, rng: random.Random, lo: int, hi: int,
+          min_messages: int, max_messages: int) -> list[list[CorpusSession]]:
     """Greedy packing of ``units`` (in order) into at most ``n`` groups of target length."""
-    made: list[list[Session]] = []
-    cur: list[Session] = []
+    made: list[list[CorpusSession]] = []
+    cur: list[CorpusSession] = []
     length = 0
     target = rng.randint(lo, hi)
     for u in units:
@@ -140,7 +140,7 @@ def _pack(units: list[Session], n: int, rng: random.Random, lo: int, hi: int,
 
 
 def build_eval_sessions(
-    pools: dict[str, list[Session]],
+    pools: dict[str, list[CorpusSession]],
     split: str,
     counts: dict[str, int],
     *,

@@ -14,13 +14,15 @@ enters the runtime value through its base weight.
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from sklearn.metrics import accuracy_score, f1_score
+
+from ctxscore.errors import InputError
+from ctxscore.io import iter_jsonl
 
 from .weak import CATEGORIES
 
@@ -65,20 +67,18 @@ def load_distilled(path: Path) -> dict[str, dict[str, Any]]:
         FileNotFoundError: ``path`` is missing.
         LabelFormatError: a line is not valid JSON or not a valid label; a duplicate id.
     """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: distilled label file not found")
     out: dict[str, dict[str, Any]] = {}
-    with Path(path).open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    try:
+        for n, obj in iter_jsonl(path):
             where = f"{path}:{n}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LabelFormatError(f"{where}: not valid JSON ({exc.msg})") from exc
             rec = validate_label(obj, where)
             if rec["id"] in out:
                 raise LabelFormatError(f"{where}: duplicate label id {rec['id']}")
             out[rec["id"]] = rec
+    except InputError as exc:  # not UTF-8 / not JSON, with the file and line
+        raise LabelFormatError(str(exc)) from None
     return out
 
 

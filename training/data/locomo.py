@@ -97,6 +97,78 @@ def _conversations(data: Any, where: str, stem: str) -> list[dict[str, Any]]:
     return out
 
 
+def _messages(conv: dict[str, Any], sid: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The conversation's turns as messages (see the module docstring) and ``dia_id`` -> message index."""
+    role = {conv["speaker_a"]: "user", conv["speaker_b"]: "assistant"}
+    messages: list[dict[str, Any]] = []
+    where: dict[str, int] = {}
+    for num, key in _session_keys(conv):
+        date = conv.get(f"{key}_date_time")
+        for t, turn in enumerate(conv[key]):
+            text = str(turn.get("text", ""))
+            speaker = str(turn.get("speaker", ""))
+            content = f"{speaker}: {text}"
+            if turn.get("blip_caption"):
+                content += f" [image: {turn['blip_caption']}]"
+            if t == 0 and date:
+                content = f"[{date}] {content}"
+            i = len(messages)
+            dia = str(turn.get("dia_id") or f"D{num}:{t + 1}")
+            where[dia] = i
+            messages.append({"id": f"{sid}#{i}", "dia_id": dia, "role": role.get(speaker, "user"),
+                             "content": content})
+    return messages, where
+
+
+def _choose_value(answer: str, evidence: list[int], messages: list[dict[str, Any]]) -> tuple[int, str, str] | None:
+    """``(source index, value, match)`` for an answer by the rules of the module docstring, or ``None``."""
+    for i in evidence:
+        if answer and answer in messages[i]["content"]:
+            return i, answer, "exact"
+    if answer:
+        for i in evidence:
+            c = messages[i]["content"]
+            at = c.casefold().find(answer.casefold())
+            if at >= 0 and len(c.casefold()) == len(c):
+                return i, c[at : at + len(answer)], "casefold"
+    best: tuple[float, int, str] | None = None
+    for i in evidence:
+        r = _best_span(messages[i]["content"], answer)
+        if r and (best is None or (r[0], -len(r[1])) > (best[0], -len(best[2]))):
+            best = (r[0], i, r[1])
+    return (best[1], best[2], "best_span") if best else None
+
+
+def _facts(qa_items: list[dict[str, Any]], sid: str, messages: list[dict[str, Any]],
+           where: dict[str, int]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One key fact per usable question, and the counts of the skipped ones."""
+    facts: list[dict[str, Any]] = []
+    skipped = {"adversarial": 0, "no_evidence": 0, "no_match": 0}
+    for q_idx, qa in enumerate(qa_items):
+        cat = qa.get("category")
+        if cat == 5 or "answer" not in qa:
+            skipped["adversarial"] += 1
+            continue
+        ev_raw = qa.get("evidence") or []
+        ev_raw = [ev_raw] if isinstance(ev_raw, str) else ev_raw
+        ev = [where[f"D{a}:{b}"] for e in ev_raw for a, b in DIA_ID.findall(str(e)) if f"D{a}:{b}" in where]
+        ev = list(dict.fromkeys(ev))
+        if not ev:
+            skipped["no_evidence"] += 1
+            continue
+        answer = str(qa["answer"]).strip()
+        chosen = _choose_value(answer, ev, messages)
+        if chosen is None:
+            skipped["no_match"] += 1
+            continue
+        facts.append({
+            "fact_id": f"{sid}:q{q_idx}", "value": chosen[1], "source_index": chosen[0],
+            "probe": str(qa.get("question", "")), "kind": f"locomo_{LOCOMO_CATEGORIES.get(cat, cat)}",
+            "evidence_indices": ev, "answer": answer, "match": chosen[2],
+        })
+    return facts, skipped
+
+
 def load_locomo(path: str | Path) -> list[dict[str, Any]]:
     """Evaluation sessions from a LoCoMo JSON file (see the module docstring for the rules).
 
@@ -115,69 +187,9 @@ def load_locomo(path: str | Path) -> list[dict[str, Any]]:
         raise LocomoFormatError(f"{path}: not valid JSON ({exc.msg})") from exc
     sessions = []
     for item in _conversations(data, str(path), path.stem):
-        conv, sample = item["conv"], item["sample_id"]
-        sid = f"locomo/{sample}"
-        role = {conv["speaker_a"]: "user", conv["speaker_b"]: "assistant"}
-        messages: list[dict[str, Any]] = []
-        where: dict[str, int] = {}
-        for num, key in _session_keys(conv):
-            date = conv.get(f"{key}_date_time")
-            for t, turn in enumerate(conv[key]):
-                text = str(turn.get("text", ""))
-                speaker = str(turn.get("speaker", ""))
-                content = f"{speaker}: {text}"
-                if turn.get("blip_caption"):
-                    content += f" [image: {turn['blip_caption']}]"
-                if t == 0 and date:
-                    content = f"[{date}] {content}"
-                i = len(messages)
-                dia = str(turn.get("dia_id") or f"D{num}:{t + 1}")
-                where[dia] = i
-                messages.append({"id": f"{sid}#{i}", "dia_id": dia, "role": role.get(speaker, "user"),
-                                 "content": content})
-        facts: list[dict[str, Any]] = []
-        skipped = {"adversarial": 0, "no_evidence": 0, "no_match": 0}
-        for q_idx, qa in enumerate(item["qa"]):
-            cat = qa.get("category")
-            if cat == 5 or "answer" not in qa:
-                skipped["adversarial"] += 1
-                continue
-            ev_raw = qa.get("evidence") or []
-            ev_raw = [ev_raw] if isinstance(ev_raw, str) else ev_raw
-            ev = [where[f"D{a}:{b}"] for e in ev_raw for a, b in DIA_ID.findall(str(e)) if f"D{a}:{b}" in where]
-            ev = list(dict.fromkeys(ev))
-            if not ev:
-                skipped["no_evidence"] += 1
-                continue
-            answer = str(qa["answer"]).strip()
-            chosen: tuple[int, str, str] | None = None
-            for i in ev:
-                if answer and answer in messages[i]["content"]:
-                    chosen = (i, answer, "exact")
-                    break
-            if chosen is None and answer:
-                for i in ev:
-                    c = messages[i]["content"]
-                    at = c.casefold().find(answer.casefold())
-                    if at >= 0 and len(c.casefold()) == len(c):
-                        chosen = (i, c[at : at + len(answer)], "casefold")
-                        break
-            if chosen is None:
-                best: tuple[float, int, str] | None = None
-                for i in ev:
-                    r = _best_span(messages[i]["content"], answer)
-                    if r and (best is None or (r[0], -len(r[1])) > (best[0], -len(best[2]))):
-                        best = (r[0], i, r[1])
-                if best:
-                    chosen = (best[1], best[2], "best_span")
-            if chosen is None:
-                skipped["no_match"] += 1
-                continue
-            facts.append({
-                "fact_id": f"{sid}:q{q_idx}", "value": chosen[1], "source_index": chosen[0],
-                "probe": str(qa.get("question", "")), "kind": f"locomo_{LOCOMO_CATEGORIES.get(cat, cat)}",
-                "evidence_indices": ev, "answer": answer, "match": chosen[2],
-            })
+        sid = f"locomo/{item['sample_id']}"
+        messages, where = _messages(item["conv"], sid)
+        facts, skipped = _facts(item["qa"], sid, messages, where)
         sessions.append({"session_id": sid, "source": "locomo", "language": "en", "messages": messages,
                          "key_facts": facts, "skipped": skipped})
     return sessions

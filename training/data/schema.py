@@ -28,7 +28,9 @@ CUT_LIMIT = 1800
 #: Characters kept at each end of a cut text.
 CUT_KEEP = 900
 
-Session = dict[str, Any]
+#: A session record of the corpora, as above (a plain dict; not the runtime's or the evaluation's session types).
+CorpusSession = dict[str, Any]
+#: One message record of a :data:`CorpusSession`.
 MessageRecord = dict[str, Any]
 
 
@@ -77,9 +79,9 @@ def make_session(
     upstream_split: str,
     messages: list[MessageRecord],
     **extra: Any,
-) -> Session:
+) -> CorpusSession:
     """A session record; ``extra`` keys (for example ``key_facts``, ``meta``) are kept as given."""
-    out: Session = {
+    out: CorpusSession = {
         "session_id": session_id,
         "source": source,
         "group": group,

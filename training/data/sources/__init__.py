@@ -1,5 +1,5 @@
 """One module per corpus. Each exposes ``SOURCE`` (the id prefix), ``LANGUAGE``,
-``input_files(root) -> list[Path]`` and ``iter_sessions(root) -> Iterator[Session]`` yielding
+``input_files(root) -> list[Path]`` and ``iter_sessions(root) -> Iterator[CorpusSession]`` yielding
 session records (:mod:`training.data.schema`) whose messages carry a weak label (``"weak"``) and
 whose ``key_facts`` hold the facts the evaluation probes. Files are streamed from their gzip / zip
 archives; nothing is unpacked to disk.

@@ -16,14 +16,16 @@ languages, so a family must not straddle splits. The weak label comes from
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ctxscore.errors import InputError
+from ctxscore.io import iter_jsonl
+
 from ..facts import check_facts
 from ..labels import LabelFormatError, validate_label
-from ..schema import Session, make_message, make_session
+from ..schema import CorpusSession, make_message, make_session
 from ..weak import generic_weak_label
 
 SOURCE = "bundled"
@@ -34,7 +36,7 @@ class BundledFormatError(ValueError):
     """A malformed line of the bundled set (the message names the file, line and field)."""
 
 
-def _session(obj: Any, where: str) -> Session:
+def _session(obj: Any, where: str) -> CorpusSession:
     if not isinstance(obj, dict):
         raise BundledFormatError(f"{where}: expected a JSON object per line")
     sid = obj.get("session_id")
@@ -86,7 +88,7 @@ def _session(obj: Any, where: str) -> Session:
                         meta={"scenario": scenario})
 
 
-def load_bundled(path: Path) -> list[Session]:
+def load_bundled(path: Path) -> list[CorpusSession]:
     """Sessions of the bundled set at ``path`` (validated).
 
     Raises:
@@ -94,25 +96,23 @@ def load_bundled(path: Path) -> list[Session]:
         BundledFormatError: a line is not valid JSON, a field is malformed, a key span is not in
             its message text, a key fact does not hold, or a session id repeats.
     """
-    out: list[Session] = []
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: bundled set not found")
+    out: list[CorpusSession] = []
     seen: set[str] = set()
-    with Path(path).open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    try:
+        for n, obj in iter_jsonl(path):
             where = f"{path}:{n}"
-            try:
-                obj: dict[str, Any] = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BundledFormatError(f"{where}: not valid JSON ({exc.msg})") from exc
             s = _session(obj, where)
             if s["session_id"] in seen:
                 raise BundledFormatError(f"{where}: duplicate session_id {s['session_id']}")
             seen.add(s["session_id"])
             out.append(s)
+    except InputError as exc:  # not UTF-8 / not JSON, with the file and line
+        raise BundledFormatError(str(exc)) from None
     return out
 
 
-def iter_sessions(path: Path) -> Iterator[Session]:
+def iter_sessions(path: Path) -> Iterator[CorpusSession]:
     """Sessions of the bundled set (see :func:`load_bundled`)."""
     yield from load_bundled(path)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import find_value, make_fact, overlaps, usable_value
-from ..schema import Session, make_message, make_session, read_zipped_json, spans_in_text
+from ..schema import CorpusSession, make_message, make_session, read_zipped_json, spans_in_text
 from ..weak import WeakLabel, is_pleasantry
 
 SOURCE = "crosswoz"
@@ -112,7 +112,7 @@ def key_facts(session_id: str, dialogue: dict[str, Any], messages: list[dict[str
     return facts
 
 
-def session_from_dialogue(key: str, dialogue: dict[str, Any], split: str) -> Session:
+def session_from_dialogue(key: str, dialogue: dict[str, Any], split: str) -> CorpusSession:
     """One CrossWOZ dialogue as a session record with weak labels and key facts."""
     sid = f"{SOURCE}/{key}"
     messages = []
@@ -128,7 +128,7 @@ def session_from_dialogue(key: str, dialogue: dict[str, Any], split: str) -> Ses
                         key_facts=key_facts(sid, dialogue, messages), meta={"type": dialogue.get("type")})
 
 
-def iter_sessions(root: Path) -> Iterator[Session]:
+def iter_sessions(root: Path) -> Iterator[CorpusSession]:
     """Every dialogue of ``val`` then ``test``, in the files' key order."""
     for path in input_files(root):
         split = path.name.split(".")[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import find_value, humanize, make_fact, overlaps, usable_value
-from ..schema import Session, make_message, make_session, spans_in_text
+from ..schema import CorpusSession, make_message, make_session, spans_in_text
 from ..weak import WeakLabel
 
 SOURCE = "sgd"
@@ -98,19 +98,10 @@ def _anchor(slot_values: dict[str, list[str]], exclude: str) -> str | None:
     return None
 
 
-def key_facts(session_id: str, dialogue: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Key facts of one SGD dialogue.
-
-    - ``slot_value``: for each service, the slot values of the dialogue state at the service's last
-      user frame; the source is the earliest turn whose act or span annotation carries that value
-      and whose text contains it. ``superseded``: an earlier value the user informed for the same
-      slot that is not among the final values (the user changed their mind).
-    - ``service_call``: parameters of the last call of each method; canonical values are mapped to
-      the surface strings the acts pair them with, then searched in the text up to the call turn.
-    """
-    turns = dialogue["turns"]
-    facts: list[dict[str, Any]] = []
-    seen: set[tuple[int, str]] = set()
+def _annotations(turns: list[dict[str, Any]]) -> tuple[dict[str, tuple[str, dict[str, list[str]]]],
+                                                         dict[tuple[str, str], list[str]], dict[str, set[str]]]:
+    """``(final state per service: (active intent, slot values), values the user informed per
+    (service, slot), surface strings per canonical value)`` of a dialogue's turns."""
     final_state: dict[str, tuple[str, dict[str, list[str]]]] = {}
     informed: dict[tuple[str, str], list[str]] = {}
     surface: dict[str, set[str]] = {}
@@ -125,33 +116,39 @@ def key_facts(session_id: str, dialogue: dict[str, Any], messages: list[dict[str
             st = fr.get("state")
             if t["speaker"] == "USER" and st is not None:
                 final_state[fr["service"]] = (st.get("active_intent", "NONE"), st.get("slot_values", {}))
+    return final_state, informed, surface
 
-    def source_turn(service: str, slot: str, values: list[str], stop: int | None = None) -> tuple[int, str] | None:
-        best: tuple[int, str] | None = None
-        for i, t in enumerate(turns[:stop]):
-            for fr in t["frames"]:
-                if fr["service"] != service:
-                    continue
-                cands = [t["utterance"][s["start"]:s["exclusive_end"]] for s in fr.get("slots", [])
-                         if s["slot"] == slot]
-                cands += [v for a in fr.get("actions", []) if a.get("slot") == slot for v in a.get("values", [])]
-                for v in cands:
-                    if v in values and usable_value(v) and v in t["utterance"]:
-                        best = (i, v)
-                        break
-                if best:
-                    return best
-        # no annotation pointed at it: plain text search
-        for v in values:
-            if usable_value(v):
-                hit = find_value(messages, v, stop=stop)
-                if hit:
-                    return hit
-        return None
 
+def _source_turn(turns: list[dict[str, Any]], messages: list[dict[str, Any]], service: str, slot: str,
+                 values: list[str], stop: int | None = None) -> tuple[int, str] | None:
+    """``(turn, value)`` of the earliest turn whose span or act annotation of ``slot`` carries one of
+    ``values`` found in its text; else the first plain-text hit of a value; else ``None``."""
+    for i, t in enumerate(turns[:stop]):
+        for fr in t["frames"]:
+            if fr["service"] != service:
+                continue
+            cands = [t["utterance"][s["start"]:s["exclusive_end"]] for s in fr.get("slots", []) if s["slot"] == slot]
+            cands += [v for a in fr.get("actions", []) if a.get("slot") == slot for v in a.get("values", [])]
+            for v in cands:
+                if v in values and usable_value(v) and v in t["utterance"]:
+                    return i, v
+    # no annotation pointed at it: plain text search
+    for v in values:
+        if usable_value(v):
+            hit = find_value(messages, v, stop=stop)
+            if hit:
+                return hit
+    return None
+
+
+def _slot_facts(session_id: str, turns: list[dict[str, Any]], messages: list[dict[str, Any]],
+                final_state: dict[str, tuple[str, dict[str, list[str]]]], informed: dict[tuple[str, str], list[str]],
+                seen: set[tuple[int, str]]) -> list[dict[str, Any]]:
+    """The ``slot_value`` facts (see :func:`key_facts`); adds their sources to ``seen``."""
+    facts = []
     for service, (intent, slot_values) in sorted(final_state.items()):
         for slot, values in sorted(slot_values.items()):
-            hit = source_turn(service, slot, values)
+            hit = _source_turn(turns, messages, service, slot, values)
             if hit is None or overlaps(seen, hit):
                 continue
             seen.add(hit)
@@ -162,15 +159,21 @@ def key_facts(session_id: str, dialogue: dict[str, Any], messages: list[dict[str
                 f", what {humanize(slot)} did the user settle on?"
             facts.append(make_fact(f"{session_id}:slot:{service}:{slot}", hit[1], hit[0], probe, "slot_value",
                                    superseded=old[-1] if old else None))
+    return facts
 
+
+def _call_facts(session_id: str, turns: list[dict[str, Any]], messages: list[dict[str, Any]],
+                surface: dict[str, set[str]], seen: set[tuple[int, str]]) -> list[dict[str, Any]]:
+    """The ``service_call`` facts (see :func:`key_facts`); adds their sources to ``seen``."""
     last_call: dict[str, tuple[int, dict[str, str]]] = {}
     for i, t in enumerate(turns):
         for fr in t["frames"]:
             call = fr.get("service_call")
             if call:
                 last_call[f"{fr['service']}:{call['method']}"] = (i, call.get("parameters", {}))
+    facts = []
     for key, (turn_idx, params) in sorted(last_call.items()):
-        service, method = key.split(":", 1)
+        _, method = key.split(":", 1)
         for slot, canonical in sorted(params.items()):
             cands = [canonical] + sorted(surface.get(canonical, ()), key=len, reverse=True)
             hit = None
@@ -187,7 +190,27 @@ def key_facts(session_id: str, dialogue: dict[str, Any], messages: list[dict[str
     return facts
 
 
-def session_from_dialogue(dialogue: dict[str, Any], split: str) -> Session:
+def key_facts(session_id: str, dialogue: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Key facts of one SGD dialogue.
+
+    - ``slot_value``: for each service, the slot values of the dialogue state at the service's last
+      user frame; the source is the earliest turn whose act or span annotation carries that value
+      and whose text contains it. ``superseded``: an earlier value the user informed for the same
+      slot that is not among the final values (the user changed their mind).
+    - ``service_call``: parameters of the last call of each method; canonical values are mapped to
+      the surface strings the acts pair them with, then searched in the text up to the call turn.
+
+    A value that contains, or is contained in, a value already used from the same message is skipped
+    (:func:`training.data.facts.overlaps`; slot values come first).
+    """
+    turns = dialogue["turns"]
+    final_state, informed, surface = _annotations(turns)
+    seen: set[tuple[int, str]] = set()
+    facts = _slot_facts(session_id, turns, messages, final_state, informed, seen)
+    return facts + _call_facts(session_id, turns, messages, surface, seen)
+
+
+def session_from_dialogue(dialogue: dict[str, Any], split: str) -> CorpusSession:
     """One SGD dialogue as a session record with weak labels and key facts."""
     sid = session_id_for(dialogue["dialogue_id"], split)
     messages = []
@@ -204,7 +227,7 @@ def session_from_dialogue(dialogue: dict[str, Any], split: str) -> Session:
                         meta={"services": dialogue.get("services", [])})
 
 
-def iter_sessions(root: Path, splits: tuple[str, ...] = SPLITS) -> Iterator[Session]:
+def iter_sessions(root: Path, splits: tuple[str, ...] = SPLITS) -> Iterator[CorpusSession]:
     """Every dialogue of the given upstream splits, streamed file by file from the gzip files."""
     for path in input_files(root, splits):
         split = path.parent.name

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import find_value, make_fact
-from ..schema import Session, make_message, make_session, spans_in_text
+from ..schema import CorpusSession, make_message, make_session, spans_in_text
 from ..weak import WeakLabel
 
 SOURCE = "swe_mini"
@@ -160,7 +160,7 @@ def key_facts(session_id: str, instance_id: str, patch: str, messages: list[dict
     return facts
 
 
-def session_from_traj(data: dict[str, Any]) -> Session:
+def session_from_traj(data: dict[str, Any]) -> CorpusSession:
     """One trajectory as a session record with weak labels and key facts."""
     iid = data["instance_id"]
     sid = f"{SOURCE}/{iid}"
@@ -182,7 +182,7 @@ def session_from_traj(data: dict[str, Any]) -> Session:
                         meta={"exit_status": (data.get("info") or {}).get("exit_status"), "patch_files": files})
 
 
-def iter_sessions(root: Path) -> Iterator[Session]:
+def iter_sessions(root: Path) -> Iterator[CorpusSession]:
     """Every trajectory, in file-name order."""
     for path in input_files(root):
         with gzip.open(path, "rt", encoding="utf-8") as fh:

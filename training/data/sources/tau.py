@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..facts import find_value, humanize, make_fact, usable_value
-from ..schema import Session, make_message, make_session, spans_in_text
+from ..schema import CorpusSession, make_message, make_session, spans_in_text
 from ..weak import WeakLabel, is_pleasantry
 
 SOURCE = "tau_airline"
@@ -158,7 +158,7 @@ def key_facts(session_id: str, task: dict[str, Any], messages: list[dict[str, An
     return facts
 
 
-def session_from_entry(entry: dict[str, Any]) -> Session:
+def session_from_entry(entry: dict[str, Any]) -> CorpusSession:
     """One trajectory as a session record with weak labels and key facts."""
     sid = f"{SOURCE}/airline-t{entry['task_id']}-r{entry['trial']}"
     task = (entry.get("info") or {}).get("task") or {}
@@ -182,7 +182,7 @@ def session_from_entry(entry: dict[str, Any]) -> Session:
     )
 
 
-def iter_sessions(root: Path) -> Iterator[Session]:
+def iter_sessions(root: Path) -> Iterator[CorpusSession]:
     """Every trajectory, in file order."""
     for path in input_files(root):
         with path.open(encoding="utf-8") as fh:

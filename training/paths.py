@@ -1,7 +1,9 @@
-"""Where the corpora, the bundled set and the processed outputs live.
+"""Where things live: the repository root, the corpora, and the project's data and output folders.
 
-Paths are resolved relative to the repository root (the folder holding ``pyproject.toml``), never
-the current directory, so ``python -m training.data build`` behaves the same from anywhere.
+The one definition of :data:`REPO_ROOT`; every other module of ``training``, ``eval`` and
+``benchmarks`` imports its paths from here. Paths are resolved relative to the repository root
+(the folder holding ``pyproject.toml``), never the current directory, so the commands behave the
+same from anywhere. Standard library only: importable without any extra.
 """
 
 from __future__ import annotations
@@ -12,11 +14,23 @@ from pathlib import Path
 #: Environment variable that points at the shared corpora folder.
 CORPORA_ENV = "CTXSCORE_CORPORA"
 
-#: Repository root (``training/data/paths.py`` -> two levels up from ``training/``).
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: Repository root (``training/paths.py`` -> one level up from ``training/``).
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
-#: Default processed-output folder (git-ignored).
+#: Default processed-output folder of ``python -m training.data build`` (git-ignored).
 DEFAULT_OUT = REPO_ROOT / "data" / "processed"
+
+#: Feedback records of the evaluation (``recall_failures.jsonl``, ``eval_history.jsonl``; git-ignored).
+FEEDBACK_DIR = REPO_ROOT / "data" / "feedback"
+
+#: Default embedding cache folder of training and evaluation (git-ignored).
+CACHE_DIR = REPO_ROOT / "data" / "cache" / "embeddings"
+
+#: The local MLflow store (SQLite database and artifacts; content git-ignored).
+MLRUNS_DIR = REPO_ROOT / "mlruns"
+
+#: Reports, plots and exported scorers of the runs (git-ignored).
+OUT_DIR = REPO_ROOT / "out"
 
 #: The project-written labelled set (written by the bundled-set helper, loaded as source ``bundled``).
 DEFAULT_BUNDLED = REPO_ROOT / "data" / "bundled" / "sessions.jsonl"

@@ -1,0 +1,178 @@
+"""Semantic blocks of long messages (the first design note's 语义分块).
+
+A long message -- a multi-KB tool output, a long reasoning message -- is split into blocks that can
+be kept or archived one by one (:func:`split_blocks`): the records of a JSON array or the members of
+a JSON object, fenced code blocks, diff hunks, paragraphs, and, for anything still longer than
+``max_chars``, groups of whole lines (log sections). Blocks cover the text exactly, in order.
+
+:func:`blocked_form` shows a message with some blocks kept byte-exact and each run of the others
+replaced by one marker ``[… 3 blocks of m12 archived: first words …]``: the blocks are archived in
+place (the original stays whole in the store and comes back on page-in), so a 20 KB tool dump can
+stay in the window as its head, its errors and its tail, and a page-in can bring back only the
+blocks a question names (:func:`query_blocks`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..scoring.rules import RuleConfig, default_config, entity_spans
+
+#: Messages longer than this (characters) are handled block by block.
+BLOCK_MIN_CHARS = 3000
+#: A block is cut into line groups when longer than this (characters).
+BLOCK_MAX_CHARS = 1200
+
+_FENCE = re.compile(r"^```.*?^```[^\n]*$", re.S | re.M)
+_HUNK = re.compile(r"^(?:diff --git |@@ )", re.M)
+_PARA = re.compile(r"\n[ \t]*\n")
+_ERROR = re.compile(r"(?i)traceback|error|exception|failed|failure|<returncode>[1-9]|assert|fatal|denied|not found")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One block: ``text[start:end]`` and its kind (``json``, ``code``, ``diff``, ``paragraph``, ``lines``)."""
+
+    start: int
+    end: int
+    kind: str
+
+
+def _json_blocks(text: str) -> list[tuple[int, int]] | None:
+    """Cuts between the top-level elements of a JSON array or object, by bracket depth (strings skipped)."""
+    t = text.lstrip()
+    if not t or t[0] not in "[{":
+        return None
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    cuts, depth, in_str, esc = [], 0, False, False
+    for i, ch in enumerate(text):
+        if in_str:
+            esc = (ch == "\\") and not esc
+            if ch == '"' and not esc:
+                in_str = False
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 1:
+            cuts.append(i + 1)
+    bounds = [0, *cuts, len(text)]
+    return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def _spans(text: str) -> Iterable[tuple[int, int, str]]:
+    """Code fences and diff hunks as whole spans, the rest cut into paragraphs."""
+    pos = 0
+    for m in _FENCE.finditer(text):
+        yield from _paragraphs(text, pos, m.start())
+        yield m.start(), m.end(), "code"
+        pos = m.end()
+    yield from _paragraphs(text, pos, len(text))
+
+
+def _paragraphs(text: str, lo: int, hi: int) -> Iterable[tuple[int, int, str]]:
+    part = text[lo:hi]
+    cuts = sorted({0, len(part), *(m.start() for m in _HUNK.finditer(part)), *(m.end() for m in _PARA.finditer(part))})
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        if b > a:
+            yield lo + a, lo + b, "diff" if _HUNK.match(part, a) else "paragraph"
+
+
+def _line_groups(text: str, a: int, b: int, max_chars: int) -> Iterable[tuple[int, int]]:
+    start = a
+    while b - start > max_chars:
+        cut = text.rfind("\n", start, start + max_chars)
+        cut = start + max_chars if cut <= start else cut + 1
+        yield start, cut
+        start = cut
+    yield start, b
+
+
+def split_blocks(text: str, max_chars: int = BLOCK_MAX_CHARS) -> list[Block]:
+    """The blocks of ``text`` (see the module docstring); their spans cover ``text`` exactly, in order."""
+    js = _json_blocks(text)
+    raw = [(a, b, "json") for a, b in js] if js is not None else list(_spans(text))
+    out: list[Block] = []
+    for a, b, kind in raw:
+        for x, y in (_line_groups(text, a, b, max_chars) if b - a > max_chars else [(a, b)]):
+            out.append(Block(x, y, kind if y - x == b - a else "lines"))
+    return out
+
+
+def _marker(message_id: str, blocks: Sequence[Block], text: str) -> str:
+    head = " ".join(text[blocks[0].start:blocks[-1].end].split()[:6])[:60]
+    n = len(blocks)
+    return f"[… {n} block{'s' if n > 1 else ''} of {message_id} archived: {head} …]"
+
+
+def blocked_form(text: str, blocks: Sequence[Block], keep: Iterable[int], message_id: str) -> str:
+    """``text`` with the blocks whose index is in ``keep`` byte-exact and each run of the others
+    replaced by one marker that names the message (its original stays in the store)."""
+    keep = set(keep)
+    out: list[str] = []
+    run: list[Block] = []
+    for i, blk in enumerate(blocks):
+        if i in keep:
+            if run:
+                out.append(("\n" if out and not out[-1].endswith("\n") else "") + _marker(message_id, run, text) + "\n")
+                run = []
+            out.append(text[blk.start:blk.end])
+        else:
+            run.append(blk)
+    if run:
+        out.append(("\n" if out and not out[-1].endswith("\n") else "") + _marker(message_id, run, text))
+    return "".join(out)
+
+
+def key_blocks(text: str, blocks: Sequence[Block], share: float = 0.3, config: RuleConfig | None = None) -> set[int]:
+    """The blocks a compacted long message keeps: the first and the last, then the blocks with errors
+    and the most entities, up to ``share`` of the characters."""
+    cfg = config or default_config()
+    n = len(blocks)
+    keep = {0, n - 1} if n else set()
+    budget = share * len(text)
+    used = sum(blocks[i].end - blocks[i].start for i in keep)
+    starts = [s for s, _ in entity_spans(text, cfg)] if len(text) <= 50_000 else []
+
+    def score(i: int) -> float:
+        b = blocks[i]
+        ents = sum(1 for s in starts if b.start <= s < b.end)
+        return (3.0 if _ERROR.search(text, b.start, b.end) else 0.0) + ents / max(1, (b.end - b.start) / 200)
+
+    for i in sorted(range(1, n - 1), key=lambda i: (-score(i), i)):
+        size = blocks[i].end - blocks[i].start
+        if score(i) <= 0 or used + size > budget:
+            continue
+        keep.add(i)
+        used += size
+    return keep
+
+
+def query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str], limit_chars: int) -> set[int]:
+    """The blocks a page-in shows for a query: the first block and the blocks holding the most query
+    terms (case-insensitive), within ``limit_chars`` characters."""
+    keep = {0} if blocks else set()
+    used = blocks[0].end - blocks[0].start if blocks else 0
+    low = text.lower()
+    terms = [t.lower() for t in terms if t]
+
+    def hits(i: int) -> int:
+        seg = low[blocks[i].start:blocks[i].end]
+        return sum(seg.count(t) for t in terms)
+
+    for i in sorted(range(1, len(blocks)), key=lambda i: (-hits(i), i)):
+        size = blocks[i].end - blocks[i].start
+        if not hits(i) or used + size > limit_chars:
+            continue
+        keep.add(i)
+        used += size
+    return keep

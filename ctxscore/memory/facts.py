@@ -1,0 +1,266 @@
+"""Facts: (slot, value) pairs found in a message, each naming what its value is.
+
+Sources, in order (:func:`extract_facts`):
+
+1. tool calls: every scalar argument, slot ``function.argument`` (``book_reservation.user_id``);
+2. JSON content (tool results): scalar leaves, slot = their key path (``reservations.0``,
+   ``flights.1.flight_number``), values as written (``12.50`` stays ``12.50``), at most
+   :data:`MAX_JSON_FACTS` per message, shallow leaves first;
+3. text (its first and last 1,200 characters when longer): the rule file's entity patterns, the
+   slot named by the words before the value in its
+   sentence (``reference number is Q1XUDH9Y`` -> ``reference number``), else by the unit of a number
+   (``4 people`` -> ``people``), else by the kind of entity (``date``, ``time``, ``money``, ``id`` ...);
+4. a pluggable extractor (the learned key-span extractor): ``extractor(text) -> [(slot, value)]``,
+   values being substrings of the text.
+
+Status: user statements are ``stated``; an assistant's values are ``proposed`` unless the message
+confirms ("booked", "confirmed", "reference number") -- then ``confirmed``; the ledger turns a
+proposal ``confirmed`` or ``denied`` by the user's next reply. Relative dates ("tomorrow", "next
+Friday", "明天") are resolved to absolute ones when the session gives a date (a system message's
+"current time is ...", a ``[date]`` marker at the start of a message).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+from ..messages import Message, Role
+from ..scoring.rules import RuleConfig, scan_text, sentences
+
+#: A learned extractor: ``text -> [(slot, value)]`` with each value a substring of ``text``.
+Extractor = Callable[[str], Sequence[tuple[str, str]]]
+
+#: At most this many facts from one JSON message (shallow leaves first).
+MAX_JSON_FACTS = 24
+#: At most this many facts from one text message.
+MAX_TEXT_FACTS = 12
+#: Values longer than this (characters) are not facts.
+MAX_VALUE_CHARS = 80
+#: A ledger line names at most this many superseded values (the latest ones).
+MAX_WAS = 2
+
+# Words that never name a slot (they lead into a value without saying what it is).
+_NAME_STOP = frozenset("""a an the of for to in on at by from with and or but is are was were be been being do does did i me my
+you your we our us it its this that these those there here please would like want need can could will shall should
+may might must have has had just also so as if then than about around approximately only new next last one
+what which who when where why how yes no ok okay sure thanks thank great perfect make made book find need want get
+give take check checking set change plan visit go going leave leaving arrive arriving reserve try looking look let
+actually instead""".split())
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+_CJK_NAME = re.compile(r"([\u4e00-\u9fff]{2,6})(?:是|为|在|：|:)?\s*$")
+_UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
+# The kind of entity, by the rule file's pattern name, when no word names it.
+_KIND = {
+    "email": "email", "url": "url", "path": "path", "filename": "file", "datetime_iso": "date", "date_slash": "date",
+    "date_words": "date", "weekday": "day", "time": "time", "date_zh": "日期", "time_zh": "时间", "money": "amount",
+    "number_unit": "quantity", "id_mixed": "id", "code3": "code", "long_number": "number", "snake_case": "name",
+    "camel_case": "name", "dotted_call": "name", "quoted": "quoted", "proper_name": "name", "hash_tag": "tag",
+}
+_SKIP_KINDS = frozenset({"quoted"})
+
+_RELATIVE = {"today": 0, "tonight": 0, "tomorrow": 1, "yesterday": -1, "今天": 0, "今晚": 0, "明天": 1, "后天": 2, "昨天": -1}
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_DATE_MARKER = re.compile(r"^\s*\[([^\]]{6,40})\]")
+_CURRENT_TIME = re.compile(r"(?i)current (?:time|date) is\s+(\d{4}-\d{2}-\d{2})")
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One fact of the session.
+
+    Attributes:
+        slot: what the value is (``pickup time``, ``book_reservation.user_id``, ``people``).
+        value: the value, byte-exact as in the source.
+        source: the source message id.
+        turn: the source message's position.
+        task: the task the source message belongs to.
+        status: ``stated`` | ``proposed`` | ``confirmed`` | ``denied``.
+        origin: ``call`` | ``json`` | ``text`` | ``extractor``.
+        resolved: the absolute date of a relative date value (ISO), or ``None``.
+    """
+
+    slot: str
+    value: str
+    source: str
+    turn: int
+    task: int = 0
+    status: str = "stated"
+    origin: str = "text"
+    resolved: str | None = None
+
+    def line(self, was: Sequence[str] = ()) -> str:
+        """The ledger line: ``slot: value (source; was old)`` (the last :data:`MAX_WAS` superseded values)."""
+        value = f"{self.value} (= {self.resolved})" if self.resolved else self.value
+        tail = f"; was {', '.join(was[-MAX_WAS:])}" if was else ""
+        status = "" if self.status in ("stated", "confirmed") else f", {self.status}"
+        return f"{self.slot}: {value} ({self.source}{status}{tail})"
+
+
+@dataclass
+class FactContext:
+    """What extraction needs besides the message: the rule file, the session's reference date and
+    the optional learned extractor."""
+
+    config: RuleConfig
+    today: date | None = None
+    extractor: Extractor | None = None
+    spans: Callable[[str], list[tuple[int, int, str]]] | None = field(default=None, repr=False)
+
+
+def _scalar_text(v: Any) -> str | None:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None or isinstance(v, dict | list):
+        return None
+    t = str(v).strip()
+    return t if t and len(t) <= MAX_VALUE_CHARS else None
+
+
+def _leaves(obj: Any, prefix: str = "", depth: int = 0) -> list[tuple[int, str, str]]:
+    """(depth, path, value text) of the scalar leaves of a JSON value, to depth 6."""
+    if depth > 6:
+        return []
+    out: list[tuple[int, str, str]] = []
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        path = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict | list):
+            out += _leaves(v, path, depth + 1)
+        else:
+            t = _scalar_text(v)
+            if t is not None:
+                out.append((depth, path, t))
+    return out
+
+
+def _json_value(text: str) -> Any:
+    t = text.strip()
+    if not t or t[0] not in "[{":
+        return None
+    from ..compress.extractive import _parse_json  # numbers kept as written
+
+    return _parse_json(t)
+
+
+def _slot_name(before: str) -> str | None:
+    """The naming words at the end of ``before`` (up to three content words), or ``None``."""
+    m = _CJK_NAME.search(before)
+    if m:
+        return m.group(1)
+    words = [w.lower() for w in _WORD.findall(before[-60:])]
+    name: list[str] = []
+    for w in reversed(words):
+        if w in _NAME_STOP:
+            if name:
+                break
+            continue
+        name.insert(0, w)
+        if len(name) == 3:
+            break
+    return " ".join(name) or None
+
+
+def resolve_date(value: str, today: date | None) -> str | None:
+    """The ISO date a relative date value means on ``today`` ("tomorrow", "next Friday", "明天"), or ``None``."""
+    if today is None:
+        return None
+    low = value.lower().strip()
+    if low in _RELATIVE:
+        return (today + timedelta(days=_RELATIVE[low])).isoformat()
+    m = re.fullmatch(r"(next |this )?(monday|tuesday|wednesday|thursday|friday|saturday|sunday)", low)
+    if m:  # "Friday" / "this Friday": the next one on or after today; "next Friday": a week after that
+        delta = (_WEEKDAYS.index(m.group(2)) - today.weekday()) % 7 + (7 if m.group(1) == "next " else 0)
+        return (today + timedelta(days=delta)).isoformat()
+    return None
+
+
+def session_date(msg: Message) -> date | None:
+    """A reference date a message gives: "current time is 2024-05-15" or a leading ``[1 May 2023]`` marker."""
+    m = _CURRENT_TIME.search(msg.content[:4000])
+    if m:
+        return date.fromisoformat(m.group(1))
+    m = _DATE_MARKER.match(msg.content)
+    if m:
+        try:
+            from dateutil import parser  # noqa: PLC0415 - light, only when a marker is present
+
+            return parser.parse(m.group(1), fuzzy=True).date()
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
+def _status(msg: Message, config: RuleConfig) -> str:
+    if msg.role != Role.ASSISTANT:
+        return "stated"
+    rx = config.keyword_regexes.get("confirmation")
+    return "confirmed" if rx is not None and rx.search(msg.content) else "proposed"
+
+
+def _call_facts(msg: Message) -> list[tuple[str, str, str]]:
+    out = []
+    for c in msg.tool_calls:
+        try:
+            args = json.loads(c.arguments) if c.arguments.strip() else {}
+        except ValueError:
+            continue
+        for _, path, value in _leaves(args) if isinstance(args, dict) else []:
+            if value in c.arguments:
+                out.append((f"{c.name}.{path}", value, "call"))
+    return out
+
+
+def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
+    out: list[tuple[str, str, str]] = []
+    spans = ctx.spans(text) if ctx.spans is not None else []
+    pos = 0
+    for sent in sentences(text) if spans else ():
+        base = text.find(sent, pos)
+        if base < 0:
+            continue
+        pos = start = base  # naming words are looked for after the previous value of the sentence
+        for s, e, kind in spans:
+            if not (base <= s < base + len(sent)) or kind in _SKIP_KINDS:
+                continue
+            value = text[s:e].strip()
+            if not value or len(value) > MAX_VALUE_CHARS:
+                start = max(start, e)
+                continue
+            unit = _UNIT.search(value) if kind == "number_unit" else None
+            slot = (unit.group(1).lower() if unit else None) or _slot_name(text[start:s]) or _KIND.get(kind, kind)
+            out.append((slot, value, "text"))
+            start = max(start, e)
+        if len(out) >= MAX_TEXT_FACTS:
+            break
+    if ctx.extractor is not None:
+        out += [(slot, v, "extractor") for slot, v in ctx.extractor(text) if v and v in text]
+    return out[:MAX_TEXT_FACTS]
+
+
+def extract_facts(msg: Message, task: int, ctx: FactContext) -> tuple[Fact, ...]:
+    """The facts of one stored message (``id`` and ``turn`` set); see the module docstring."""
+    found: list[tuple[str, str, str]] = []
+    if msg.tool_calls:
+        found += _call_facts(msg)
+    data = _json_value(msg.content) if msg.role in (Role.TOOL, Role.ASSISTANT, Role.USER) else None
+    if data is not None:
+        leaves = sorted(_leaves(data), key=lambda x: x[0])[:MAX_JSON_FACTS]
+        scope = f"{msg.name}." if msg.role == Role.TOOL and msg.name else ""
+        found += [(scope + path, value, "json") for _, path, value in leaves if value in msg.content]
+    elif msg.content and msg.role != Role.SYSTEM:
+        found += _text_facts(scan_text(msg.text()), ctx)  # the scorer's scan text: one entity scan, bounded
+    status = _status(msg, ctx.config)
+    seen: set[tuple[str, str]] = set()
+    facts = []
+    for slot, value, origin in found:
+        if (slot, value) in seen:
+            continue
+        seen.add((slot, value))
+        facts.append(Fact(slot=slot, value=value, source=msg.id or "", turn=msg.turn or 0, task=task, status=status,
+                          origin=origin, resolved=resolve_date(value, ctx.today)))
+    return tuple(facts)

@@ -1,0 +1,130 @@
+"""The fact ledger: extraction, naming, supersession, confirmations and denials, relative dates, the
+capped section, and goal-scoped pinning with task boundaries."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+from ctxscore import ContextManager
+from ctxscore.memory.facts import FactContext, extract_facts, resolve_date
+from ctxscore.memory.ledger import FactLedger
+from ctxscore.messages import Message
+from ctxscore.scoring.rules import default_config, typed_entity_spans
+
+
+def facts_of(msg: dict, today: date | None = None):
+    cfg = default_config()
+    m = Message.from_dict(msg | {"id": "m7"})
+    return extract_facts(m, 0, FactContext(cfg, today=today, spans=lambda t: typed_entity_spans(t, cfg)))
+
+
+def test_text_facts_name_their_values():
+    fs = {f.slot: f.value for f in facts_of({"role": "assistant", "content":
+          "Done. Your reference number is Q1XUDH9Y and the total is $305.50 for 4 people."})}
+    assert fs["reference number"] == "Q1XUDH9Y"
+    assert fs["total"] == "$305.50"
+    assert "4 people" in fs.values()
+
+
+def test_json_and_tool_call_facts_keep_values_as_written():
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "book_reservation", "arguments": json.dumps({"user_id": "mia_li_3668", "cabin": "economy"})}}]}
+    fs = {f.slot: f for f in facts_of(call)}
+    assert fs["book_reservation.user_id"].value == "mia_li_3668" and fs["book_reservation.cabin"].origin == "call"
+    tool = {"role": "tool", "tool_call_id": "c1", "name": "get_user", "content": '{"price": 12.50, "reservations": ["M05KNL", "UHDAHF"]}'}
+    fs = {f.slot: f.value for f in facts_of(tool)}
+    assert fs["get_user.price"] == "12.50" and fs["get_user.reservations.0"] == "M05KNL"
+
+
+def test_relative_dates_are_resolved_when_the_session_gives_a_date():
+    today = date(2024, 5, 15)  # a Wednesday
+    assert resolve_date("tomorrow", today) == "2024-05-16"
+    assert resolve_date("Friday", today) == "2024-05-17"
+    assert resolve_date("next Friday", today) == "2024-05-24"
+    assert resolve_date("明天", today) == "2024-05-16"
+    assert resolve_date("tomorrow", None) is None
+    (f,) = [f for f in facts_of({"role": "user", "content": "Please book it for tomorrow."}, today) if f.value == "tomorrow"]
+    assert f.resolved == "2024-05-16" and "(= 2024-05-16)" in f.line()
+
+
+def session(cm: ContextManager) -> FactLedger:
+    return next(layer for layer in cm.state.layers if isinstance(layer, FactLedger))
+
+
+def test_a_new_value_supersedes_the_old_one_within_a_task():
+    cm = ContextManager(budget=4000, scorer="rules", layers=[FactLedger()])
+    cm.extend([
+        {"role": "system", "content": "You book restaurants."},
+        {"role": "user", "content": "Please book a table for 4 people at 7pm."},
+        {"role": "assistant", "content": "Checking tables for 4 people at 7pm."},
+        {"role": "user", "content": "Actually, make it 6 people."},
+    ])
+    led = session(cm)
+    people = [f for f in led.current.values() if f.value.endswith("people")]
+    assert [f.value for f in people] == ["6 people"]
+    assert any("6 people" in line and "was 4 people" in line for line in led.lines())
+
+
+def test_a_user_reply_confirms_or_denies_a_proposal():
+    cm = ContextManager(budget=4000, scorer="rules", layers=[FactLedger()])
+    cm.extend([
+        {"role": "user", "content": "Find me a flight to Boston on May 3."},
+        {"role": "assistant", "content": "Flight HAT136 leaves at 9:15am for $220. Shall I book it?"},
+        {"role": "user", "content": "No, not that one."},
+        {"role": "assistant", "content": "Flight HAT205 leaves at 1:05pm for $240. Shall I book it?"},
+        {"role": "user", "content": "Yes please."},
+    ])
+    by_value = {f.value: f for f in session(cm).current.values()}
+    assert "HAT136" not in by_value  # denied
+    assert by_value["HAT205"].status == "confirmed"
+
+
+def test_the_section_shows_only_facts_not_verbatim_and_fits_its_cap():
+    cm = ContextManager(budget=1200, scorer="rules", layers=[FactLedger()])
+    cm.add({"role": "system", "content": "You are a travel agent."})
+    for i in range(30):
+        cm.add({"role": "user", "content": f"Hi, please book trip number {i} to Springfield for me."})
+        cm.add({"role": "assistant", "content": f"Booked: your reference number is REF{1000 + i}. " + "Filler words here. " * 10})
+        cm.add({"role": "user", "content": "Thanks, that's all."})
+        cm.add({"role": "assistant", "content": "You're welcome, have a nice day!"})
+    win = cm.build()
+    ledger = next(s for s in win.sections if s.name == "ledger")
+    assert 0 < ledger.tokens <= 0.1 * 1200 + 1
+    note = next(m["content"] for m in win.messages if m["content"].startswith("Facts so far"))
+    verbatim = {d.id for d in win.decisions if d.tier == "verbatim"}
+    shown = [line for line in note.splitlines()[1:]]
+    assert shown and all(line.startswith("reference number: REF") for line in shown)
+    for line in shown:  # a fact visible in its message is not repeated
+        assert line.split("(")[1].split(",")[0].split(";")[0].rstrip(")") not in verbatim, line
+    assert len(shown) < 30  # capped: the rest is left to the store
+
+
+def test_finished_tasks_are_no_longer_pinned():
+    cm = ContextManager(budget=100_000, scorer="rules")
+    cm.extend([
+        {"role": "user", "content": "Please book a table for two at Sushi Ran at 7pm."},
+        {"role": "assistant", "content": "Booked: Sushi Ran, 7pm, two people, reference SR-1."},
+        {"role": "user", "content": "Thanks, that's all."},
+        {"role": "assistant", "content": "You're welcome, have a nice day!"},
+        {"role": "user", "content": "Hi, I need a taxi to the airport tomorrow at 6am."},
+    ])
+    h = cm.history
+    assert [e.task for e in h.entries] == [0, 0, 0, 0, 1]
+    assert not h.entries[0].pinned and h.entries[0].tier_category == "key_state"
+    assert h.entries[4].pinned and h.entries[4].pin == "instruction"
+
+
+def test_hard_constraints_are_kept_and_never_archived():
+    cm = ContextManager(budget=500, scorer="rules")
+    cm.add({"role": "user", "content": "Help me migrate the service. Never touch the production database; staging only."})
+    cm.add({"role": "assistant", "content": "Understood, I will work on staging."})
+    cm.add({"role": "user", "content": "Thanks, that's all for that."})
+    cm.add({"role": "assistant", "content": "Goodbye!"})
+    for i in range(12):
+        cm.add({"role": "user", "content": f"Hi, new question {i}: how do I list the pods in namespace n{i}?"})
+        cm.add({"role": "assistant", "content": f"Run kubectl get pods -n n{i}. " + "It prints a table of pods. " * 6})
+    win = cm.build()
+    d0 = win.decisions[0]
+    assert not d0.pinned and d0.tier != "archived"
+    assert "Never touch the production database;" in json.dumps(win.messages)

