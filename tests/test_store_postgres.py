@@ -6,6 +6,7 @@ when the server has it. The behaviour shared with SQLite is in ``test_store_cont
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -97,16 +98,35 @@ def test_acknowledged_writes_are_synchronous(pg_url):
     s.close()
 
 
+def _kill_connections(pg_url: str) -> int:
+    with admin(pg_url) as conn:  # the server ends every other connection (a restart, a failover)
+        return conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND datname = current_database() AND backend_type = 'client backend'").fetchone()[0]
+
+
 def test_a_lost_connection_is_replaced(pg_url):
     s = PostgresStore(pg_url, pool_min=2, pool_max=2)
     s.add("s", [rec(None, "before the server dropped us")])
-    with admin(pg_url) as conn:  # the server ends every connection of this store (a restart, a failover)
-        killed = conn.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-            "AND datname = current_database() AND backend_type = 'client backend'").fetchone()[0]
-    assert killed >= 2
-    s.add("s", [rec(None, "after")])  # the pool checks connections before lending them
+    assert _kill_connections(pg_url) >= 2
+    assert [r.text for r in s.load("s")] == ["before the server dropped us"]  # a read is retried on a new one
+    s.add("s", [rec(None, "after")])
     assert [r.text for r in s.load("s")] == ["before the server dropped us", "after"]
+    s.close()
+
+
+def test_a_write_on_a_dropped_connection_is_refused_whole(pg_url):
+    s = PostgresStore(pg_url, pool_min=1, pool_max=1)
+    s.add("s", [rec(None, "first")])
+    assert _kill_connections(pg_url) >= 1
+    with pytest.raises(StoreError, match="nothing was acknowledged"):  # just used: lent without a check
+        s.add("s", [rec(None, "not acknowledged"), rec(None, "nor this")])
+    s.add("s", [rec(None, "second")])  # the pool replaced the connection; the client retries
+    assert [r.text for r in s.load("s")] == ["first", "second"]
+    time.sleep(1.2)
+    assert _kill_connections(pg_url) >= 1
+    s.add("s", [rec(None, "third")])  # idle for over a second: tested before it is lent, and replaced
+    assert [r.text for r in s.load("s")] == ["first", "second", "third"]
     s.close()
 
 

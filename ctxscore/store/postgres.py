@@ -13,28 +13,26 @@ whole or not at all. Every connection runs with ``synchronous_commit = on``: a w
 a crash of the client or of the server. ``lock_timeout`` (5 s) bounds the wait for a session that
 another writer holds.
 
-Search is the same as :class:`~ctxscore.store.sqlite.SQLiteStore`'s, list by list, so both stores
-return the same hits for the same session (see ``tests/test_store_contract.py``):
+Search returns the hits :class:`~ctxscore.store.sqlite.SQLiteStore` returns for the same session
+(``tests/test_store_contract.py``): every row stores, besides the message, what ranking needs --
+the indexed text (the head and tail of a long one), the trigram count, the Porter stems of text and
+context that a query can match (:mod:`ctxscore.store.stemming`) with the token count, and the
+embedding -- and a search ranks the session in this process with
+:class:`~ctxscore.store.session_index.SessionIndex` (FTS5's bm25 over trigram substrings and over
+stems, the two-character ``LIKE`` list, the numpy vector list), fused by
+:func:`~ctxscore.store.retrieval.fuse`. The index of a session is read once and then only the rows
+added since (one indexed query per search; a detach makes it read again), in an LRU of
+``session_cache`` sessions. With the pgvector extension (migration 0003) the vector list is ranked
+by the server instead.
 
-- keyword list: terms of three or more characters (:func:`~ctxscore.store.retrieval.query_terms`)
-  match as case-folded substrings -- the semantics of a trigram index, which SQLite's FTS5 trigram
-  tokenizer and PostgreSQL's ``pg_trgm`` share -- and rows are ranked by FTS5's bm25
-  (:data:`~ctxscore.store.retrieval.BM25_K1`, :data:`~ctxscore.store.retrieval.BM25_B`), computed
-  in SQL over the session: overlapping occurrences (``regexp_count`` with a look-ahead), the
-  context column weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`, document length in
-  trigrams. One difference: SQLite's bm25 statistics (rows, average length, rows per term) span
-  the whole file; here they span the session, which is what a server holding millions of sessions
-  can afford. A file with one session ranks identically. PostgreSQL's word-based full-text search
-  (``tsvector``) is not used: it cannot match Chinese without a segmenter nor a substring, so its
-  results would differ from SQLite's; nor is a ``pg_trgm`` GIN index created: every search is
-  scoped to one session, whose rows the primary-key index of ``(session_id, turn)`` already
-  isolates, and the planner never picks a table-wide trigram index for it (``docs/scale.md``).
-- short list: each two-character term by ``LIKE`` with ASCII case folding (SQLite's ``LIKE``),
-  newest first.
-- vector list: the session's stored float32 embeddings scored in numpy by
-  :func:`~ctxscore.store.retrieval.vector_ranking` (read once per session and then only the rows
-  added since, in an LRU of ``vector_cache`` sessions); with the pgvector extension present
-  (migration 0003) the server ranks by inner product instead.
+Why not rank in SQL: a search is scoped to one session, so no table-wide index (``pg_trgm`` GIN,
+``tsvector`` GIN) narrows it further than the ``(session_id, turn)`` key, and computing bm25 over
+the session's text in SQL took 150-300 ms per search on a 620-message tau-bench session, against a
+few milliseconds here (``docs/scale.md``). PostgreSQL's word-based full-text search would also rank
+differently from SQLite (no substrings, no Chinese without a segmenter). One difference remains by
+design: SQLite's bm25 statistics (rows, average length, rows holding a term) span its whole file;
+here they span the session, which is what a server of millions of sessions can afford. A SQLite
+file holding one session ranks the same.
 
 Failures of the server, the network or the pool are raised as :class:`~ctxscore.errors.StoreError`
 (the message names the database without its password); bad input as
@@ -51,7 +49,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
@@ -60,19 +58,8 @@ from ..errors import ConfigError, InputError, StoreError
 from ..messages import Message, Tier
 from . import migrations
 from .base import Event, NewRecord, Record, StoredMessage, check_limit, check_name, dump_json
-from .retrieval import (
-    BM25_B,
-    BM25_K1,
-    CONTEXT_WEIGHT,
-    Hit,
-    RankedList,
-    fuse,
-    like_pattern,
-    query_terms,
-    stem_terms,
-    trigram_tokens,
-    vector_ranking,
-)
+from .retrieval import Hit, RankedList, fuse, query_terms, stem_terms, trigram_tokens
+from .session_index import SessionIndex, indexed_message
 from .sqlite import index_text
 from .stemming import porter_stem, stem_index
 
@@ -84,61 +71,12 @@ except ImportError:  # pragma: no cover - exercised without the extra
     psycopg = None  # type: ignore[assignment]
 
 #: URL query parameters read by ctxscore (the others go to libpq): ``schema``, ``pool_min``, ``pool_max``.
+#: A pooled connection idle for longer than this (seconds) is tested before it is lent.
+CHECK_IDLE_S = 1.0
 URL_OPTIONS = ("schema", "pool_min", "pool_max", "timeout", "redis")
+_T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_UPPER, _LOWER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
 _COLUMNS = "id, turn, role, text, text_exact, message, prediction, tier, embedding"
-#: Collations tried, in order, for case folding that covers all of Unicode (FTS5 folds Unicode).
-_FOLD_COLLATIONS = ("", 'COLLATE "und-x-icu"', 'COLLATE "C.utf8"', 'COLLATE "en_US.utf8"')
-
-# FTS5's bm25 over the session (see the module docstring), for a candidate set ``c`` (id, turn,
-# snippet, ntok) and the term frequencies ``f`` (id, turn, snippet, ntok, ord, freq) computed from it.
-# Parameters: sid, terms (the phrases, in query order), cw, k1, b, limit.
-_BM25_SQL = """
-WITH t AS (SELECT term, ord FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS u(term, ord)),
-s AS (SELECT count(*)::float8 AS n, COALESCE(sum({length}), 0)::float8 AS tok
-      FROM ctx_messages WHERE session_id = %(sid)s),
-{candidates},
-{frequencies},
-h AS (SELECT ord, count(*)::float8 AS nhit FROM f WHERE freq > 0 GROUP BY ord),
-i AS (SELECT h.ord, CASE WHEN ln((s.n - h.nhit + 0.5::float8) / (h.nhit + 0.5::float8)) <= 0 THEN 1e-6::float8
-                         ELSE ln((s.n - h.nhit + 0.5::float8) / (h.nhit + 0.5::float8)) END AS idf
-      FROM h CROSS JOIN s)
-SELECT f.id, f.turn, f.snippet,
-       sum(i.idf * ((f.freq * (%(k1)s::float8 + 1.0::float8))
-           / (f.freq + %(k1)s::float8 * (1::float8 - %(b)s::float8 + %(b)s::float8 * f.ntok / (s.tok / s.n))))
-           ORDER BY f.ord) AS score
-FROM f JOIN i ON i.ord = f.ord CROSS JOIN s
-WHERE f.freq > 0
-GROUP BY f.id, f.turn, f.snippet
-ORDER BY score DESC, f.turn
-LIMIT %(limit)s
-"""
-# The keyword list: terms as case-folded substrings of the indexed text (overlapping occurrences
-# counted with a look-ahead regex); extra parameters pats (ILIKE patterns) and rxs; {fold} a collation.
-_KEYWORD_SQL = _BM25_SQL.format(
-    length="ntok",
-    candidates="""c AS (SELECT id, turn, substr(text, 1, 120) AS snippet, ntok::float8 AS ntok,
-             lower(COALESCE(itext, text) {fold}) AS lt, lower(context {fold}) AS lc
-      FROM ctx_messages
-      WHERE session_id = %(sid)s AND (COALESCE(itext, text) {fold} ILIKE ANY(%(pats)s)
-                                      OR context {fold} ILIKE ANY(%(pats)s)))""",
-    frequencies="""f AS (SELECT c.id, c.turn, c.snippet, c.ntok, t.ord,
-             regexp_count(c.lt, rx.rx)::float8 * 1.0::float8 + regexp_count(c.lc, rx.rx)::float8 * %(cw)s::float8 AS freq
-      FROM c CROSS JOIN t JOIN unnest(%(rxs)s::text[]) WITH ORDINALITY AS rx(rx, ord) ON rx.ord = t.ord)""",
-).replace("{{fold}}", "{fold}")
-# The stem list: Porter stems of the words (ctxscore.store.stemming), counted in the stored arrays.
-_STEM_SQL = _BM25_SQL.format(
-    length="stem_ntok",
-    candidates="""c AS (SELECT id, turn, substr(text, 1, 120) AS snippet, stem_ntok::float8 AS ntok, stems, stems_ctx
-      FROM ctx_messages
-      WHERE session_id = %(sid)s AND (stems && %(terms)s::text[] OR stems_ctx && %(terms)s::text[]))""",
-    frequencies="""f AS (SELECT c.id, c.turn, c.snippet, c.ntok, t.ord,
-             cardinality(array_positions(c.stems, t.term))::float8 * 1.0::float8
-               + cardinality(array_positions(c.stems_ctx, t.term))::float8 * %(cw)s::float8 AS freq
-      FROM c CROSS JOIN t)""",
-)
-
 
 def _require_driver() -> None:
     if psycopg is None:
@@ -180,9 +118,8 @@ def _pg_text(text: str) -> tuple[str, str | None]:
     return text.replace("\x00", "\ufffd"), json.dumps(text)
 
 
-def _lookahead(term: str) -> str:
-    """A PostgreSQL regular expression counting overlapping occurrences of ``term`` (literal)."""
-    return "(?=" + re.sub(r"([^\w\s])", r"\\\1", term) + ")"
+class ConnectionLost(StoreError):
+    """The server dropped the connection an operation used (a read is then retried once)."""
 
 
 class PostgresStore:
@@ -197,7 +134,8 @@ class PostgresStore:
         pool_min, pool_max: connections kept open / opened at most (a manager uses one at a time).
         timeout: seconds to wait for a connection (the server is down or every connection busy)
             before :class:`StoreError`; also the connect timeout.
-        vector_cache: sessions whose embeddings are kept in memory for vector search (LRU).
+        session_cache: sessions whose search index (:class:`~ctxscore.store.session_index.SessionIndex`)
+            this object keeps in memory (LRU).
 
     Raises:
         ConfigError: psycopg is not installed, or a bad argument.
@@ -206,7 +144,7 @@ class PostgresStore:
     """
 
     def __init__(self, dsn: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 8,
-                 timeout: float = 10.0, vector_cache: int = 64) -> None:
+                 timeout: float = 10.0, session_cache: int = 64) -> None:
         _require_driver()
         if not isinstance(dsn, str) or not dsn:
             raise ConfigError(f"dsn must be a PostgreSQL URL or conninfo string, got {dsn!r}")
@@ -229,10 +167,11 @@ class PostgresStore:
         self.where = redact(dsn) + (f" (schema {schema})" if schema else "")
         self.schema = schema
         self.timeout = timeout
-        self._vector_cache = max(0, int(vector_cache))
-        self._vectors: OrderedDict[str, tuple[int, int, list[str], list[np.ndarray]]] = OrderedDict()
-        self._vlock = threading.Lock()
+        self._cache_size = max(0, int(session_cache))
+        self._indexes: OrderedDict[str, tuple[int, int, SessionIndex]] = OrderedDict()  # session -> (epoch, seq, index)
+        self._ilock = threading.Lock()
         self._closed = False
+        self._last_used: dict[int, float] = {}
         options = "-c synchronous_commit=on -c lock_timeout=5000"
         try:
             base = _conninfo.conninfo_to_dict(dsn)
@@ -240,7 +179,6 @@ class PostgresStore:
             raise ConfigError(f"cannot parse the PostgreSQL DSN {redact(dsn)}: {exc}") from None
         if base.get("options"):
             options = f"{base['options']} {options}"
-        self._fold = ""
         self.pgvector = False
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)), options=options) as conn:
@@ -257,12 +195,23 @@ class PostgresStore:
         self._pool = ConnectionPool(dsn, min_size=pool_min, max_size=pool_max, timeout=timeout, open=False,
                                     kwargs={"autocommit": True, "options": options,
                                             "connect_timeout": max(1, int(timeout))},
-                                    check=ConnectionPool.check_connection, name="ctxscore")
+                                    check=self._check_idle, reset=self._returned, name="ctxscore")
         try:
             self._pool.open(wait=True, timeout=timeout)
         except PoolTimeout as exc:
             self._pool.close()
             raise StoreError(f"cannot open store {self.where}: no connection within {timeout} s ({exc})") from None
+
+    def _returned(self, conn: Any) -> None:
+        """Pool callback when a connection comes back: remember when (see :meth:`_check_idle`)."""
+        self._last_used[id(conn)] = time.monotonic()
+
+    def _check_idle(self, conn: Any) -> None:
+        """Pool callback before lending a connection: one that sat idle for more than
+        :data:`CHECK_IDLE_S` is tested with an empty query (the server may have restarted or dropped
+        it); a broken one raises, and the pool replaces it. Recently used ones are lent as they are."""
+        if time.monotonic() - self._last_used.get(id(conn), 0.0) > CHECK_IDLE_S:
+            ConnectionPool.check_connection(conn)
 
     def _check_server(self, conn: Any) -> None:
         enc = conn.execute("SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = current_database()"
@@ -272,17 +221,6 @@ class PostgresStore:
         if enc != "UTF8":
             raise StoreError(f"cannot open store {self.where}: the database encoding is {enc}; ctxscore needs "
                              "UTF8 (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0). Nothing was changed")
-        for fold in _FOLD_COLLATIONS:  # the first collation whose lower() folds beyond ASCII
-            try:
-                with conn.transaction():
-                    ok = conn.execute(f"SELECT lower('ÄΣЖ' {fold}) = 'äσж'").fetchone()[0]
-            except psycopg.Error:
-                continue
-            if ok:
-                self._fold = fold
-                return
-        self._fold = ""  # ASCII folding only: non-ASCII letters then match case-sensitively
-
     def _backfill_vectors(self, conn: Any) -> None:
         """Copy the embeddings stored before pgvector was installed into ``embedding_v``."""
         while True:
@@ -300,6 +238,7 @@ class PostgresStore:
         """A pooled connection for one operation; server, network and pool failures -> StoreError."""
         if self._closed:
             raise StoreError(f"store {self.where} is closed; open a new one")
+        conn = None
         try:
             with self._pool.connection(timeout=self.timeout) as conn:
                 yield conn
@@ -313,7 +252,19 @@ class PostgresStore:
             tail = ("nothing was changed" if not write else
                     "nothing was acknowledged (if the connection was lost while committing, load the session to "
                     "see whether the write was applied)")
-            raise StoreError(f"store {self.where}: cannot {what}: {_first_line(exc)}; {tail}") from None
+            lost = isinstance(exc, psycopg.OperationalError) and conn is not None and conn.broken
+            raise (ConnectionLost if lost else StoreError)(
+                f"store {self.where}: cannot {what}: {_first_line(exc)}; {tail}") from None
+
+    def _read(self, what: str, fn: Callable[[Any], _T]) -> _T:
+        """Run a read on a pooled connection; when the server dropped that connection (a restart, a
+        failover, an idle timeout) the read runs once more on a new one."""
+        try:
+            with self._conn(what) as conn:
+                return fn(conn)
+        except ConnectionLost:
+            with self._conn(what) as conn:
+                return fn(conn)
 
     # -- writing ----------------------------------------------------------------------------------
     def add(self, session_id: str, records: Sequence[NewRecord]) -> list[StoredMessage]:
@@ -415,9 +366,9 @@ class PostgresStore:
                          "DO UPDATE SET epoch = ctx_sessions.epoch + 1", (target,))
             conn.execute("UPDATE ctx_messages SET session_id = %s WHERE session_id = %s AND turn >= %s",
                          (target, session_id, from_turn))
-        with self._vlock:
-            self._vectors.pop(session_id, None)
-            self._vectors.pop(target, None)
+        with self._ilock:
+            self._indexes.pop(session_id, None)
+            self._indexes.pop(target, None)
         return target
 
     # -- reading ----------------------------------------------------------------------------------
@@ -443,54 +394,54 @@ class PostgresStore:
         Raises:
             StoreError: the server cannot be read, or a row is damaged (it names the row).
         """
-        with self._conn("read the session") as conn:
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM ctx_messages WHERE session_id = %s AND turn > %s "
-                                "ORDER BY turn", (session_id, after_turn)).fetchall()
+        rows = self._read("read the session", lambda conn: conn.execute(
+            f"SELECT {_COLUMNS} FROM ctx_messages WHERE session_id = %s AND turn > %s ORDER BY turn",
+            (session_id, after_turn)).fetchall())
         return [self._row(session_id, r) for r in rows]
 
     def get(self, session_id: str, message_id: str) -> StoredMessage | None:
         """One stored message, or ``None``."""
-        with self._conn("read a message") as conn:
-            r = conn.execute(f"SELECT {_COLUMNS} FROM ctx_messages WHERE session_id = %s AND id = %s",
-                             (session_id, message_id)).fetchone()
+        r = self._read("read a message", lambda conn: conn.execute(
+            f"SELECT {_COLUMNS} FROM ctx_messages WHERE session_id = %s AND id = %s", (session_id, message_id)).fetchone())
         return None if r is None else self._row(session_id, r)
 
     def count(self, session_id: str) -> int:
         """Number of stored messages in a session."""
-        with self._conn("count messages") as conn:
-            return conn.execute("SELECT count(*) FROM ctx_messages WHERE session_id = %s", (session_id,)).fetchone()[0]
+        return self._read("count messages", lambda conn: conn.execute(
+            "SELECT count(*) FROM ctx_messages WHERE session_id = %s", (session_id,)).fetchone()[0])
 
-    def _session_vectors(self, conn: Any, session_id: str) -> tuple[list[str], list[np.ndarray]]:
-        """The session's embeddings in insertion order: read once, then only the rows added since;
+    def _session_index(self, conn: Any, session_id: str) -> SessionIndex:
+        """The session's search index: read once, then only the rows added since (by any writer);
         read again whole when messages left the session (its epoch changed)."""
-        with self._vlock:
-            cached = self._vectors.get(session_id)
+        with self._ilock:
+            cached = self._indexes.get(session_id)
         seen = cached[1] if cached else 0
         rows = conn.execute(
-            "SELECT s.epoch, m.seq, m.id, m.embedding FROM ctx_sessions s LEFT JOIN ctx_messages m "
-            "ON m.session_id = s.session_id AND m.seq > %s AND m.embedding IS NOT NULL "
-            "WHERE s.session_id = %s ORDER BY m.seq", (seen, session_id)).fetchall()
+            "SELECT s.epoch, m.seq, m.id, m.turn, m.text, m.itext, m.context, m.ntok, m.stems, m.stems_ctx, "
+            "m.stem_ntok, m.embedding FROM ctx_sessions s LEFT JOIN ctx_messages m "
+            "ON m.session_id = s.session_id AND m.seq > %s WHERE s.session_id = %s ORDER BY m.seq",
+            (seen, session_id)).fetchall()
         if not rows:
-            return [], []
+            return SessionIndex()
         epoch = rows[0][0]
         if cached is not None and cached[0] != epoch:  # messages moved out: read the session again
-            with self._vlock:
-                self._vectors.pop(session_id, None)
-            return self._session_vectors(conn, session_id)
-        ids, vecs = (list(cached[2]), list(cached[3])) if cached else ([], [])
-        for _, seq, mid, blob in rows:
-            if seq is None:
-                continue
-            ids.append(mid)
-            vecs.append(np.frombuffer(blob, dtype=np.float32))
-            seen = max(seen, seq)
-        if self._vector_cache:
-            with self._vlock:
-                self._vectors[session_id] = (epoch, seen, ids, vecs)
-                self._vectors.move_to_end(session_id)
-                while len(self._vectors) > self._vector_cache:
-                    self._vectors.popitem(last=False)
-        return ids, vecs
+            with self._ilock:
+                self._indexes.pop(session_id, None)
+            return self._session_index(conn, session_id)
+        index = cached[2] if cached else SessionIndex()
+        new = [indexed_message(mid, turn, text, itext if itext is not None else text, context, ntok, stems, sctx, sn,
+                               None if blob is None else np.frombuffer(blob, dtype=np.float32))
+               for _, seq, mid, turn, text, itext, context, ntok, stems, sctx, sn, blob in rows if seq is not None]
+        if new:
+            index.extend(new)
+            seen = max(r[1] for r in rows if r[1] is not None)
+        if self._cache_size:
+            with self._ilock:
+                self._indexes[session_id] = (epoch, seen, index)
+                self._indexes.move_to_end(session_id)
+                while len(self._indexes) > self._cache_size:
+                    self._indexes.popitem(last=False)
+        return index
 
     def search(self, session_id: str, query: str, k: int = 10, *, query_embedding: np.ndarray | None = None,
                only: Callable[[str], bool] | None = None, limit: int = 100) -> list[Hit]:
@@ -513,23 +464,17 @@ class PostgresStore:
         query = query.replace("\x00", " ")
         fts_terms, short_terms = query_terms(query)
         stems = [porter_stem(w) for w in stem_terms(query)]
-        lists: list[RankedList] = []
-        similarity: dict[str, float] = {}
-        common = {"sid": session_id, "cw": CONTEXT_WEIGHT, "k1": BM25_K1, "b": BM25_B, "limit": limit}
-        with self._conn("search") as conn:
+
+        def ranked(conn: Any) -> tuple[list[RankedList], dict[str, float]]:
+            lists: list[RankedList] = []
+            similarity: dict[str, float] = {}
+            index = self._session_index(conn, session_id)
             if fts_terms:
-                rows = conn.execute(_KEYWORD_SQL.format(fold=self._fold), {
-                    **common, "terms": fts_terms, "pats": [like_pattern(t) for t in fts_terms],
-                    "rxs": [_lookahead(t) for t in fts_terms]}).fetchall()
-                lists.append(("keyword", [(r[0], r[1], r[2]) for r in rows]))
+                lists.append(index.keyword(fts_terms, limit))
             if stems:
-                rows = conn.execute(_STEM_SQL, {**common, "terms": stems}).fetchall()
-                lists.append(("stem", [(r[0], r[1], r[2]) for r in rows]))
+                lists.append(index.stem(stems, limit))
             for term in short_terms:
-                lists.append(("short", conn.execute(
-                    f"SELECT id, turn, substr(text, 1, 120) FROM ctx_messages WHERE session_id = %s "
-                    f"AND translate(text, '{_UPPER}', '{_LOWER}') LIKE %s ESCAPE '\\' ORDER BY turn DESC LIMIT %s",
-                    (session_id, like_pattern(term), limit)).fetchall()))
+                lists.append(index.short(term, limit))
             if query_embedding is not None:
                 q = np.asarray(query_embedding, dtype=np.float32)
                 if self.pgvector:
@@ -540,15 +485,11 @@ class PostgresStore:
                     lists.append(("vector", [(r[0], r[1], r[2]) for r in rows]))
                     similarity = {r[0]: float(r[3]) for r in rows}
                 else:
-                    ids, vecs = self._session_vectors(conn, session_id)
-                    if ids:
-                        ranked = vector_ranking(ids, np.stack(vecs), q, limit)
-                        top = [i for i, _ in ranked]
-                        similarity = dict(ranked)
-                        meta = {r[0]: (r[1], r[2]) for r in conn.execute(
-                            "SELECT id, turn, substr(text, 1, 120) FROM ctx_messages WHERE session_id = %s "
-                            "AND id = ANY(%s)", (session_id, top))}
-                        lists.append(("vector", [(i, *meta[i]) for i in top if i in meta]))
+                    vec_list, similarity = index.vector(q, limit)
+                    lists.append(vec_list)
+            return lists, similarity
+
+        lists, similarity = self._read("search", ranked)
         return fuse(lists, k=k, only=only, similarity=similarity)
 
     # -- layer records and events (ctxscore.store.base.RecordStore) -------------------------------
@@ -580,9 +521,8 @@ class PostgresStore:
 
         check_name(scope, "scope")
         check_name(kind, "kind")
-        with self._conn("read records") as conn:
-            rows = conn.execute("SELECT key, value, version, extract(epoch FROM updated)::float8 FROM ctx_records "
-                                "WHERE scope = %s AND kind = %s ORDER BY key", (scope, kind)).fetchall()
+        rows = self._read("read records", lambda conn: conn.execute("SELECT key, value, version, extract(epoch FROM updated)::float8 FROM ctx_records "
+                                "WHERE scope = %s AND kind = %s ORDER BY key", (scope, kind)).fetchall())
         return {k: Record(k, _load_json(v, f"record {scope!r}/{kind!r}/{k!r}", self.where), n, u)
                 for k, v, n, u in rows}
 
@@ -624,9 +564,9 @@ class PostgresStore:
         lim = check_limit(limit)
         if isinstance(after, bool) or not isinstance(after, int):
             raise InputError(f"after must be an integer sequence number, got {after!r}")
-        with self._conn("read events") as conn:
-            rows = conn.execute("SELECT seq, data, extract(epoch FROM created)::float8 FROM ctx_events "
-                                "WHERE scope = %s AND seq > %s ORDER BY seq LIMIT %s", (scope, after, lim)).fetchall()
+        rows = self._read("read events", lambda conn: conn.execute(
+            "SELECT seq, data, extract(epoch FROM created)::float8 FROM ctx_events WHERE scope = %s AND seq > %s "
+            "ORDER BY seq LIMIT %s", (scope, after, lim)).fetchall())
         return [Event(q, _load_json(d, f"event {scope!r}/{q}", self.where), t) for q, d, t in rows]
 
     # -- life cycle -------------------------------------------------------------------------------

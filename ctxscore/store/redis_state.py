@@ -29,6 +29,7 @@ holds the session's lock, brings the worker's manager up to date, and publishes 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -107,8 +108,10 @@ class RedisHotState:
         return f"{self.prefix}:{{{session_id}}}:{part}"
 
     def keys(self, session_id: str, encoding: str = DEFAULT_ENCODING) -> list[str]:
-        """The session's keys: meta (version), tiers, token counts of ``encoding``."""
-        return [self._key(session_id, "meta"), self._key(session_id, "tiers"), self._key(session_id, f"tok:{encoding}")]
+        """The session's keys: meta (version, message count), tiers, the log of tier changes, token
+        counts of ``encoding``."""
+        return [self._key(session_id, "meta"), self._key(session_id, "tiers"), self._key(session_id, "tierlog"),
+                self._key(session_id, f"tok:{encoding}")]
 
     @contextmanager
     def _guard(self, what: str) -> Iterator[None]:
@@ -122,6 +125,18 @@ class RedisHotState:
         """The session's version, or ``None`` when it has no hot state (expired or never written)."""
         with self._guard("read the session version"):
             v = self.client.hget(self._key(session_id, "meta"), "version")
+        return None if v is None else int(v)
+
+    def meta(self, session_id: str) -> tuple[int | None, int | None]:
+        """(version, message count) of the session in one round trip (``None``: no hot state)."""
+        with self._guard("read the session version"):
+            v, n = self.client.hmget(self._key(session_id, "meta"), ["version", "messages"])
+        return (None if v is None else int(v)), (None if n is None else int(n))
+
+    def messages(self, session_id: str) -> int | None:
+        """The session's message count as the last write recorded it, or ``None`` when unknown."""
+        with self._guard("read the message count"):
+            v = self.client.hget(self._key(session_id, "meta"), "messages")
         return None if v is None else int(v)
 
     def tiers(self, session_id: str) -> dict[str, Tier]:
@@ -138,34 +153,51 @@ class RedisHotState:
 
     def bump(self, session_id: str, *, tiers: Mapping[str, Tier] | None = None, messages: int | None = None,
              encoding: str = DEFAULT_ENCODING) -> int:
-        """Record a write: bump the version (returned), store ``tiers`` and the message count, and
-        refresh the TTL of the session's keys (one round trip)."""
-        meta, tk, tok = self.keys(session_id, encoding)
+        """Record a write: bump the version (returned), store ``tiers`` (in the tiers hash and as one
+        entry of the tier log) and the message count, and refresh the TTL of the session's keys (one
+        round trip)."""
+        meta, tk, log_key, tok = self.keys(session_id, encoding)
         with self._guard("record a write"):
             p = self.client.pipeline(transaction=True)
             p.hincrby(meta, "version", 1)
             if messages is not None:
                 p.hset(meta, "messages", messages)
             if tiers:
-                p.hset(tk, mapping={i: str(Tier(t)) for i, t in tiers.items()})
-            for k in (meta, tk, tok):
+                changes = {i: str(Tier(t)) for i, t in tiers.items()}
+                p.hset(tk, mapping=changes)
+                p.rpush(log_key, json.dumps(changes))
+            for k in (meta, tk, log_key, tok):
                 p.pexpire(k, self.ttl_ms)
             return int(p.execute()[0])
 
-    def add_token_counts(self, session_id: str, encoding: str, counts: Mapping[str, int]) -> None:
-        """Store token counts (:func:`text_key` -> tokens) and refresh the TTL."""
-        if not counts:
-            return
+    def tier_log_length(self, session_id: str) -> int:
+        """Entries in the session's tier log."""
+        with self._guard("read tier changes"):
+            return int(self.client.llen(self._key(session_id, "tierlog")))
+
+    def tier_log(self, session_id: str, start: int = 0) -> tuple[list[dict[str, Tier]], int]:
+        """The tier changes recorded from entry ``start`` on, in order, and the log's length."""
+        with self._guard("read tier changes"):
+            raw = self.client.lrange(self._key(session_id, "tierlog"), start, -1)
+        return [{i: Tier(t) for i, t in json.loads(r).items()} for r in raw], start + len(raw)
+
+    def add_token_counts(self, session_id: str, encoding: str, counts: Mapping[str, int]) -> tuple[int | None, int]:
+        """Store token counts (:func:`text_key` -> tokens) and refresh their TTL; returns the
+        session's version and the length of its tier log (one round trip)."""
         k = self._key(session_id, f"tok:{encoding}")
         with self._guard("store token counts"):
             p = self.client.pipeline(transaction=False)
-            p.hset(k, mapping=dict(counts))
-            p.pexpire(k, self.ttl_ms)
-            p.execute()
+            if counts:
+                p.hset(k, mapping=dict(counts))
+                p.pexpire(k, self.ttl_ms)
+            p.hget(self._key(session_id, "meta"), "version")
+            p.llen(self._key(session_id, "tierlog"))
+            *_, v, n = p.execute()
+        return (None if v is None else int(v)), int(n)
 
     def forget(self, session_id: str) -> None:
         """Drop the session's hot state (workers then rebuild it from the durable store)."""
-        keys = [self._key(session_id, "meta"), self._key(session_id, "tiers")]
+        keys = [self._key(session_id, "meta"), self._key(session_id, "tiers"), self._key(session_id, "tierlog")]
         with self._guard("drop the hot state"):
             self.client.delete(*keys)
 
@@ -215,8 +247,9 @@ class HotStore:
 
     Implements :class:`~ctxscore.store.base.Store` (and :class:`~ctxscore.store.base.RecordStore`
     when the wrapped store does) by delegation: :meth:`add` and :meth:`set_tiers` write the durable
-    store first and then bump the session's version (tiers included); :meth:`detach` drops the hot
-    state. A Redis failure after a durable write is logged and drops nothing: the write is
+    store first and then bump the session's version (tiers and message count included);
+    :meth:`load` skips the durable store when the count says there is nothing new; :meth:`detach`
+    drops the hot state. Every writer of a session shared this way must write through a HotStore. A Redis failure after a durable write is logged and drops nothing: the write is
     acknowledged (it is durable), and the session's hot state is rebuilt by the next worker that
     finds it missing or stale.
 
@@ -229,6 +262,8 @@ class HotStore:
         if not isinstance(store, Store):
             raise ConfigError(f"store must implement ctxscore.store.Store, got {type(store).__name__}")
         self.store, self.hot = store, hot
+        #: Message counts of the sessions whose lock this process holds (no other writer can add).
+        self.held: dict[str, int | None] = {}
 
     def _after_write(self, session_id: str, **kw: Any) -> None:
         try:
@@ -244,6 +279,8 @@ class HotStore:
         """:meth:`Store.add`, then bump the session's version."""
         rows = self.store.add(session_id, records)
         if rows:
+            if session_id in self.held:
+                self.held[session_id] = rows[-1].turn + 1
             self._after_write(session_id, messages=rows[-1].turn + 1)
         return rows
 
@@ -268,7 +305,18 @@ class HotStore:
         return self.store.get(session_id, message_id)
 
     def load(self, session_id: str, after_turn: int = -1) -> list[StoredMessage]:
-        """:meth:`Store.load` of the durable store."""
+        """:meth:`Store.load` of the durable store, skipped (``[]``) when the hot state says nothing
+        was added after ``after_turn`` -- a manager asks before every add and build, and every writer
+        of a shared session writes through a :class:`HotStore`, which records the count."""
+        if session_id in self.held:
+            n = self.held[session_id]
+        else:
+            try:
+                n = self.hot.messages(session_id)
+            except StoreError:
+                n = None
+        if n is not None and after_turn >= n - 1:
+            return []
         return self.store.load(session_id, after_turn)
 
     def search(self, session_id: str, query: str, k: int = 10, **kw: Any) -> list[Hit]:
@@ -357,6 +405,7 @@ class _Kept:
     cm: Manager
     counter: SharedTokenCounter
     version: int | None
+    tierlog: int = 0  # entries of the session's tier log already applied
 
 
 class SharedSessions:
@@ -406,14 +455,16 @@ class SharedSessions:
                 fails; nothing of the turn has run then.
         """
         with self.hot.lock(session_id):
-            kept = self._current(session_id)
+            version, count = self.hot.meta(session_id)
+            self.store.held[session_id] = count
             try:
+                kept = self._current(session_id, version)
                 yield kept.cm
-            finally:
                 self._publish(session_id, kept)
+            finally:
+                self.store.held.pop(session_id, None)
 
-    def _current(self, session_id: str) -> _Kept:
-        version = self.hot.version(session_id)
+    def _current(self, session_id: str, version: int | None) -> _Kept:
         with self._lock:
             kept = self._kept.get(session_id)
         if kept is not None and version is not None and kept.version == version:
@@ -421,7 +472,9 @@ class SharedSessions:
             return kept
         if kept is not None and version is not None:  # another worker wrote: catch up
             kept.cm.state.catch_up()
-            apply_tiers(kept.cm, self.hot.tiers(session_id))
+            changes, kept.tierlog = self.hot.tier_log(session_id, kept.tierlog)
+            for change in changes:
+                apply_tiers(kept.cm, change, partial=True)
             kept.version = version
             self.stats["refreshed"] += 1
             return kept
@@ -432,9 +485,10 @@ class SharedSessions:
         if version is None:  # no hot state (expired, or never written): publish this manager's
             tiers = {e.msg.id: e.tier for e in cm.history.entries if e.tier != Tier.VERBATIM}
             version = self.hot.bump(session_id, tiers=tiers, messages=len(cm), encoding=self.encoding)
+            self.store.held[session_id] = len(cm)
         else:
             apply_tiers(cm, self.hot.tiers(session_id))
-        kept = _Kept(cm, counter, version)
+        kept = _Kept(cm, counter, version, self.hot.tier_log_length(session_id))
         self.stats["opened"] += 1
         with self._lock:
             self._kept[session_id] = kept
@@ -445,8 +499,7 @@ class SharedSessions:
 
     def _publish(self, session_id: str, kept: _Kept) -> None:
         try:
-            self.hot.add_token_counts(session_id, self.encoding, kept.counter.take_fresh())
-            kept.version = self.hot.version(session_id)
+            kept.version, kept.tierlog = self.hot.add_token_counts(session_id, self.encoding, kept.counter.take_fresh())
         except StoreError as exc:
             log.warning("%s", exc)
             kept.version = None
@@ -458,14 +511,19 @@ class SharedSessions:
         self.store.close()
 
 
-def apply_tiers(cm: Manager, tiers: Mapping[str, Tier]) -> int:
-    """Give the messages of ``cm`` the tiers another worker recorded (ids not in ``tiers`` are
-    verbatim); returns how many changed. The forms come from ``cm``'s own compressor and verifier,
-    which reach the same tier the other worker reached."""
+def apply_tiers(cm: Manager, tiers: Mapping[str, Tier], partial: bool = False) -> int:
+    """Give the messages of ``cm`` the tiers another worker recorded; returns how many changed.
+
+    ``tiers`` is the whole map (ids not in it are verbatim) or, with ``partial``, changes (only the
+    ids in it change). The forms come from ``cm``'s own compressor and verifier, which reach the
+    same tier the other worker reached."""
     h, changed = cm.history, 0
-    for i, e in enumerate(h.entries):
-        want = tiers.get(e.msg.id, Tier.VERBATIM)  # type: ignore[arg-type]
-        if e.tier != want and cm.state.forms.set_tier(h, i, want):
+    if partial:
+        pairs = [(h.ids[i], t) for i, t in tiers.items() if i in h.ids]
+    else:
+        pairs = [(i, tiers.get(e.msg.id, Tier.VERBATIM)) for i, e in enumerate(h.entries)]  # type: ignore[arg-type]
+    for i, want in pairs:
+        if h.entries[i].tier != want and cm.state.forms.set_tier(h, i, want):
             changed += 1
     return changed
 

@@ -16,6 +16,7 @@ bm25 length): :func:`stem_index` returns exactly those.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from functools import lru_cache
 
@@ -184,13 +185,25 @@ def _fold_char(c: str) -> str:
     return base if len(base) == 1 else low
 
 
+#: Runs of letters and digits (Unicode categories L* and N*: Python's word characters minus "_").
+_TOKEN_RUN = re.compile(r"[^\W_]+")
+#: Private-use characters (category Co), token characters for unicode61 but not for the regex.
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
+
+
 def fts5_tokens(text: str) -> list[str]:
     """The folded tokens of ``text`` under FTS5's ``unicode61 remove_diacritics 2``."""
+    if _PRIVATE_USE.search(text):
+        return _fts5_tokens_slow(text)
+    return [t.lower() if t.isascii() else "".join(map(_fold_char, t)) for t in _TOKEN_RUN.findall(text)]
+
+
+def _fts5_tokens_slow(text: str) -> list[str]:
     out: list[str] = []
     cur: list[str] = []
     for c in text:
         if _token_char(c):
-            cur.append(_fold_char(c) if not ("a" <= c <= "z" or "0" <= c <= "9") else c)
+            cur.append(_fold_char(c))
         elif cur:
             out.append("".join(cur))
             cur = []
