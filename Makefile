@@ -66,5 +66,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/runtime.py
 	$(PY) benchmarks/scoring.py
 
+# Needs CTXSCORE_PG_DSN and CTXSCORE_REDIS_URL (running servers; see README "Serving many agents").
+bench-load: $(STAMP)
+	$(PY) benchmarks/load.py
+	$(PY) benchmarks/engines.py
+
 clean-data:
 	rm -rf data/processed data/cache out

@@ -7,8 +7,9 @@ each a :class:`ctxscore.store.redis_state.SharedSessions` over one PostgreSQL st
 every request is the OpenAI-style JSON body an agent sends before each assistant message (the
 whole history so far), and the worker parses it, runs ``sync`` + ``build(query=<last user
 message>)`` inside the session's turn (Redis lock, catch-up, hot state) and serialises the window.
-Requests of one session are routed round-robin over the workers, so nearly every request lands on a
-worker that was behind: the worst case for the hot state. Each of the ``--sessions`` clients waits
+Requests of one session are routed round-robin over the workers (``--routing round-robin``, the
+default), so nearly every request lands on a worker that was behind: the worst case for the hot
+state; ``--routing sticky`` sends a session to one worker (session affinity). Each of the ``--sessions`` clients waits
 ``--llm-ms`` after each answer (the model's reply time) before its next request.
 
 Figures: requests per second, the latency the worker adds per request (from the request bytes to
@@ -109,8 +110,11 @@ def worker_main(idx: int, conns: list[Connection], pg_url: str, redis_url: str, 
 
         scorer = LearnedScorer.from_pretrained(DEFAULT_MODEL_DIR)
         scorer.predict([Message(role="user", content="warm up the embedder", turn=0)])
-    store = open_store(pg_url, redis=RedisHotState(redis_url, prefix=prefix))
-    sessions = SharedSessions(store, ContextManager, budget=budget, scorer=scorer, max_sessions=256)
+    if pg_url == "memory":  # the baseline: each worker's sessions in memory (sticky routing only)
+        store, sessions = None, _MemorySessions(budget, scorer)
+    else:
+        store = open_store(pg_url, redis=RedisHotState(redis_url, prefix=prefix))
+        sessions = SharedSessions(store, ContextManager, budget=budget, scorer=scorer, max_sessions=256)
     ready.put(idx)
     stats: list[dict[str, Any]] = []
     live = list(conns)
@@ -145,15 +149,37 @@ def worker_main(idx: int, conns: list[Connection], pg_url: str, redis_url: str, 
             conn.send_bytes(out)
             stats.append({"ms": dt * 1000, "cpu_ms": (time.process_time() - c0) * 1000, "error": err,
                           **{k: v * 1000 for k, v in phases.items()}})
-    store.close()
+    if store is not None:
+        store.close()
+
+
+class _MemorySessions:
+    """The baseline of ``--store memory``: one in-memory manager per session, no lock, no sharing."""
+
+    def __init__(self, budget: int, scorer: Any) -> None:
+        self.budget, self.scorer, self.cms, self.stats = budget, scorer, {}, {"opened": 0, "refreshed": 0, "current": 0}
+
+    def turn(self, sid: str) -> Any:
+        import contextlib
+
+        from ctxscore import ContextManager
+
+        if sid not in self.cms:
+            self.cms[sid] = ContextManager(budget=self.budget, scorer=self.scorer, session_id=sid)
+            self.stats["opened"] += 1
+        else:
+            self.stats["current"] += 1
+        return contextlib.nullcontext(self.cms[sid])
 
 
 # -- the clients ----------------------------------------------------------------------------------
 def client(k: int, sid: str, messages: list[dict], pipes: list[Connection], llm_s: float,
-           out: list[dict[str, Any]], errors: list[str]) -> None:
+           out: list[dict[str, Any]], errors: list[str], sticky: bool = False) -> None:
+    parts = [json.dumps(m, ensure_ascii=False) for m in messages]  # each message serialised once
+    head = f'{{"session": {json.dumps(sid)}, "messages": ['
     for j, end in enumerate(request_points(messages)):
-        conn = pipes[(j + k) % len(pipes)]  # round robin over the workers
-        body = json.dumps({"session": sid, "messages": messages[:end]}, ensure_ascii=False).encode()
+        conn = pipes[k % len(pipes)] if sticky else pipes[(j + k) % len(pipes)]  # one worker, or round robin
+        body = (head + ", ".join(parts[:end]) + "]}").encode()
         t0 = time.perf_counter()
         conn.send_bytes(body)
         answer = json.loads(conn.recv_bytes())
@@ -198,8 +224,17 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--budget", type=int, default=16000, help="token budget (default 16000)")
     ap.add_argument("--pg", default=os.environ.get("CTXSCORE_PG_DSN"), help="PostgreSQL URL (default $CTXSCORE_PG_DSN)")
     ap.add_argument("--redis", default=os.environ.get("CTXSCORE_REDIS_URL"), help="Redis URL (default $CTXSCORE_REDIS_URL)")
+    ap.add_argument("--routing", choices=("round-robin", "sticky"), default="round-robin",
+                    help="requests of a session go to the workers in turn (default: the worst case for the hot "
+                         "state) or always to one worker (session affinity)")
+    ap.add_argument("--store", choices=("postgres", "memory"), default="postgres",
+                    help="postgres (with Redis; default) or memory: the baseline, each worker's sessions in an "
+                         "in-memory SQLite store (sticky routing), i.e. what the runtime alone costs here")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.store == "memory":
+        args.routing = "sticky"
+    return args
 
 
 def start_workers(args: argparse.Namespace, n_clients: int, pg_url: str, prefix: str) -> tuple[list, list]:
@@ -242,6 +277,7 @@ def summary(args: argparse.Namespace, stats: list[dict[str, Any]], results: list
     phases = ("turn_in", "sync", "build")
     return {
         "scorer": args.scorer, "sessions": args.sessions, "turns": args.turns, "workers": args.workers,
+        "routing": args.routing,
         "llm_ms": args.llm_ms, "budget": args.budget,
         "requests": len(ms), "errors": len(errors) + sum(1 for s in stats if s["error"]),
         "wall_s": round(wall, 1), "rps": round(len(ms) / wall, 1),
@@ -258,7 +294,7 @@ def summary(args: argparse.Namespace, stats: list[dict[str, Any]], results: list
 
 def main() -> int:
     args = parse_args()
-    if not args.pg or not args.redis:
+    if args.store == "postgres" and (not args.pg or not args.redis):
         print("error: give --pg and --redis (or set CTXSCORE_PG_DSN and CTXSCORE_REDIS_URL)", file=sys.stderr)
         return 2
     root = corpora_root()
@@ -269,14 +305,18 @@ def main() -> int:
     prefix = f"ctxload-{run}"
     sids = [f"s{k:02d}" for k in range(args.sessions)]
     sessions = {sid: session_messages(trajs, 7 * k, args.turns) for k, sid in enumerate(sids)}
-    from ctxscore.store import open_store
+    if args.store == "memory":
+        pg_url = "memory"
+    else:
+        from ctxscore.store import open_store
 
-    open_store(pg_url).close()  # migrate once, before the workers start
+        open_store(pg_url).close()  # migrate once, before the workers start
     procs, pairs = start_workers(args, len(sids), pg_url, prefix)
     results: list[list[dict[str, Any]]] = [[] for _ in sids]
     errors: list[str] = []
     threads = [threading.Thread(target=client, args=(k, sid, sessions[sid], [pairs[k][w][0] for w in range(args.workers)],
-                                                     args.llm_ms / 1000, results[k], errors)) for k, sid in enumerate(sids)]
+                                                     args.llm_ms / 1000, results[k], errors, args.routing == "sticky"))
+               for k, sid in enumerate(sids)]
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     for th in threads:
@@ -289,7 +329,9 @@ def main() -> int:
     figures["source"] = "tau-bench" if tau else "bundled"
     figures["load_average"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     figures["cores"] = os.cpu_count()
-    figures.update({k: round(v, 1) for k, v in storage(pg_url, args.redis, prefix, sids).items()})
+    figures["store"] = args.store
+    if args.store == "postgres":
+        figures.update({k: round(v, 1) for k, v in storage(pg_url, args.redis, prefix, sids).items()})
     print(json.dumps(figures, indent=2))
     if errors:
         print("first errors:", *errors[:3], sep="\n  ")
