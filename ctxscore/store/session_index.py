@@ -1,0 +1,235 @@
+"""A session's search index in memory: SQLite's ranked lists computed in Python, for server stores.
+
+A server store keeps millions of sessions but searches one at a time. :class:`SessionIndex` holds
+what ranking one session needs -- per message its case-folded indexed text and context, its stems,
+its embedding -- and computes the ranked lists of :class:`~ctxscore.store.sqlite.SQLiteStore`
+exactly (the same float operations in the same order), so every store returns the same hits:
+
+- ``keyword``: terms of 3+ characters as case-folded substrings (FTS5's trigram tokenizer),
+  ranked by FTS5's bm25 (:data:`~ctxscore.store.retrieval.BM25_K1`, ``BM25_B``): per term the
+  occurrences in the text (overlapping) count 1 and those in the context
+  :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`, document length = trigrams of text + context;
+- ``stem``: the Porter stems of the query's words in the stems of the text and context
+  (:mod:`ctxscore.store.stemming`), the same bm25 with the token count as length;
+- ``short``: each two-character term as an ASCII-case-insensitive substring of the full text
+  (SQLite's ``LIKE``), newest first;
+- ``vector``: dot products with the query embedding (:func:`~ctxscore.store.retrieval.vector_ranking`).
+
+The bm25 statistics (rows, average length, rows holding a term) are the session's: SQLite's span
+its whole file, so a file with one session ranks the same (``tests/test_store_contract.py``).
+The index grows by :meth:`SessionIndex.extend` (rows in insertion order); a store rebuilds it when
+messages leave the session (detach).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .retrieval import BM25_B, BM25_K1, CONTEXT_WEIGHT, RankedList, vector_ranking
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+@dataclass(slots=True)
+class IndexedMessage:
+    """One message of a :class:`SessionIndex`.
+
+    Attributes:
+        id, turn: the message id and turn.
+        snippet: the first 120 characters of its text.
+        text_folded: its indexed text (the head and tail of a long text), lower-cased.
+        context_folded: its index context, lower-cased.
+        ntok: document length of the keyword list (trigrams of indexed text + context).
+        ascii_text: its whole text with ASCII letters lower-cased (the short-term list).
+        stems, stems_ctx: counts of the stems of text and context that a query can match.
+        stem_ntok: document length of the stem list (tokens of text + context).
+        embedding: its ``(dim,)`` float32 embedding, or ``None``.
+    """
+
+    id: str
+    turn: int
+    snippet: str
+    text_folded: str
+    context_folded: str
+    ntok: int
+    ascii_text: str
+    stems: Counter[str]
+    stems_ctx: Counter[str]
+    stem_ntok: int
+    embedding: np.ndarray | None
+
+
+def indexed_message(mid: str, turn: int, text: str, indexed: str, context: str, ntok: int, stems: Sequence[str],
+                    stems_ctx: Sequence[str], stem_ntok: int, embedding: np.ndarray | None) -> IndexedMessage:
+    """An :class:`IndexedMessage` from a stored row (``indexed``: the part of ``text`` the indexes hold)."""
+    return IndexedMessage(mid, turn, text[:120], indexed.lower(), context.lower(), ntok, text.translate(_ASCII_LOWER),
+                          Counter(stems), Counter(stems_ctx), stem_ntok, embedding)
+
+
+def _starts(parts: Sequence[str]) -> list[int]:
+    """Start offset of each part in ``"\\x00".join(parts)``."""
+    out, pos = [], 0
+    for p in parts:
+        out.append(pos)
+        pos += len(p) + 1
+    return out
+
+
+def _self_overlapping(term: str) -> bool:
+    """True when two occurrences of ``term`` can overlap (a proper prefix equals a suffix)."""
+    return any(term[:k] == term[-k:] for k in range(1, len(term)))
+
+
+def _row_counts(joined: str, starts: list[int], parts: Sequence[str], term: str) -> dict[int, int]:
+    """Overlapping occurrences of ``term`` per row of ``joined`` (``parts`` joined by NUL): one scan
+    from row to row, each row holding the term counted at C speed."""
+    counts: dict[int, int] = {}
+    overlap = _self_overlapping(term)
+    find, n_rows, i = joined.find, len(starts), joined.find(term)
+    while i >= 0:
+        r = bisect.bisect_right(starts, i) - 1
+        part = parts[r]
+        if overlap:
+            n, j = 0, part.find(term)
+            while j >= 0:
+                n += 1
+                j = part.find(term, j + 1)
+        else:
+            n = part.count(term)
+        counts[r] = n
+        if r + 1 >= n_rows:
+            break
+        i = find(term, starts[r + 1])
+    return counts
+
+
+def _freq(in_text: int, in_context: int) -> float:
+    """FTS5's phrase frequency: 1.0 per instance in the text, then the context weight per instance
+    in the context, added one instance at a time (the order FTS5 adds them in)."""
+    f = 0.0
+    for _ in range(in_text):
+        f += 1.0
+    for _ in range(in_context):
+        f += CONTEXT_WEIGHT
+    return f
+
+
+def bm25(freqs: Sequence[dict[int, float]], lengths: Sequence[int], turns: Sequence[int], limit: int) -> list[int]:
+    """FTS5's bm25 ranking: indexes of the rows with a term, best first (ties: the earlier turn).
+
+    The same float operations as FTS5's ``bm25()``, in the same order (the terms' contributions
+    added one term after another, in query order), vectorised over the rows.
+
+    Args:
+        freqs: per term (phrase) of the query, in query order, the frequency in each row holding it
+            (row index -> frequency > 0).
+        lengths: per row of the session, its document length.
+        turns: per row, its turn (the tie-break).
+        limit: rows returned (at most).
+    """
+    n_rows = len(lengths)
+    if not n_rows or not any(freqs):
+        return []
+    avgdl = float(sum(lengths)) / float(n_rows)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * np.asarray(lengths, dtype=np.float64) / avgdl)
+    score = np.zeros(n_rows, dtype=np.float64)
+    hit = np.zeros(n_rows, dtype=bool)
+    for f in freqs:
+        if not f:
+            continue
+        v = math.log((n_rows - len(f) + 0.5) / (len(f) + 0.5))
+        idf = v if v > 0.0 else 1e-6
+        rows = np.fromiter(f.keys(), dtype=np.int64, count=len(f))
+        x = np.fromiter(f.values(), dtype=np.float64, count=len(f))
+        score[rows] += idf * ((x * (BM25_K1 + 1.0)) / (x + norm[rows]))
+        hit[rows] = True
+    rows = np.flatnonzero(hit)
+    order = np.lexsort((np.asarray(turns, dtype=np.int64)[rows], -score[rows]))
+    return rows[order[:limit]].tolist()
+
+
+class SessionIndex:
+    """The search index of one session, in memory (see the module docstring).
+
+    Attributes:
+        messages: the indexed messages, in insertion order.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[IndexedMessage] = []
+        self._matrix: np.ndarray | None = None
+        self._matrix_ids: list[str] = []
+        self._by_id: dict[str, IndexedMessage] = {}
+        self._postings: dict[str, dict[int, float]] = {}  # stem -> row -> frequency
+        self._ntok: list[int] = []
+        self._stem_ntok: list[int] = []
+        self._turns: list[int] = []
+        self._joined_cache: tuple[str, list[int], str, list[int]] | None = None
+        self._texts: list[str] = []
+        self._ctxs: list[str] = []
+
+    def extend(self, messages: Iterable[IndexedMessage]) -> None:
+        """Add messages (in insertion order)."""
+        for m in messages:
+            r = len(self.messages)
+            self.messages.append(m)
+            self._ntok.append(m.ntok)
+            self._stem_ntok.append(m.stem_ntok)
+            self._turns.append(m.turn)
+            for stem in m.stems.keys() | m.stems_ctx.keys():
+                self._postings.setdefault(stem, {})[r] = _freq(m.stems.get(stem, 0), m.stems_ctx.get(stem, 0))
+        self._matrix = None
+        self._joined_cache = None
+
+    def _joined(self) -> tuple[str, list[int], str, list[int]]:
+        """The session's folded texts and contexts joined by NUL (no term holds one) with each
+        row's start offset, so a term is found in all rows by one C-level scan."""
+        if self._joined_cache is None:
+            texts = self._texts = [m.text_folded for m in self.messages]
+            ctxs = self._ctxs = [m.context_folded for m in self.messages]
+            self._joined_cache = ("\x00".join(texts), _starts(texts), "\x00".join(ctxs), _starts(ctxs))
+        return self._joined_cache
+
+    def keyword(self, terms: Sequence[str], limit: int) -> RankedList:
+        """The keyword list for FTS terms (3+ characters, lower-cased)."""
+        text, t_starts, ctx, c_starts = self._joined()
+        freqs: list[dict[int, float]] = []
+        for t in terms:
+            in_text = _row_counts(text, t_starts, self._texts, t)
+            in_ctx = _row_counts(ctx, c_starts, self._ctxs, t)
+            freqs.append({r: _freq(in_text.get(r, 0), in_ctx.get(r, 0)) for r in in_text.keys() | in_ctx.keys()})
+        ranked = bm25(freqs, self._ntok, self._turns, limit)
+        return "keyword", [self._row(self.messages[r]) for r in ranked]
+
+    def stem(self, stems: Sequence[str], limit: int) -> RankedList:
+        """The stem list for the Porter stems of the query's words."""
+        ranked = bm25([self._postings.get(s, {}) for s in stems], self._stem_ntok, self._turns, limit)
+        return "stem", [self._row(self.messages[r]) for r in ranked]
+
+    def short(self, term: str, limit: int) -> RankedList:
+        """The list of one two-character term: messages whose text holds it, newest first."""
+        hits = [m for m in self.messages if term in m.ascii_text]
+        hits.sort(key=lambda m: -m.turn)
+        return "short", [self._row(m) for m in hits[:limit]]
+
+    def vector(self, query_embedding: np.ndarray, limit: int) -> tuple[RankedList, dict[str, float]]:
+        """The vector list and each listed message's similarity to the query."""
+        if self._matrix is None:
+            with_vec = [m for m in self.messages if m.embedding is not None]
+            self._matrix_ids = [m.id for m in with_vec]
+            self._matrix = np.stack([m.embedding for m in with_vec]) if with_vec else np.zeros((0, 0), np.float32)
+            self._by_id = {m.id: m for m in with_vec}
+        if not self._matrix_ids:
+            return ("vector", []), {}
+        ranked = vector_ranking(self._matrix_ids, self._matrix, query_embedding, limit)
+        return ("vector", [self._row(self._by_id[i]) for i, _ in ranked]), dict(ranked)
+
+    @staticmethod
+    def _row(m: IndexedMessage) -> tuple[str, int, str]:
+        return m.id, m.turn, m.snippet
