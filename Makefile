@@ -5,9 +5,13 @@
 #   make test   the test suite (what CI runs)
 # Both create .venv on first use (torch==2.13.0 CPU first, then the package with its extras:
 # train, dev, and llm, serve, langchain for the LLM path, the proxy and the LangChain tests).
+#   make bench-load   the load benchmark of the server backends (PostgreSQL + Redis; see docs/scale.md)
 
 PYTHON ?= python3
 VENV   ?= .venv
+# Extras installed into .venv: training, tests, and the backends (PostgreSQL, Redis, Ray) whose tests
+# run against real servers (see README, "Serving many agents").
+EXTRAS ?= train,dev,llm,serve,langchain,postgres,redis,scale
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 OUT    ?= out/eval
@@ -18,13 +22,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run ship feedback test bench clean-data
+.PHONY: install run ship feedback test bench bench-load clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e ".[train,dev,llm,serve,langchain]"
+	$(PY) -m pip install -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -6,6 +6,7 @@ Examples::
     python -m eval run --sessions data/processed/eval_sessions.jsonl --budget 0.25 --budget 0.5 \\
         --budget-tokens 4000 --policies full,sliding_turns,trim_messages,rules,learned --out out/eval
     python -m eval run --sessions data/bundled/sessions.jsonl --max-sessions 4 --probe-every 20 --no-mlflow
+    python -m eval run --engine ray --workers 2 ...   # the same figures, the sessions replayed on Ray
     python -m eval promote --reference-budget 0.25 --max-recall-drop 0.0 --max-reduction-drop 0.0
     python -m eval summary --out out/eval
 """
@@ -93,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=False,
                    help="skip the replay when OUT/metrics.json comes from the same sessions, budgets, policies, "
                         "model and code (make run uses it)")
+    r.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="where the sessions are replayed: in this process (default) or on Ray (extra scale); "
+                        "the figures are the same")
+    r.add_argument("--address", default=None, help="Ray cluster address for --engine ray (default: a local cluster)")
+    r.add_argument("--workers", type=_positive, default=None,
+                   help="Ray workers for --engine ray (default: the cluster's CPUs)")
     r.add_argument("--feedback-dir", type=Path, default=None, help="feedback folder (default data/feedback)")
     r.add_argument("--feedback-budgets", default=None, metavar="KEYS",
                    help="record failures only at these budgets, comma-separated keys such as f0.25,t4000 "
@@ -245,7 +252,10 @@ def _write_outputs(res: Any, summary: dict[str, Any], budgets: list[Budget], out
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``python -m eval run``: see the module docstring. Exit status 0, or 2 on bad input."""
+    from ctxscore.errors import ConfigError
+
     from . import tracking
+    from .engine import make_engine
     from .retention import load_labels
     from .runner import EvalConfig, run_eval
     from .sessions import sessions_hash
@@ -258,6 +268,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     fp = _run_fingerprint(args, sessions, budgets, model)
     if args.reuse and _reuse(args.out, fp):
         return 0
+    try:
+        engine = make_engine(args.engine, args.address, args.workers)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     cfg = EvalConfig(budgets=budgets, policies=args.policies, probe_every=args.probe_every, pagein=args.pagein,
                      learned_scorer=scorer, learned_skip_reason=skip, model=model,
                      labels=load_labels(_labels_path(args.labels)))
@@ -275,7 +290,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     quiet_ctxscore.setLevel(logging.ERROR)  # per-build warnings are counted in the metrics instead
     try:
         with run_ctx as run_id:
-            res = run_eval(sessions, cfg, progress=_progress(args.quiet))
+            res = run_eval(sessions, cfg, progress=_progress(args.quiet), engine=engine)
             summary = res.summary
             summary["run_id"] = run_id
             summary["run"].update({"sessions_file": str(args.sessions), "feedback_iteration": fb_iter,
@@ -286,6 +301,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 tracking.log_results(summary, out, params=eval_run_params(args, summary), reference_budget_key=ref)
     finally:
         quiet_ctxscore.setLevel(old_level)
+        engine.close()
     _print_summary(summary, out)
     return 0
 

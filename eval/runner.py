@@ -6,18 +6,21 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import platform
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ctxscore.errors import ConfigError
 from ctxscore.tokens import TokenCounter
 
 from .budgets import Budget
+from .engine import Engine, LocalEngine, Sized, packaged_scorer_loader
 from .metrics import aggregate
 from .policies import (
     ALL_POLICIES,
@@ -137,16 +140,73 @@ def _replay_session(sess: EvalSession, policies: Sequence[str], cfg: EvalConfig,
         policy_s[name] += time.perf_counter() - t0
 
 
+@dataclass
+class SessionRun:
+    """What replaying one session gives (:func:`replay_session`): its trace per (policy, budget key),
+    its feedback misses, seconds per policy and learned scoring milliseconds."""
+
+    traces: dict[tuple[str, str], Trace]
+    misses: list[dict[str, Any]]
+    policy_s: dict[str, float]
+    score_ms: float
+
+
+WorkerState = tuple[EvalConfig, list[str], TokenCounter, "CachedScorer | None"]
+
+
+def worker_state(cfg: EvalConfig, policies: Sequence[str], scorer: Callable[[], Any] | None) -> WorkerState:
+    """What one engine worker needs to replay sessions: the settings, a token counter and the learned
+    scorer (``scorer()`` loads it, once per worker) behind its prediction cache."""
+    return cfg, list(policies), TokenCounter(cfg.encoding), CachedScorer(scorer()) if scorer is not None else None
+
+
+def replay_session(state: WorkerState, sess: EvalSession) -> SessionRun:
+    """Replay one session on an engine worker (``state``: :func:`worker_state`)."""
+    cfg, policies, counter, cached = state
+    traces: dict[tuple[str, str], list[Trace]] = defaultdict(list)
+    misses: list[dict[str, Any]] = []
+    policy_s: dict[str, float] = defaultdict(float)
+    ms0 = cached.score_ms if cached is not None else 0.0
+    _replay_session(sess, policies, cfg, counter, cached, traces, misses, policy_s)
+    return SessionRun({k: v[0] for k, v in traces.items()}, misses, dict(policy_s),
+                      cached.score_ms - ms0 if cached is not None else 0.0)
+
+
+def _worker_setup(cfg: EvalConfig, policies: list[str], engine: Engine) -> Callable[[], WorkerState]:
+    """The per-worker setup of ``engine``: this process's scorer locally; on other engines the workers
+    load the scorer themselves (a loaded scorer does not pickle).
+
+    Raises:
+        ConfigError: the workers of a distributed engine cannot load the learned scorer.
+    """
+    if "learned" not in policies:
+        scorer = None
+    elif isinstance(engine, LocalEngine):
+        scorer = functools.partial(_same, cfg.learned_scorer)
+    else:
+        scorer = packaged_scorer_loader(cfg.model)
+        if scorer is None:
+            raise ConfigError(f"--engine {engine.name}: the workers cannot load the learned scorer "
+                              f"{cfg.model.get('uri')!r}; give --model a packaged folder or a registered version")
+        cfg = replace(cfg, learned_scorer=None, labels={})
+    return functools.partial(worker_state, cfg, policies, scorer)
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
 def _run_info(sessions: Sequence[EvalSession], cfg: EvalConfig, policies: list[str], skipped: dict[str, str],
               runtime: float, policy_s: dict[str, float], retention_s: float,
-              cached: CachedScorer | None) -> dict[str, Any]:
+              score_ms: float | None, engine: Engine) -> dict[str, Any]:
     """The ``run`` block of the summary: timings, session counts and lengths, settings, model, platform."""
     return {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "runtime_s": round(runtime, 2),
         "policy_runtime_s": {k: round(v, 2) for k, v in policy_s.items()},
         "retention_runtime_s": round(retention_s, 2),
-        "learned_scoring_ms": round(cached.score_ms, 1) if cached is not None else None,
+        "learned_scoring_ms": round(score_ms, 1) if score_ms is not None else None,
+        "engine": engine.describe(),
         "sessions": len(sessions),
         "messages": sum(len(s.messages) for s in sessions),
         "key_facts": sum(len(s.key_facts) for s in sessions),
@@ -168,35 +228,45 @@ def _run_info(sessions: Sequence[EvalSession], cfg: EvalConfig, policies: list[s
 
 
 def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
-             progress: Callable[[Any], Any] | None = None) -> EvalResult:
+             progress: Callable[[Any], Any] | None = None, engine: Engine | None = None) -> EvalResult:
     """Replay ``sessions`` under ``cfg`` and aggregate the metrics.
 
     Args:
         sessions: validated sessions.
         cfg: the run settings.
         progress: optional wrapper for the session iterable (e.g. ``tqdm``).
+        engine: where the sessions are replayed (:mod:`eval.engine`; default: in this process); every
+            engine gives the same figures (timings aside).
 
     Returns:
         An :class:`EvalResult`; ``summary["results"]`` has one entry per policy x budget with the
         metrics of :func:`eval.metrics.aggregate`.
+
+    Raises:
+        ConfigError: a distributed engine cannot load the learned scorer in its workers.
     """
     t_start = time.perf_counter()
     counter = TokenCounter(cfg.encoding)
     policies = list(cfg.policies)
     skipped: dict[str, str] = {}
-    cached = None
-    if "learned" in policies:
-        if cfg.learned_scorer is None:
-            skipped["learned"] = cfg.learned_skip_reason or "no learned scorer was available"
-            policies.remove("learned")
-            log.warning("learned policy skipped: %s", skipped["learned"])
-        else:
-            cached = CachedScorer(cfg.learned_scorer)
+    engine = engine or LocalEngine()
+    if "learned" in policies and cfg.learned_scorer is None:
+        skipped["learned"] = cfg.learned_skip_reason or "no learned scorer was available"
+        policies.remove("learned")
+        log.warning("learned policy skipped: %s", skipped["learned"])
     traces: dict[tuple[str, str], list[Trace]] = defaultdict(list)
     misses: list[dict[str, Any]] = []
     policy_s: dict[str, float] = defaultdict(float)
-    for sess in progress(sessions) if progress else sessions:
-        _replay_session(sess, policies, cfg, counter, cached, traces, misses, policy_s)
+    score_ms = 0.0 if "learned" in policies else None
+    runs = Sized(engine.imap(replay_session, sessions, _worker_setup(cfg, policies, engine)), len(sessions))
+    for run in progress(runs) if progress else runs:  # in session order, whatever the engine
+        for key, tr in run.traces.items():
+            traces[key].append(tr)
+        misses.extend(run.misses)
+        for name, sec in run.policy_s.items():
+            policy_s[name] += sec
+        if score_ms is not None:
+            score_ms += run.score_ms
     results = []
     for name in policies:
         for b in cfg.budgets:
@@ -206,7 +276,8 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
     t_ret = time.perf_counter()
     retention = key_span_retention(sessions, cfg.labels, counter)
     retention_s = time.perf_counter() - t_ret
-    run = _run_info(sessions, cfg, policies, skipped, time.perf_counter() - t_start, policy_s, retention_s, cached)
+    run = _run_info(sessions, cfg, policies, skipped, time.perf_counter() - t_start, policy_s, retention_s, score_ms,
+                    engine)
     summary = {"run": run, "results": results, "retention": retention}
     summary["targets"] = check_targets(summary)
     return EvalResult(summary=summary, traces=dict(traces), misses=misses)

@@ -1,4 +1,5 @@
-"""Shared test fixtures: corpora location, a fast offline MLflow store, tiny fake encoders."""
+"""Shared test fixtures: corpora location, a fast offline MLflow store, tiny fake encoders, and the
+PostgreSQL and Redis servers of the backend tests (``tests/_servers.py``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _servers import pg_dsn, pg_url, redis_prefix, redis_server_url  # noqa: F401 - fixtures of the backend tests
 
 REPO = Path(__file__).resolve().parents[1]
 

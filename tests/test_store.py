@@ -185,7 +185,7 @@ def test_a_version_2_file_is_upgraded_with_its_stemmed_index(tmp_path):
     s._db.executescript("DROP TABLE messages_stem; UPDATE meta SET value='2' WHERE key='schema_version';")
     s.close()
     again = SQLiteStore(path)
-    assert again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
     assert again.search("s", "booking")[0].id == "m0" and "stem" in again.search("s", "booking")[0].lists
 
 
@@ -196,3 +196,30 @@ def test_hits_carry_their_lists_and_similarity():
     hits = {h.id: h for h in s.search("s", "alpha", query_embedding=np.array([0.0, 1.0], dtype=np.float32))}
     assert hits["m0"].lexical and not hits["m1"].lexical
     assert hits["m1"].lists == {"vector"} and hits["m1"].similarity == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("old", ["2", "3"])
+def test_older_files_are_upgraded_with_records_and_events(tmp_path, old):
+    """Schema 4 added the layer records and events; a version 2 or 3 file keeps its messages and gains them."""
+    path = tmp_path / f"v{old}.db"
+    s = SQLiteStore(path)
+    fill(s)
+    s._db.execute("DROP TABLE records")
+    s._db.execute("DROP TABLE events")
+    if old == "2":
+        s._db.execute("DROP TABLE messages_stem")
+    s._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (old,))
+    s.close()
+    b = SQLiteStore(path)
+    assert b._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert b.search("s1", "bookings")[0].id == "m0" and "stem" in b.search("s1", "bookings")[0].lists
+    assert [r.id for r in b.load("s1")] == ["m0", "m1", "m2", "m3", "m4"]
+    assert b.put_records("s1", "ledger", {"ref": "7GAWK763"}) == {"ref": 1}
+    assert b.append_events("s1", [{"type": "resumed"}]) == [1]
+    b.close()
+    p = tmp_path / "v9.db"
+    c = SQLiteStore(p)
+    c._db.execute("UPDATE meta SET value='9' WHERE key='schema_version'")
+    c.close()
+    with pytest.raises(StoreError, match="schema version 9"):
+        SQLiteStore(p)

@@ -1,36 +1,79 @@
-"""Stores: the Store protocol, retrieval shared by every store (terms, ranked lists, fusion), SQLite."""
+"""Stores: the Store protocol, retrieval shared by every store (terms, ranked lists, fusion), SQLite,
+PostgreSQL (extra ``postgres``) and the Redis hot state for workers that share sessions."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
-from .base import NewRecord, Store, StoredMessage
+from .base import Event, NewRecord, Record, RecordStore, Store, StoredMessage
 from .sqlite import SQLiteStore
 
-__all__ = ["NewRecord", "SQLiteStore", "Store", "StoredMessage", "open_store"]
+__all__ = ["Event", "NewRecord", "Record", "RecordStore", "SQLiteStore", "Store", "StoredMessage", "open_store"]
+
+#: URL schemes of the PostgreSQL store.
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open_store(spec: Store | str | Path | None) -> Store:
+def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options: Any) -> Store:
     """The store for a ``ContextManager(store=...)`` argument.
 
     Args:
         spec: ``None`` or ``":memory:"`` (a private in-memory SQLite store), a SQLite file path or
-            ``sqlite:///path`` URL, or an object implementing :class:`~ctxscore.store.base.Store`.
+            ``sqlite:///path`` URL, a ``postgresql://`` URL (:class:`~ctxscore.store.postgres.PostgresStore`;
+            query parameters ``schema``, ``pool_min``, ``pool_max``, ``timeout``, and ``redis`` -- a
+            URL-encoded Redis URL), or an object implementing :class:`~ctxscore.store.base.Store`.
+        redis: a Redis URL, a ``redis.Redis`` client or a
+            :class:`~ctxscore.store.redis_state.RedisHotState`: wrap the store in a
+            :class:`~ctxscore.store.redis_state.HotStore` that keeps the hot per-session state of
+            workers there (tiers, token counts, versions, the per-session lock).
+        options: keyword arguments of :class:`~ctxscore.store.postgres.PostgresStore` (``schema``,
+            ``pool_max`` ...) for a PostgreSQL URL.
 
     Raises:
-        ConfigError: an unsupported URL scheme or object.
+        ConfigError: an unsupported URL scheme or object, or the ``postgres`` extra is missing.
         StoreError: the store cannot be opened.
     """
-    if spec is None:
-        return SQLiteStore(None)
-    if isinstance(spec, str | Path):
+    store: Store
+    if isinstance(spec, str) and spec.startswith(POSTGRES_SCHEMES):
+        from .postgres import PostgresStore, split_url
+
+        in_url = split_url(spec)[1].get("redis")
+        if in_url is not None:
+            if redis is not None:
+                raise ConfigError("give Redis either as the URL's redis= parameter or as redis=, not both")
+            redis, spec = in_url, _without_redis(spec)
+        store = PostgresStore(spec, **options)
+    elif options:
+        raise ConfigError(f"store options {sorted(options)} apply to a postgresql:// URL only")
+    elif spec is None:
+        store = SQLiteStore(None)
+    elif isinstance(spec, str | Path):
         text = str(spec)
         if text.startswith("sqlite:///"):
-            return SQLiteStore(text[len("sqlite:///"):] or None)
-        if "://" in text:
-            raise ConfigError(f"unsupported store URL {text!r}; use a SQLite path, sqlite:///path, or a Store object")
-        return SQLiteStore(text)
-    if isinstance(spec, Store):
-        return spec
-    raise ConfigError(f"store must be a path, a URL or a Store object, got {type(spec).__name__}")
+            store = SQLiteStore(text[len("sqlite:///"):] or None)
+        elif "://" in text:
+            raise ConfigError(f"unsupported store URL {text!r}; use a SQLite path, sqlite:///path, postgresql://..., "
+                              "or a Store object")
+        else:
+            store = SQLiteStore(text)
+    elif isinstance(spec, Store):
+        store = spec
+    else:
+        raise ConfigError(f"store must be a path, a URL or a Store object, got {type(spec).__name__}")
+    if redis is None:
+        return store
+    from .redis_state import HotStore, RedisHotState
+
+    if isinstance(store, HotStore):
+        raise ConfigError("the store already keeps its hot state in Redis")
+    return HotStore(store, redis if isinstance(redis, RedisHotState) else RedisHotState(redis))
+
+
+def _without_redis(url: str) -> str:
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    q = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "redis"]
+    return urlunsplit(parts._replace(query=urlencode(q)))

@@ -3,18 +3,25 @@
 A store keeps whole originals (they are never lost: compressed forms live only in the window),
 allocates each message's turn and automatic id atomically (so two writers on one session never
 collide), and searches a session with the shared retrieval of :mod:`ctxscore.store.retrieval`.
-Implementations: :class:`ctxscore.store.sqlite.SQLiteStore` (embedded default, file or memory).
+Implementations: :class:`ctxscore.store.sqlite.SQLiteStore` (embedded default, file or memory) and
+:class:`ctxscore.store.postgres.PostgresStore` (server default, extra ``postgres``).
 Every failure of the backend is raised as :class:`~ctxscore.errors.StoreError`.
+
+:class:`RecordStore` is the small companion protocol both implement for the layers (fact ledger,
+profiles, events): records keyed by (scope, kind, key) with JSON values and versions, and an
+append-only event log per scope.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import InputError
 from ..messages import Message, Tier
 from .retrieval import Hit
 
@@ -101,3 +108,120 @@ class Store(Protocol):
     def detach(self, session_id: str, from_turn: int) -> str: ...
 
     def close(self) -> None: ...
+
+
+# -- layer records and events ----------------------------------------------------------------------
+#: Longest scope, kind or key accepted by :class:`RecordStore` methods (characters).
+MAX_NAME_CHARS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One layer record as stored.
+
+    Attributes:
+        key: its key within (scope, kind).
+        value: its JSON value (decoded: dict, list, str, int, float, bool or None).
+        version: 1 when first put, plus one at every later put of the same key.
+        updated: time of the last put, seconds since the Unix epoch (the store's clock).
+    """
+
+    key: str
+    value: Any
+    version: int
+    updated: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One appended event.
+
+    Attributes:
+        seq: its position in the scope's log: 1, 2, 3 ... with no gaps, in commit order.
+        data: its JSON value (decoded).
+        time: when it was appended, seconds since the Unix epoch (the store's clock).
+    """
+
+    seq: int
+    data: Any
+    time: float
+
+
+@runtime_checkable
+class RecordStore(Protocol):
+    """Generic, durable place for the records of layers (fact ledger, profiles, events ...).
+
+    A companion of :class:`Store` implemented by every built-in store (``SQLiteStore``,
+    ``PostgresStore``); a layer checks ``isinstance(store, RecordStore)`` before using it. A *scope*
+    is whatever the layer keys its records by: a session id, or a user id such as ``"user:42"``.
+
+    Methods:
+        put_records(scope, kind, records) -> dict[str, int]: insert or replace ``records`` (key ->
+            JSON value) under (scope, kind) in one transaction (all or nothing); returns each key's
+            new version.
+        records(scope, kind) -> dict[str, Record]: every record under (scope, kind), by key.
+        delete_records(scope, kind, keys) -> int: delete the keys (missing ones are ignored); the
+            number deleted.
+        append_events(scope, events) -> list[int]: append JSON values to the scope's append-only
+            log in one transaction; their sequence numbers (consecutive, starting after the last).
+        events(scope, after=0, limit=None) -> list[Event]: the scope's events with ``seq > after``,
+            in order, at most ``limit``.
+
+    Scopes, kinds and keys are non-empty strings of at most :data:`MAX_NAME_CHARS` characters
+    without NUL; values are JSON (no NaN or infinity). Anything else raises
+    :class:`~ctxscore.errors.InputError` and stores nothing; a backend failure raises
+    :class:`~ctxscore.errors.StoreError` and stores nothing.
+    """
+
+    def put_records(self, scope: str, kind: str, records: Mapping[str, Any]) -> dict[str, int]: ...
+
+    def records(self, scope: str, kind: str) -> dict[str, Record]: ...
+
+    def delete_records(self, scope: str, kind: str, keys: Iterable[str]) -> int: ...
+
+    def append_events(self, scope: str, events: Sequence[Any]) -> list[int]: ...
+
+    def events(self, scope: str, after: int = 0, limit: int | None = None) -> list[Event]: ...
+
+
+def check_name(value: Any, what: str) -> str:
+    """``value`` if it is a valid scope, kind or key (see :class:`RecordStore`).
+
+    Raises:
+        InputError: not a string, empty, longer than :data:`MAX_NAME_CHARS`, or holding NUL.
+    """
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > MAX_NAME_CHARS:
+        raise InputError(f"{what} has {len(value)} characters; at most {MAX_NAME_CHARS} are allowed")
+    if "\x00" in value:
+        raise InputError(f"{what} {value!r} holds a NUL character; remove it")
+    return value
+
+
+def dump_json(value: Any, what: str) -> str:
+    """``value`` as JSON text (UTF-8 safe, NaN refused), the form records and events are stored in.
+
+    Raises:
+        InputError: ``value`` is not JSON (a set, an object, NaN, a lone surrogate ...).
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{what} is not a JSON value: {exc}; use dicts, lists, strings, numbers, booleans "
+                         "and None (no NaN or infinity)") from None
+    return text
+
+
+def check_limit(limit: Any) -> int | None:
+    """``limit`` if it is ``None`` or a non-negative integer.
+
+    Raises:
+        InputError: anything else.
+    """
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InputError(f"limit must be None or a non-negative integer, got {limit!r}")
+    return limit

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 RRF_K = 60
 #: bm25 weight of the ``context`` column relative to the message text (1.0).
 CONTEXT_WEIGHT = 0.4
@@ -29,6 +31,13 @@ CONTEXT_WEIGHT = 0.4
 RRF_WEIGHTS = {"keyword": 1.0, "stem": 0.5, "short": 0.25, "vector": 0.25}
 #: Lists that are lexical evidence (a term of the query occurs in the message).
 LEXICAL_LISTS = frozenset({"keyword", "stem", "short"})
+#: Okapi BM25 constants of the keyword list, SQLite FTS5's (``bm25()``): every store ranks with
+#: score = sum over terms of idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)), idf =
+#: ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6, f = occurrences of the term in the text plus
+#: :data:`CONTEXT_WEIGHT` x occurrences in the context (overlapping, case-folded), D = trigrams of text
+#: plus context (characters - 2 each), N and n the rows searched and those holding the term.
+BM25_K1 = 1.2
+BM25_B = 0.75
 
 _EN_STOP = frozenset(
     """a an the of for to in on at by from with and or but is are was were be been being do does did
@@ -140,6 +149,29 @@ def like_pattern(term: str) -> str:
     return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+
+
+def trigram_tokens(text: str) -> int:
+    """Document length of ``text`` in the keyword ranking: its trigrams (FTS5's trigram tokenizer)."""
+    return max(len(text) - 2, 0)
+
+
+def vector_ranking(ids: Sequence[str], matrix: np.ndarray, query_embedding: np.ndarray,
+                   limit: int) -> list[tuple[str, float]]:
+    """The ``limit`` (id, dot product) pairs with the highest dot product with the query, best first
+    (ties: the earlier message first).
+
+    Args:
+        ids: message ids, in the order of ``matrix``'s rows (every store passes them in insertion
+            order, so ties break the same way in every store).
+        matrix: ``(len(ids), dim)`` float32 embeddings (L2-normalised: dot product = cosine).
+        query_embedding: ``(dim,)`` query embedding.
+        limit: number of ids returned (at most).
+    """
+    if not len(ids):
+        return []
+    sims = matrix @ np.asarray(query_embedding, dtype=np.float32)
+    return [(ids[i], float(sims[i])) for i in np.argsort(-sims, kind="stable")[:limit]]
 
 
 #: A ranked list: its kind (a key of :data:`RRF_WEIGHTS`) and its rows (message id, turn, snippet), best first.

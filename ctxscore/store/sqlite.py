@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..errors import InputError, StoreError
 from ..messages import Message, Tier
-from .base import NewRecord, StoredMessage
+from .base import Event, NewRecord, Record, StoredMessage, check_limit, check_name, dump_json
 from .retrieval import (
     CONTEXT_WEIGHT,
     Hit,
@@ -46,6 +47,7 @@ from .retrieval import (
     like_pattern,
     query_terms,
     stem_terms,
+    vector_ranking,
 )
 
 _SCHEMA = """
@@ -61,6 +63,12 @@ CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
     text, context, content='messages', content_rowid='rowid', tokenize='trigram');
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_stem USING fts5(
     text, context, content='messages', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2');
+CREATE TABLE IF NOT EXISTS records(
+    scope TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    version INTEGER NOT NULL, updated REAL NOT NULL, PRIMARY KEY(scope, kind, key));
+CREATE TABLE IF NOT EXISTS events(
+    scope TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY(scope, seq));
 """
 _COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
 #: The full-text indexes hold at most the first ``INDEX_HEAD`` and last ``INDEX_TAIL`` characters of a
@@ -88,7 +96,10 @@ class SQLiteStore:
             has another schema version, or cannot be opened; the file is left untouched.
     """
 
-    SCHEMA_VERSION = 3
+    #: 3 added the stemmed index, 4 the layer records and events.
+    SCHEMA_VERSION = 4
+    #: Older schema versions this version upgrades in place.
+    UPGRADES_FROM = ("2", "3")
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path in (None, ":memory:") else Path(path)
@@ -120,10 +131,11 @@ class SQLiteStore:
         db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
         row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         version = None if row is None else str(row[0])
-        if version not in (None, "2", str(self.SCHEMA_VERSION)):
-            raise StoreError(f"schema version {version} is not one this ctxscore reads (2 or {self.SCHEMA_VERSION})")
+        if version not in (None, *self.UPGRADES_FROM, str(self.SCHEMA_VERSION)):
+            raise StoreError(f"schema version {version} is not one this ctxscore reads "
+                             f"({', '.join(self.UPGRADES_FROM)} or {self.SCHEMA_VERSION})")
         stem_missing = db.execute("SELECT 1 FROM sqlite_master WHERE name='messages_stem'").fetchone() is None
-        db.executescript(_SCHEMA)
+        db.executescript(_SCHEMA)  # creates what is missing (3: the stemmed index; 4: records and events)
         db.execute("BEGIN IMMEDIATE")
         if version == "2" and stem_missing:  # upgrade: build the stemmed index from the stored rows
             db.execute("INSERT INTO messages_stem(rowid, text, context) SELECT rowid, text, context FROM messages")
@@ -298,12 +310,12 @@ class SQLiteStore:
             if fts_terms:
                 lists.append(("keyword", db.execute(
                     "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_fts f JOIN messages m ON m.rowid = f.rowid "
-                    "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts, 1.0, ?) LIMIT ?",
+                    "WHERE messages_fts MATCH ? AND m.session_id = ? ORDER BY bm25(messages_fts, 1.0, ?), m.turn LIMIT ?",
                     (fts_match_expression(fts_terms), session_id, CONTEXT_WEIGHT, limit)).fetchall()))
             if stems:
                 lists.append(("stem", db.execute(
                     "SELECT m.id, m.turn, substr(m.text, 1, 120) FROM messages_stem f JOIN messages m ON m.rowid = f.rowid "
-                    "WHERE messages_stem MATCH ? AND m.session_id = ? ORDER BY bm25(messages_stem, 1.0, ?) LIMIT ?",
+                    "WHERE messages_stem MATCH ? AND m.session_id = ? ORDER BY bm25(messages_stem, 1.0, ?), m.turn LIMIT ?",
                     (fts_match_expression(stems), session_id, CONTEXT_WEIGHT, limit)).fetchall()))
             for term in short_terms:
                 lists.append(("short", db.execute(
@@ -313,15 +325,73 @@ class SQLiteStore:
                 vecs = self._session_vectors(db, session_id)
                 if vecs:
                     ids = list(vecs)
-                    sims = np.stack([vecs[i] for i in ids]) @ np.asarray(query_embedding, dtype=np.float32)
-                    order = np.argsort(-sims)[:limit]
-                    top = [ids[i] for i in order]
-                    similarity = {ids[i]: float(sims[i]) for i in order}
+                    ranked = vector_ranking(ids, np.stack([vecs[i] for i in ids]), query_embedding, limit)
+                    top = [i for i, _ in ranked]
+                    similarity = dict(ranked)
                     meta = {r[0]: (r[1], r[2]) for r in db.execute(
                         f"SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id=? "
                         f"AND id IN ({','.join('?' * len(top))})", (session_id, *top))}
                     lists.append(("vector", [(i, *meta[i]) for i in top if i in meta]))
         return fuse(lists, k=k, only=only, similarity=similarity)
+
+    # -- layer records and events (ctxscore.store.base.RecordStore) ----------------------------------
+    def put_records(self, scope: str, kind: str, records: Mapping[str, Any]) -> dict[str, int]:
+        """Insert or replace records (key -> JSON value) under (scope, kind) in one transaction.
+
+        Returns each key's new version (1 for a new key). Raises :class:`InputError` (bad names or
+        values) or :class:`StoreError`; nothing is stored then. See :class:`~ctxscore.store.base.RecordStore`.
+        """
+        rows = _record_rows(scope, kind, records)
+        out: dict[str, int] = {}
+        now = time.time()
+        with self._guard("put records", transaction=True) as db:
+            for key, value in rows:
+                (version,) = db.execute(
+                    "INSERT INTO records(scope, kind, key, value, version, updated) VALUES(?,?,?,?,1,?) "
+                    "ON CONFLICT(scope, kind, key) DO UPDATE SET value=excluded.value, version=records.version+1, "
+                    "updated=excluded.updated RETURNING version", (scope, kind, key, value, now)).fetchone()
+                out[key] = version
+        return out
+
+    def records(self, scope: str, kind: str) -> dict[str, Record]:
+        """Every record under (scope, kind), by key (see :class:`~ctxscore.store.base.RecordStore`)."""
+        check_name(scope, "scope")
+        check_name(kind, "kind")
+        with self._guard("read records") as db:
+            rows = db.execute("SELECT key, value, version, updated FROM records WHERE scope=? AND kind=? ORDER BY key",
+                              (scope, kind)).fetchall()
+        return {k: Record(k, _load_json(v, f"record {scope!r}/{kind!r}/{k!r}", self.path), n, u) for k, v, n, u in rows}
+
+    def delete_records(self, scope: str, kind: str, keys: Iterable[str]) -> int:
+        """Delete records by key under (scope, kind); returns how many existed."""
+        check_name(scope, "scope")
+        check_name(kind, "kind")
+        ks = [check_name(k, "record key") for k in keys]
+        with self._guard("delete records", transaction=True) as db:
+            return sum(db.execute("DELETE FROM records WHERE scope=? AND kind=? AND key=?", (scope, kind, k)).rowcount
+                       for k in ks)
+
+    def append_events(self, scope: str, events: Sequence[Any]) -> list[int]:
+        """Append JSON values to the scope's log in one transaction; returns their sequence numbers."""
+        check_name(scope, "scope")
+        data = [dump_json(e, f"event {i}") for i, e in enumerate(events)]
+        now = time.time()
+        with self._guard("append events", transaction=True) as db:
+            (last,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE scope=?", (scope,)).fetchone()
+            db.executemany("INSERT INTO events(scope, seq, data, created) VALUES(?,?,?,?)",
+                           [(scope, last + 1 + i, d, now) for i, d in enumerate(data)])
+        return list(range(last + 1, last + 1 + len(data)))
+
+    def events(self, scope: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """The scope's events with ``seq > after``, in order, at most ``limit``."""
+        check_name(scope, "scope")
+        lim = check_limit(limit)
+        if isinstance(after, bool) or not isinstance(after, int):
+            raise InputError(f"after must be an integer sequence number, got {after!r}")
+        with self._guard("read events") as db:
+            rows = db.execute("SELECT seq, data, created FROM events WHERE scope=? AND seq>? ORDER BY seq LIMIT ?",
+                              (scope, after, -1 if lim is None else lim)).fetchall()
+        return [Event(q, _load_json(d, f"event {scope!r}/{q}", self.path), t) for q, d, t in rows]
 
     def close(self) -> None:
         """Checkpoint the WAL and close the database (a second call does nothing)."""
@@ -339,3 +409,19 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _record_rows(scope: str, kind: str, records: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Validated (key, JSON text) pairs of a :meth:`put_records` call (shared by the stores)."""
+    check_name(scope, "scope")
+    check_name(kind, "kind")
+    if not isinstance(records, Mapping):
+        raise InputError(f"records must be a mapping of key -> JSON value, got {type(records).__name__}")
+    return [(check_name(k, "record key"), dump_json(v, f"record {k!r}")) for k, v in records.items()]
+
+
+def _load_json(text: str, what: str, where: object) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StoreError(f"store {where or ':memory:'}: {what} is damaged ({exc}); restore it from a backup") from None

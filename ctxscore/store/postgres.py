@@ -1,0 +1,674 @@
+"""The server store: sessions, their original messages, layer records and events in PostgreSQL.
+
+``PostgresStore("postgresql://user:pass@host/db")`` (or ``ContextManager(store="postgresql://...")``)
+implements :class:`~ctxscore.store.base.Store` and :class:`~ctxscore.store.base.RecordStore` with
+psycopg 3 and a connection pool (extra ``postgres``: ``pip install 'ctxscore[postgres]'``). The
+schema is created and upgraded by the versioned SQL files of :mod:`ctxscore.store.migrations`.
+
+Writes: :meth:`PostgresStore.add` takes the session's row lock (``INSERT ... ON CONFLICT DO
+UPDATE`` on ``ctx_sessions``), reads the last turn and the used ids, and inserts the batch in one
+transaction, so writers on any number of processes or machines never collide and a batch is stored
+whole or not at all. Every connection runs with ``synchronous_commit = on``: a write is acknowledged
+(the call returns) only after its commit is flushed to the server's write-ahead log, so it survives
+a crash of the client or of the server. ``lock_timeout`` (5 s) bounds the wait for a session that
+another writer holds.
+
+Search is the same as :class:`~ctxscore.store.sqlite.SQLiteStore`'s, list by list, so both stores
+return the same hits for the same session (see ``tests/test_store_contract.py``):
+
+- keyword list: terms of three or more characters (:func:`~ctxscore.store.retrieval.query_terms`)
+  match as case-folded substrings -- the semantics of a trigram index, which SQLite's FTS5 trigram
+  tokenizer and PostgreSQL's ``pg_trgm`` share -- and rows are ranked by FTS5's bm25
+  (:data:`~ctxscore.store.retrieval.BM25_K1`, :data:`~ctxscore.store.retrieval.BM25_B`), computed
+  in SQL over the session: overlapping occurrences (``regexp_count`` with a look-ahead), the
+  context column weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`, document length in
+  trigrams. One difference: SQLite's bm25 statistics (rows, average length, rows per term) span
+  the whole file; here they span the session, which is what a server holding millions of sessions
+  can afford. A file with one session ranks identically. PostgreSQL's word-based full-text search
+  (``tsvector``) is not used: it cannot match Chinese without a segmenter nor a substring, so its
+  results would differ from SQLite's; nor is a ``pg_trgm`` GIN index created: every search is
+  scoped to one session, whose rows the primary-key index of ``(session_id, turn)`` already
+  isolates, and the planner never picks a table-wide trigram index for it (``docs/scale.md``).
+- short list: each two-character term by ``LIKE`` with ASCII case folding (SQLite's ``LIKE``),
+  newest first.
+- vector list: the session's stored float32 embeddings scored in numpy by
+  :func:`~ctxscore.store.retrieval.vector_ranking` (read once per session and then only the rows
+  added since, in an LRU of ``vector_cache`` sessions); with the pgvector extension present
+  (migration 0003) the server ranks by inner product instead.
+
+Failures of the server, the network or the pool are raised as :class:`~ctxscore.errors.StoreError`
+(the message names the database without its password); bad input as
+:class:`~ctxscore.errors.InputError`. Neither changes anything stored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+
+from ..errors import ConfigError, InputError, StoreError
+from ..messages import Message, Tier
+from . import migrations
+from .base import Event, NewRecord, Record, StoredMessage, check_limit, check_name, dump_json
+from .retrieval import (
+    BM25_B,
+    BM25_K1,
+    CONTEXT_WEIGHT,
+    Hit,
+    RankedList,
+    fuse,
+    like_pattern,
+    query_terms,
+    stem_terms,
+    trigram_tokens,
+    vector_ranking,
+)
+from .sqlite import index_text
+from .stemming import porter_stem, stem_index
+
+try:  # the extra `postgres`
+    import psycopg
+    from psycopg import conninfo as _conninfo
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError:  # pragma: no cover - exercised without the extra
+    psycopg = None  # type: ignore[assignment]
+
+#: URL query parameters read by ctxscore (the others go to libpq): ``schema``, ``pool_min``, ``pool_max``.
+URL_OPTIONS = ("schema", "pool_min", "pool_max", "timeout", "redis")
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_UPPER, _LOWER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz"
+_COLUMNS = "id, turn, role, text, text_exact, message, prediction, tier, embedding"
+#: Collations tried, in order, for case folding that covers all of Unicode (FTS5 folds Unicode).
+_FOLD_COLLATIONS = ("", 'COLLATE "und-x-icu"', 'COLLATE "C.utf8"', 'COLLATE "en_US.utf8"')
+
+# FTS5's bm25 over the session (see the module docstring), for a candidate set ``c`` (id, turn,
+# snippet, ntok) and the term frequencies ``f`` (id, turn, snippet, ntok, ord, freq) computed from it.
+# Parameters: sid, terms (the phrases, in query order), cw, k1, b, limit.
+_BM25_SQL = """
+WITH t AS (SELECT term, ord FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS u(term, ord)),
+s AS (SELECT count(*)::float8 AS n, COALESCE(sum({length}), 0)::float8 AS tok
+      FROM ctx_messages WHERE session_id = %(sid)s),
+{candidates},
+{frequencies},
+h AS (SELECT ord, count(*)::float8 AS nhit FROM f WHERE freq > 0 GROUP BY ord),
+i AS (SELECT h.ord, CASE WHEN ln((s.n - h.nhit + 0.5::float8) / (h.nhit + 0.5::float8)) <= 0 THEN 1e-6::float8
+                         ELSE ln((s.n - h.nhit + 0.5::float8) / (h.nhit + 0.5::float8)) END AS idf
+      FROM h CROSS JOIN s)
+SELECT f.id, f.turn, f.snippet,
+       sum(i.idf * ((f.freq * (%(k1)s::float8 + 1.0::float8))
+           / (f.freq + %(k1)s::float8 * (1::float8 - %(b)s::float8 + %(b)s::float8 * f.ntok / (s.tok / s.n))))
+           ORDER BY f.ord) AS score
+FROM f JOIN i ON i.ord = f.ord CROSS JOIN s
+WHERE f.freq > 0
+GROUP BY f.id, f.turn, f.snippet
+ORDER BY score DESC, f.turn
+LIMIT %(limit)s
+"""
+# The keyword list: terms as case-folded substrings of the indexed text (overlapping occurrences
+# counted with a look-ahead regex); extra parameters pats (ILIKE patterns) and rxs; {fold} a collation.
+_KEYWORD_SQL = _BM25_SQL.format(
+    length="ntok",
+    candidates="""c AS (SELECT id, turn, substr(text, 1, 120) AS snippet, ntok::float8 AS ntok,
+             lower(COALESCE(itext, text) {fold}) AS lt, lower(context {fold}) AS lc
+      FROM ctx_messages
+      WHERE session_id = %(sid)s AND (COALESCE(itext, text) {fold} ILIKE ANY(%(pats)s)
+                                      OR context {fold} ILIKE ANY(%(pats)s)))""",
+    frequencies="""f AS (SELECT c.id, c.turn, c.snippet, c.ntok, t.ord,
+             regexp_count(c.lt, rx.rx)::float8 * 1.0::float8 + regexp_count(c.lc, rx.rx)::float8 * %(cw)s::float8 AS freq
+      FROM c CROSS JOIN t JOIN unnest(%(rxs)s::text[]) WITH ORDINALITY AS rx(rx, ord) ON rx.ord = t.ord)""",
+).replace("{{fold}}", "{fold}")
+# The stem list: Porter stems of the words (ctxscore.store.stemming), counted in the stored arrays.
+_STEM_SQL = _BM25_SQL.format(
+    length="stem_ntok",
+    candidates="""c AS (SELECT id, turn, substr(text, 1, 120) AS snippet, stem_ntok::float8 AS ntok, stems, stems_ctx
+      FROM ctx_messages
+      WHERE session_id = %(sid)s AND (stems && %(terms)s::text[] OR stems_ctx && %(terms)s::text[]))""",
+    frequencies="""f AS (SELECT c.id, c.turn, c.snippet, c.ntok, t.ord,
+             cardinality(array_positions(c.stems, t.term))::float8 * 1.0::float8
+               + cardinality(array_positions(c.stems_ctx, t.term))::float8 * %(cw)s::float8 AS freq
+      FROM c CROSS JOIN t)""",
+)
+
+
+def _require_driver() -> None:
+    if psycopg is None:
+        raise ConfigError("the PostgreSQL store needs psycopg 3 and psycopg_pool; install them with "
+                          "`pip install 'ctxscore[postgres]'` (or `pip install 'psycopg[binary,pool]'`)")
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    """Split a ``postgresql://`` URL into the libpq URL and ctxscore's options (:data:`URL_OPTIONS`).
+
+    A ``key=value`` conninfo string is returned as is, with no options.
+    """
+    if "://" not in url:
+        return url, {}
+    parts = urlsplit(url)
+    q = parse_qsl(parts.query, keep_blank_values=True)
+    opts = {k: v for k, v in q if k in URL_OPTIONS}
+    rest = urlencode([(k, v) for k, v in q if k not in URL_OPTIONS])
+    return urlunsplit(parts._replace(query=rest)), opts
+
+
+def redact(dsn: str) -> str:
+    """``dsn`` without its password, for messages (``postgresql://user@host:5432/db``)."""
+    try:
+        info = _conninfo.conninfo_to_dict(dsn) if psycopg is not None else {}
+    except Exception:  # noqa: BLE001 - a DSN that does not parse is shown as its host part only
+        return dsn.split("@")[-1]
+    user = info.get("user", "")
+    host = info.get("host", "localhost")
+    port = info.get("port", "5432")
+    db = info.get("dbname", "")
+    return f"postgresql://{user + '@' if user else ''}{host}:{port}/{db}"
+
+
+def _pg_text(text: str) -> tuple[str, str | None]:
+    """(text PostgreSQL can hold, the exact text as JSON or ``None``): NUL becomes U+FFFD."""
+    if "\x00" not in text:
+        return text, None
+    return text.replace("\x00", "\ufffd"), json.dumps(text)
+
+
+def _lookahead(term: str) -> str:
+    """A PostgreSQL regular expression counting overlapping occurrences of ``term`` (literal)."""
+    return "(?=" + re.sub(r"([^\w\s])", r"\\\1", term) + ")"
+
+
+class PostgresStore:
+    """PostgreSQL implementation of :class:`~ctxscore.store.base.Store` and
+    :class:`~ctxscore.store.base.RecordStore` (see the module docstring).
+
+    Args:
+        dsn: a ``postgresql://`` URL or a libpq ``key=value`` string. URL query parameters
+            ``schema``, ``pool_min``, ``pool_max`` and ``timeout`` set the arguments below.
+        schema: the PostgreSQL schema holding the tables (created if missing; default: the
+            server's ``search_path``, usually ``public``). Letters, digits and ``_``.
+        pool_min, pool_max: connections kept open / opened at most (a manager uses one at a time).
+        timeout: seconds to wait for a connection (the server is down or every connection busy)
+            before :class:`StoreError`; also the connect timeout.
+        vector_cache: sessions whose embeddings are kept in memory for vector search (LRU).
+
+    Raises:
+        ConfigError: psycopg is not installed, or a bad argument.
+        StoreError: the server cannot be reached, refuses the login, the database is not UTF-8,
+            or its schema is newer than this code (nothing is changed then).
+    """
+
+    def __init__(self, dsn: str, *, schema: str | None = None, pool_min: int = 1, pool_max: int = 8,
+                 timeout: float = 10.0, vector_cache: int = 64) -> None:
+        _require_driver()
+        if not isinstance(dsn, str) or not dsn:
+            raise ConfigError(f"dsn must be a PostgreSQL URL or conninfo string, got {dsn!r}")
+        dsn, opts = split_url(dsn)
+        if "redis" in opts:
+            raise ConfigError("the redis= URL parameter is read by ctxscore.store.open_store, not PostgresStore")
+        schema = opts.get("schema", schema)
+        try:
+            pool_min = int(opts.get("pool_min", pool_min))
+            pool_max = int(opts.get("pool_max", pool_max))
+            timeout = float(opts.get("timeout", timeout))
+        except ValueError as exc:
+            raise ConfigError(f"bad store URL option: {exc}") from None
+        if schema is not None and not _SCHEMA_NAME.match(schema):
+            raise ConfigError(f"schema must be letters, digits and _ (at most 63), got {schema!r}")
+        if not 1 <= pool_min <= pool_max:
+            raise ConfigError(f"need 1 <= pool_min <= pool_max, got {pool_min}, {pool_max}")
+        if timeout <= 0:
+            raise ConfigError(f"timeout must be positive seconds, got {timeout}")
+        self.where = redact(dsn) + (f" (schema {schema})" if schema else "")
+        self.schema = schema
+        self.timeout = timeout
+        self._vector_cache = max(0, int(vector_cache))
+        self._vectors: OrderedDict[str, tuple[int, int, list[str], list[np.ndarray]]] = OrderedDict()
+        self._vlock = threading.Lock()
+        self._closed = False
+        options = "-c synchronous_commit=on -c lock_timeout=5000"
+        try:
+            base = _conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            raise ConfigError(f"cannot parse the PostgreSQL DSN {redact(dsn)}: {exc}") from None
+        if base.get("options"):
+            options = f"{base['options']} {options}"
+        self._fold = ""
+        self.pgvector = False
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)), options=options) as conn:
+                self._check_server(conn)
+                migrations.migrate(conn, schema)
+                self.pgvector = 3 in migrations.applied_versions(conn)
+                if self.pgvector:
+                    self._backfill_vectors(conn)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open store {self.where}: {_first_line(exc)}; check that the server is up, "
+                             "the URL, user and password, and that the database exists. Nothing was changed") from None
+        if schema:
+            options += f" -c search_path={schema},public"
+        self._pool = ConnectionPool(dsn, min_size=pool_min, max_size=pool_max, timeout=timeout, open=False,
+                                    kwargs={"autocommit": True, "options": options,
+                                            "connect_timeout": max(1, int(timeout))},
+                                    check=ConnectionPool.check_connection, name="ctxscore")
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreError(f"cannot open store {self.where}: no connection within {timeout} s ({exc})") from None
+
+    def _check_server(self, conn: Any) -> None:
+        enc = conn.execute("SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = current_database()"
+                           ).fetchone()[0]
+        if isinstance(enc, bytes):  # a SQL_ASCII database returns text undecoded
+            enc = enc.decode("ascii", "replace")
+        if enc != "UTF8":
+            raise StoreError(f"cannot open store {self.where}: the database encoding is {enc}; ctxscore needs "
+                             "UTF8 (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0). Nothing was changed")
+        for fold in _FOLD_COLLATIONS:  # the first collation whose lower() folds beyond ASCII
+            try:
+                with conn.transaction():
+                    ok = conn.execute(f"SELECT lower('ÄΣЖ' {fold}) = 'äσж'").fetchone()[0]
+            except psycopg.Error:
+                continue
+            if ok:
+                self._fold = fold
+                return
+        self._fold = ""  # ASCII folding only: non-ASCII letters then match case-sensitively
+
+    def _backfill_vectors(self, conn: Any) -> None:
+        """Copy the embeddings stored before pgvector was installed into ``embedding_v``."""
+        while True:
+            rows = conn.execute("SELECT seq, embedding FROM ctx_messages WHERE embedding IS NOT NULL "
+                                "AND embedding_v IS NULL LIMIT 1000").fetchall()
+            if not rows:
+                return
+            with conn.cursor() as cur:
+                cur.executemany("UPDATE ctx_messages SET embedding_v = %s::vector WHERE seq = %s",
+                                [(_vector_literal(np.frombuffer(b, dtype=np.float32)), q) for q, b in rows])
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    @contextmanager
+    def _conn(self, what: str, write: bool = False) -> Iterator[Any]:
+        """A pooled connection for one operation; server, network and pool failures -> StoreError."""
+        if self._closed:
+            raise StoreError(f"store {self.where} is closed; open a new one")
+        try:
+            with self._pool.connection(timeout=self.timeout) as conn:
+                yield conn
+        except PoolTimeout:
+            raise StoreError(f"store {self.where}: cannot {what}: no connection within {self.timeout} s; check "
+                             "that the server is up and reachable (or raise pool_max); nothing was changed") from None
+        except psycopg.errors.LockNotAvailable:
+            raise StoreError(f"store {self.where}: cannot {what}: another writer held the session for more than "
+                             "5 s; retry; nothing was changed") from None
+        except psycopg.Error as exc:
+            tail = ("nothing was changed" if not write else
+                    "nothing was acknowledged (if the connection was lost while committing, load the session to "
+                    "see whether the write was applied)")
+            raise StoreError(f"store {self.where}: cannot {what}: {_first_line(exc)}; {tail}") from None
+
+    # -- writing ----------------------------------------------------------------------------------
+    def add(self, session_id: str, records: Sequence[NewRecord]) -> list[StoredMessage]:
+        """Append ``records`` to a session in one transaction (see :class:`~ctxscore.store.base.Store`).
+
+        Raises:
+            InputError: an explicit id is already used in the session, or a session id or message id
+                holds NUL (nothing is stored).
+            StoreError: the server cannot be written (nothing is acknowledged).
+        """
+        check_name(session_id, "session id")
+        recs = list(records)
+        for r in recs:
+            if r.message.id is not None and "\x00" in r.message.id:
+                raise InputError(f"message id {r.message.id!r} holds a NUL character; PostgreSQL cannot store it")
+        if not recs:
+            return []
+        out: list[StoredMessage] = []
+        with self._conn("add messages", write=True) as conn, conn.transaction():
+            conn.execute("INSERT INTO ctx_sessions(session_id) VALUES (%s) ON CONFLICT (session_id) "
+                         "DO UPDATE SET epoch = ctx_sessions.epoch", (session_id,))  # takes the session's lock
+            (last,) = conn.execute("SELECT COALESCE(MAX(turn), -1) FROM ctx_messages WHERE session_id = %s",
+                                   (session_id,)).fetchone()
+            wanted = [r.message.id or f"m{last + 1 + k}" for k, r in enumerate(recs)]
+            used = {r[0] for r in conn.execute("SELECT id FROM ctx_messages WHERE session_id = %s AND id = ANY(%s)",
+                                               (session_id, wanted))}
+            rows = []
+            for k, rec in enumerate(recs):
+                turn = last + 1 + k
+                if rec.message.id is not None:
+                    mid = rec.message.id
+                    if mid in used:
+                        raise InputError(f"message id {mid!r} already exists in session {session_id!r}; give each "
+                                         "message a unique id (or none: automatic ids skip the used ones)")
+                else:
+                    mid = self._free_id(conn, session_id, f"m{turn}", used)
+                used.add(mid)
+                msg = replace(rec.message, id=mid, turn=turn)
+                text, exact = _pg_text(rec.text)
+                context, _ = _pg_text(rec.context)
+                indexed = index_text(text)  # what SQLite's full-text indexes hold
+                stems, n_text = stem_index(indexed)
+                stems_ctx, n_ctx = stem_index(context)
+                blob = None if rec.embedding is None else np.asarray(rec.embedding, dtype=np.float32).tobytes()
+                row = [session_id, mid, turn, msg.role, text, exact, None if indexed == text else indexed, context,
+                       trigram_tokens(indexed) + trigram_tokens(context), stems, stems_ctx, n_text + n_ctx,
+                       json.dumps(msg.to_openai(), ensure_ascii=False),
+                       None if rec.prediction is None else json.dumps(rec.prediction, ensure_ascii=False), blob]
+                if self.pgvector:
+                    row.append(None if rec.embedding is None else _vector_literal(rec.embedding))
+                rows.append(row)
+                out.append(StoredMessage(msg, rec.text, rec.prediction, Tier.VERBATIM, rec.embedding))
+            cols = ("session_id, id, turn, role, text, text_exact, itext, context, ntok, stems, stems_ctx, stem_ntok, "
+                    "message, prediction, embedding")
+            if self.pgvector:
+                cols += ", embedding_v"
+            marks = ", ".join(["%s"] * len(rows[0]))
+            with conn.cursor() as cur:
+                cur.executemany(f"INSERT INTO ctx_messages({cols}) VALUES ({marks})", rows)
+        return out
+
+    @staticmethod
+    def _free_id(conn: Any, session_id: str, base: str, used: set[str]) -> str:
+        """``base``, or ``base-1``, ``base-2`` ... the first id not used in the session."""
+        mid, k = base, 0
+        while mid in used or (k > 0 and conn.execute("SELECT 1 FROM ctx_messages WHERE session_id = %s AND id = %s",
+                                                     (session_id, mid)).fetchone()):
+            k += 1
+            mid = f"{base}-{k}"
+        return mid
+
+    def set_tiers(self, session_id: str, tiers: Iterable[tuple[str, Tier]]) -> None:
+        """Record the current tier of messages: ``tiers`` is (message id, tier) pairs (unknown ids are
+        ignored).
+
+        Raises:
+            StoreError: the server cannot be written (no tier is changed).
+        """
+        rows = [(str(Tier(t)), session_id, i) for i, t in tiers]
+        if not rows:
+            return
+        with self._conn("record tiers", write=True) as conn, conn.transaction(), conn.cursor() as cur:
+            cur.executemany("UPDATE ctx_messages SET tier = %s WHERE session_id = %s AND id = %s", rows)
+
+    def detach(self, session_id: str, from_turn: int) -> str:
+        """Move the messages of ``session_id`` from ``from_turn`` on to a new session and return its id
+        (``<session_id>~detached~<n>``); they stay stored and searchable there."""
+        with self._conn("detach messages", write=True) as conn, conn.transaction():
+            (n,) = conn.execute(
+                "INSERT INTO ctx_sessions(session_id, detached, epoch) VALUES (%s, 1, 1) ON CONFLICT (session_id) "
+                "DO UPDATE SET detached = ctx_sessions.detached + 1, epoch = ctx_sessions.epoch + 1 RETURNING detached",
+                (session_id,)).fetchone()
+            target = f"{session_id}~detached~{n}"
+            while conn.execute("SELECT 1 FROM ctx_messages WHERE session_id = %s LIMIT 1", (target,)).fetchone():
+                n = conn.execute("UPDATE ctx_sessions SET detached = detached + 1 WHERE session_id = %s "
+                                 "RETURNING detached", (session_id,)).fetchone()[0]
+                target = f"{session_id}~detached~{n}"
+            conn.execute("INSERT INTO ctx_sessions(session_id) VALUES (%s) ON CONFLICT (session_id) "
+                         "DO UPDATE SET epoch = ctx_sessions.epoch + 1", (target,))
+            conn.execute("UPDATE ctx_messages SET session_id = %s WHERE session_id = %s AND turn >= %s",
+                         (target, session_id, from_turn))
+        with self._vlock:
+            self._vectors.pop(session_id, None)
+            self._vectors.pop(target, None)
+        return target
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _row(self, session_id: str, r: tuple[Any, ...]) -> StoredMessage:
+        mid, turn, role, text, exact, message, prediction, tier, blob = r
+        try:
+            msg = Message.from_dict(json.loads(message), where=f"stored message {mid!r}")
+            pred = None if prediction is None else json.loads(prediction)
+            tier = Tier(tier)
+            if exact is not None:
+                text = json.loads(exact)
+        except (ValueError, InputError) as exc:
+            raise StoreError(
+                f"store {self.where}: session {session_id!r} message {mid!r} (turn {turn}) is damaged ({exc}); "
+                "restore it from a backup or remove that row"
+            ) from None
+        emb = None if blob is None else np.frombuffer(blob, dtype=np.float32)
+        return StoredMessage(replace(msg, id=mid, turn=turn), text, pred, tier, emb)
+
+    def load(self, session_id: str, after_turn: int = -1) -> list[StoredMessage]:
+        """The session's messages with a turn above ``after_turn``, in turn order.
+
+        Raises:
+            StoreError: the server cannot be read, or a row is damaged (it names the row).
+        """
+        with self._conn("read the session") as conn:
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM ctx_messages WHERE session_id = %s AND turn > %s "
+                                "ORDER BY turn", (session_id, after_turn)).fetchall()
+        return [self._row(session_id, r) for r in rows]
+
+    def get(self, session_id: str, message_id: str) -> StoredMessage | None:
+        """One stored message, or ``None``."""
+        with self._conn("read a message") as conn:
+            r = conn.execute(f"SELECT {_COLUMNS} FROM ctx_messages WHERE session_id = %s AND id = %s",
+                             (session_id, message_id)).fetchone()
+        return None if r is None else self._row(session_id, r)
+
+    def count(self, session_id: str) -> int:
+        """Number of stored messages in a session."""
+        with self._conn("count messages") as conn:
+            return conn.execute("SELECT count(*) FROM ctx_messages WHERE session_id = %s", (session_id,)).fetchone()[0]
+
+    def _session_vectors(self, conn: Any, session_id: str) -> tuple[list[str], list[np.ndarray]]:
+        """The session's embeddings in insertion order: read once, then only the rows added since;
+        read again whole when messages left the session (its epoch changed)."""
+        with self._vlock:
+            cached = self._vectors.get(session_id)
+        seen = cached[1] if cached else 0
+        rows = conn.execute(
+            "SELECT s.epoch, m.seq, m.id, m.embedding FROM ctx_sessions s LEFT JOIN ctx_messages m "
+            "ON m.session_id = s.session_id AND m.seq > %s AND m.embedding IS NOT NULL "
+            "WHERE s.session_id = %s ORDER BY m.seq", (seen, session_id)).fetchall()
+        if not rows:
+            return [], []
+        epoch = rows[0][0]
+        if cached is not None and cached[0] != epoch:  # messages moved out: read the session again
+            with self._vlock:
+                self._vectors.pop(session_id, None)
+            return self._session_vectors(conn, session_id)
+        ids, vecs = (list(cached[2]), list(cached[3])) if cached else ([], [])
+        for _, seq, mid, blob in rows:
+            if seq is None:
+                continue
+            ids.append(mid)
+            vecs.append(np.frombuffer(blob, dtype=np.float32))
+            seen = max(seen, seq)
+        if self._vector_cache:
+            with self._vlock:
+                self._vectors[session_id] = (epoch, seen, ids, vecs)
+                self._vectors.move_to_end(session_id)
+                while len(self._vectors) > self._vector_cache:
+                    self._vectors.popitem(last=False)
+        return ids, vecs
+
+    def search(self, session_id: str, query: str, k: int = 10, *, query_embedding: np.ndarray | None = None,
+               only: Callable[[str], bool] | None = None, limit: int = 100) -> list[Hit]:
+        """Hybrid search of a session's messages (see the module docstring).
+
+        Args:
+            session_id: the session.
+            query: free text (any characters; nothing is interpreted as SQL, LIKE or regex syntax).
+            k: number of hits to return.
+            query_embedding: the query's ``(dim,)`` embedding (same embedder as the stored ones).
+            only: keep only message ids for which this returns True.
+            limit: candidates taken from each ranked list before fusion.
+
+        Returns:
+            Up to ``k`` hits, best first.
+
+        Raises:
+            StoreError: the server cannot be read.
+        """
+        query = query.replace("\x00", " ")
+        fts_terms, short_terms = query_terms(query)
+        stems = [porter_stem(w) for w in stem_terms(query)]
+        lists: list[RankedList] = []
+        similarity: dict[str, float] = {}
+        common = {"sid": session_id, "cw": CONTEXT_WEIGHT, "k1": BM25_K1, "b": BM25_B, "limit": limit}
+        with self._conn("search") as conn:
+            if fts_terms:
+                rows = conn.execute(_KEYWORD_SQL.format(fold=self._fold), {
+                    **common, "terms": fts_terms, "pats": [like_pattern(t) for t in fts_terms],
+                    "rxs": [_lookahead(t) for t in fts_terms]}).fetchall()
+                lists.append(("keyword", [(r[0], r[1], r[2]) for r in rows]))
+            if stems:
+                rows = conn.execute(_STEM_SQL, {**common, "terms": stems}).fetchall()
+                lists.append(("stem", [(r[0], r[1], r[2]) for r in rows]))
+            for term in short_terms:
+                lists.append(("short", conn.execute(
+                    f"SELECT id, turn, substr(text, 1, 120) FROM ctx_messages WHERE session_id = %s "
+                    f"AND translate(text, '{_UPPER}', '{_LOWER}') LIKE %s ESCAPE '\\' ORDER BY turn DESC LIMIT %s",
+                    (session_id, like_pattern(term), limit)).fetchall()))
+            if query_embedding is not None:
+                q = np.asarray(query_embedding, dtype=np.float32)
+                if self.pgvector:
+                    rows = conn.execute(
+                        "SELECT id, turn, substr(text, 1, 120), -(embedding_v <#> %s::vector) AS sim FROM ctx_messages "
+                        "WHERE session_id = %s AND embedding_v IS NOT NULL ORDER BY embedding_v <#> %s::vector, seq "
+                        "LIMIT %s", (_vector_literal(q), session_id, _vector_literal(q), limit)).fetchall()
+                    lists.append(("vector", [(r[0], r[1], r[2]) for r in rows]))
+                    similarity = {r[0]: float(r[3]) for r in rows}
+                else:
+                    ids, vecs = self._session_vectors(conn, session_id)
+                    if ids:
+                        ranked = vector_ranking(ids, np.stack(vecs), q, limit)
+                        top = [i for i, _ in ranked]
+                        similarity = dict(ranked)
+                        meta = {r[0]: (r[1], r[2]) for r in conn.execute(
+                            "SELECT id, turn, substr(text, 1, 120) FROM ctx_messages WHERE session_id = %s "
+                            "AND id = ANY(%s)", (session_id, top))}
+                        lists.append(("vector", [(i, *meta[i]) for i in top if i in meta]))
+        return fuse(lists, k=k, only=only, similarity=similarity)
+
+    # -- layer records and events (ctxscore.store.base.RecordStore) -------------------------------
+    def put_records(self, scope: str, kind: str, records: Mapping[str, Any]) -> dict[str, int]:
+        """Insert or replace records (key -> JSON value) under (scope, kind) in one transaction.
+
+        Returns each key's new version (1 for a new key). Raises :class:`InputError` (bad names or
+        values) or :class:`StoreError`; nothing is stored then.
+        """
+        from .sqlite import _record_rows
+
+        rows = _record_rows(scope, kind, records)
+        out: dict[str, int] = {}
+        if not rows:
+            return out
+        with self._conn("put records", write=True) as conn, conn.transaction():
+            for key, value in rows:
+                (version,) = conn.execute(
+                    "INSERT INTO ctx_records(scope, kind, key, value, version) VALUES (%s, %s, %s, %s, 1) "
+                    "ON CONFLICT (scope, kind, key) DO UPDATE SET value = EXCLUDED.value, "
+                    "version = ctx_records.version + 1, updated = now() RETURNING version",
+                    (scope, kind, key, value)).fetchone()
+                out[key] = version
+        return out
+
+    def records(self, scope: str, kind: str) -> dict[str, Record]:
+        """Every record under (scope, kind), by key."""
+        from .sqlite import _load_json
+
+        check_name(scope, "scope")
+        check_name(kind, "kind")
+        with self._conn("read records") as conn:
+            rows = conn.execute("SELECT key, value, version, extract(epoch FROM updated)::float8 FROM ctx_records "
+                                "WHERE scope = %s AND kind = %s ORDER BY key", (scope, kind)).fetchall()
+        return {k: Record(k, _load_json(v, f"record {scope!r}/{kind!r}/{k!r}", self.where), n, u)
+                for k, v, n, u in rows}
+
+    def delete_records(self, scope: str, kind: str, keys: Iterable[str]) -> int:
+        """Delete records by key under (scope, kind); returns how many existed."""
+        check_name(scope, "scope")
+        check_name(kind, "kind")
+        ks = [check_name(k, "record key") for k in keys]
+        if not ks:
+            return 0
+        with self._conn("delete records", write=True) as conn, conn.transaction():
+            cur = conn.execute("DELETE FROM ctx_records WHERE scope = %s AND kind = %s AND key = ANY(%s)",
+                               (scope, kind, ks))
+            return cur.rowcount
+
+    def append_events(self, scope: str, events: Sequence[Any]) -> list[int]:
+        """Append JSON values to the scope's log in one transaction; returns their sequence numbers
+        (gap-free per scope, in commit order: appenders hold the scope's head row until they commit)."""
+        check_name(scope, "scope")
+        data = [dump_json(e, f"event {i}") for i, e in enumerate(events)]
+        if not data:
+            return []
+        with self._conn("append events", write=True) as conn, conn.transaction():
+            (last,) = conn.execute(
+                "INSERT INTO ctx_event_heads(scope, last_seq) VALUES (%s, %s) ON CONFLICT (scope) "
+                "DO UPDATE SET last_seq = ctx_event_heads.last_seq + EXCLUDED.last_seq RETURNING last_seq",
+                (scope, len(data))).fetchone()
+            first = last - len(data) + 1
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO ctx_events(scope, seq, data) VALUES (%s, %s, %s)",
+                                [(scope, first + i, d) for i, d in enumerate(data)])
+        return list(range(first, last + 1))
+
+    def events(self, scope: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """The scope's events with ``seq > after``, in order, at most ``limit``."""
+        from .sqlite import _load_json
+
+        check_name(scope, "scope")
+        lim = check_limit(limit)
+        if isinstance(after, bool) or not isinstance(after, int):
+            raise InputError(f"after must be an integer sequence number, got {after!r}")
+        with self._conn("read events") as conn:
+            rows = conn.execute("SELECT seq, data, extract(epoch FROM created)::float8 FROM ctx_events "
+                                "WHERE scope = %s AND seq > %s ORDER BY seq LIMIT %s", (scope, after, lim)).fetchall()
+        return [Event(q, _load_json(d, f"event {scope!r}/{q}", self.where), t) for q, d, t in rows]
+
+    # -- life cycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the pool's connections (a second call does nothing)."""
+        if not self._closed:
+            self._closed = True
+            self._pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.where!r})"
+
+
+def _vector_literal(v: np.ndarray | Sequence[float]) -> str:
+    """A pgvector text literal ``[x,y,...]`` of a float32 vector (exact round trip)."""
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32)) + "]"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def wait_for_server(dsn: str, timeout: float = 30.0) -> None:
+    """Block until ``dsn`` accepts a connection (for scripts that start a server).
+
+    Raises:
+        StoreError: no connection within ``timeout`` seconds.
+    """
+    _require_driver()
+    dsn, _ = split_url(dsn)
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg.connect(dsn, connect_timeout=2).close()
+            return
+        except psycopg.Error as exc:
+            if time.monotonic() > end:
+                raise StoreError(f"no PostgreSQL server at {redact(dsn)} after {timeout} s: {_first_line(exc)}") from None
+            time.sleep(0.2)

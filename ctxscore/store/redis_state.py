@@ -1,0 +1,489 @@
+"""Hot per-session state in Redis, shared by the workers that serve one set of sessions.
+
+The durable store (PostgreSQL) keeps every message with its prediction and tier; Redis keeps what
+a worker needs to continue a session it did not serve last, cheaply and consistently (extra
+``redis``: ``pip install 'ctxscore[redis]'``):
+
+- a per-session **version**, bumped by every write (messages added, tiers changed), so a worker
+  knows whether the manager it keeps for a session is current;
+- the session's **tiers** (message id -> tier), so a worker whose manager is behind applies the
+  other workers' compaction without reading the session again;
+- **token counts** of the texts counted in the session (messages and compressed forms, per
+  encoding), so a worker that never saw the session builds its history without re-tokenising;
+- a per-session **lock** (redis-py ``Lock``, with a timeout so a dead worker cannot hold it) around
+  one turn, so two workers never interleave one session's turns.
+
+Predictions are not duplicated in Redis: they are stored with each message, so a worker that never
+saw a session reads them with the messages and never re-scores (``tests/test_redis_state.py``
+asserts the scorer is not called). Every key has a TTL (``ttl_s``, refreshed at every write); when
+the hot state of a session has expired or was never written, a worker rebuilds it from the durable
+store. Redis is a cache here: losing it loses nothing, it only costs a re-read.
+
+:class:`RedisHotState` is the Redis side; :class:`HotStore` wraps a durable store and keeps the
+hot state current on every write (``open_store("postgresql://...", redis="redis://...")``);
+:class:`SharedSessions` is what a proxy worker uses (``SharedSessions(store, ContextManager, budget=...)``;
+``with sessions.turn(session_id) as cm:``
+holds the session's lock, brings the worker's manager up to date, and publishes what it counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, StoreError
+from ..messages import Tier
+from ..tokens import DEFAULT_ENCODING, TokenCounter
+from .base import Event, NewRecord, Record, Store, StoredMessage
+
+if TYPE_CHECKING:
+    from .retrieval import Hit
+
+#: A context manager (``ctxscore.ContextManager``; not imported here: the store sits below the window).
+Manager = Any
+
+try:  # the extra `redis`
+    import redis as _redis
+except ImportError:  # pragma: no cover - exercised without the extra
+    _redis = None  # type: ignore[assignment]
+
+log = logging.getLogger("ctxscore")
+
+#: Default lifetime of a session's hot state after its last write (seconds).
+DEFAULT_TTL_S = 24 * 3600
+
+
+def text_key(text: str) -> str:
+    """The 16-hex-digit key of a text in the token-count hash (BLAKE2b, 64 bits)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+class RedisHotState:
+    """The Redis side of the hot state (see the module docstring).
+
+    Args:
+        client: a Redis URL (``redis://host:6379/0``) or a ``redis.Redis`` client.
+        prefix: prefix of every key (``{prefix}:{{session}}:meta`` ...; the session is a Redis
+            Cluster hash tag, so one session's keys live on one node).
+        ttl_s: seconds a session's hot state lives after its last write.
+        lock_timeout_s: seconds after which a lock held by a dead worker expires.
+        lock_wait_s: seconds :meth:`lock` waits for another worker's turn before :class:`StoreError`.
+
+    Raises:
+        ConfigError: redis-py is not installed, or a bad argument.
+    """
+
+    def __init__(self, client: Any, *, prefix: str = "ctxscore", ttl_s: float = DEFAULT_TTL_S,
+                 lock_timeout_s: float = 60.0, lock_wait_s: float = 30.0) -> None:
+        if _redis is None:
+            raise ConfigError("the Redis hot state needs redis-py; install it with `pip install 'ctxscore[redis]'` "
+                              "(or `pip install redis`)")
+        if isinstance(client, str):
+            self.client = _redis.Redis.from_url(client, socket_connect_timeout=5, socket_timeout=10)
+            self.where = client.split("@")[-1]
+            self._own = True
+        elif isinstance(client, _redis.Redis):
+            self.client, self.where, self._own = client, "redis client", False
+        else:
+            raise ConfigError(f"redis must be a URL or a redis.Redis client, got {type(client).__name__}")
+        if not prefix or any(c in prefix for c in "{}"):
+            raise ConfigError(f"prefix must be a non-empty string without braces, got {prefix!r}")
+        for name, v in (("ttl_s", ttl_s), ("lock_timeout_s", lock_timeout_s), ("lock_wait_s", lock_wait_s)):
+            if not v > 0:
+                raise ConfigError(f"{name} must be positive seconds, got {v}")
+        self.prefix = prefix
+        self.ttl_ms = int(ttl_s * 1000)
+        self.lock_timeout_s, self.lock_wait_s = lock_timeout_s, lock_wait_s
+
+    # -- keys -----------------------------------------------------------------------------------
+    def _key(self, session_id: str, part: str) -> str:
+        return f"{self.prefix}:{{{session_id}}}:{part}"
+
+    def keys(self, session_id: str, encoding: str = DEFAULT_ENCODING) -> list[str]:
+        """The session's keys: meta (version), tiers, token counts of ``encoding``."""
+        return [self._key(session_id, "meta"), self._key(session_id, "tiers"), self._key(session_id, f"tok:{encoding}")]
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except _redis.RedisError as exc:
+            raise StoreError(f"hot state at {self.where}: cannot {what}: {exc}; check that Redis is up") from None
+
+    # -- state ----------------------------------------------------------------------------------
+    def version(self, session_id: str) -> int | None:
+        """The session's version, or ``None`` when it has no hot state (expired or never written)."""
+        with self._guard("read the session version"):
+            v = self.client.hget(self._key(session_id, "meta"), "version")
+        return None if v is None else int(v)
+
+    def tiers(self, session_id: str) -> dict[str, Tier]:
+        """The tiers recorded for the session (message id -> tier; ids not listed are verbatim)."""
+        with self._guard("read tiers"):
+            raw = self.client.hgetall(self._key(session_id, "tiers"))
+        return {k.decode(): Tier(v.decode()) for k, v in raw.items()}
+
+    def token_counts(self, session_id: str, encoding: str) -> dict[str, int]:
+        """Token counts of the session's texts under ``encoding`` (:func:`text_key` -> tokens)."""
+        with self._guard("read token counts"):
+            raw = self.client.hgetall(self._key(session_id, f"tok:{encoding}"))
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def bump(self, session_id: str, *, tiers: Mapping[str, Tier] | None = None, messages: int | None = None,
+             encoding: str = DEFAULT_ENCODING) -> int:
+        """Record a write: bump the version (returned), store ``tiers`` and the message count, and
+        refresh the TTL of the session's keys (one round trip)."""
+        meta, tk, tok = self.keys(session_id, encoding)
+        with self._guard("record a write"):
+            p = self.client.pipeline(transaction=True)
+            p.hincrby(meta, "version", 1)
+            if messages is not None:
+                p.hset(meta, "messages", messages)
+            if tiers:
+                p.hset(tk, mapping={i: str(Tier(t)) for i, t in tiers.items()})
+            for k in (meta, tk, tok):
+                p.pexpire(k, self.ttl_ms)
+            return int(p.execute()[0])
+
+    def add_token_counts(self, session_id: str, encoding: str, counts: Mapping[str, int]) -> None:
+        """Store token counts (:func:`text_key` -> tokens) and refresh the TTL."""
+        if not counts:
+            return
+        k = self._key(session_id, f"tok:{encoding}")
+        with self._guard("store token counts"):
+            p = self.client.pipeline(transaction=False)
+            p.hset(k, mapping=dict(counts))
+            p.pexpire(k, self.ttl_ms)
+            p.execute()
+
+    def forget(self, session_id: str) -> None:
+        """Drop the session's hot state (workers then rebuild it from the durable store)."""
+        keys = [self._key(session_id, "meta"), self._key(session_id, "tiers")]
+        with self._guard("drop the hot state"):
+            self.client.delete(*keys)
+
+    def ttl_s(self, session_id: str) -> float | None:
+        """Seconds the session's hot state has left, or ``None`` when it has none."""
+        with self._guard("read the TTL"):
+            ms = self.client.pttl(self._key(session_id, "meta"))
+        return None if ms < 0 else ms / 1000
+
+    @contextmanager
+    def lock(self, session_id: str) -> Iterator[None]:
+        """Hold the session's lock for one turn (blocks up to ``lock_wait_s``).
+
+        Raises:
+            StoreError: another worker held the session longer than ``lock_wait_s``, or Redis is
+                unreachable; nothing of the turn has run then.
+        """
+        lk = self.client.lock(self._key(session_id, "lock"), timeout=self.lock_timeout_s,
+                              blocking_timeout=self.lock_wait_s, thread_local=False)
+        with self._guard("take the session lock"):
+            got = lk.acquire()
+        if not got:
+            raise StoreError(f"session {session_id!r} is busy: another worker held it for more than "
+                             f"{self.lock_wait_s} s; retry")
+        try:
+            yield
+        finally:
+            try:
+                lk.release()
+            except _redis.exceptions.LockError:
+                # held past lock_timeout_s: another worker may have run a turn meanwhile
+                log.warning("the lock of session %r expired during a turn (longer than %s s); its hot state is "
+                            "dropped so every worker reads the session again", session_id, self.lock_timeout_s)
+                self.forget(session_id)
+            except _redis.RedisError as exc:
+                log.warning("cannot release the lock of session %r (%s); it expires in %s s", session_id, exc,
+                            self.lock_timeout_s)
+
+    def close(self) -> None:
+        """Close the client when this object made it from a URL."""
+        if self._own:
+            self.client.close()
+
+
+class HotStore:
+    """A durable store whose writes also keep the Redis hot state current (:class:`RedisHotState`).
+
+    Implements :class:`~ctxscore.store.base.Store` (and :class:`~ctxscore.store.base.RecordStore`
+    when the wrapped store does) by delegation: :meth:`add` and :meth:`set_tiers` write the durable
+    store first and then bump the session's version (tiers included); :meth:`detach` drops the hot
+    state. A Redis failure after a durable write is logged and drops nothing: the write is
+    acknowledged (it is durable), and the session's hot state is rebuilt by the next worker that
+    finds it missing or stale.
+
+    Args:
+        store: the durable store (usually :class:`~ctxscore.store.postgres.PostgresStore`).
+        hot: the Redis side.
+    """
+
+    def __init__(self, store: Store, hot: RedisHotState) -> None:
+        if not isinstance(store, Store):
+            raise ConfigError(f"store must implement ctxscore.store.Store, got {type(store).__name__}")
+        self.store, self.hot = store, hot
+
+    def _after_write(self, session_id: str, **kw: Any) -> None:
+        try:
+            self.hot.bump(session_id, **kw)
+        except StoreError as exc:
+            log.warning("%s; the write is durable, the session's hot state is rebuilt when Redis is back", exc)
+            try:
+                self.hot.forget(session_id)
+            except StoreError:
+                pass
+
+    def add(self, session_id: str, records: Sequence[NewRecord]) -> list[StoredMessage]:
+        """:meth:`Store.add`, then bump the session's version."""
+        rows = self.store.add(session_id, records)
+        if rows:
+            self._after_write(session_id, messages=rows[-1].turn + 1)
+        return rows
+
+    def set_tiers(self, session_id: str, tiers: Iterable[tuple[str, Tier]]) -> None:
+        """:meth:`Store.set_tiers`, then record the tiers in Redis and bump the version."""
+        pairs = list(tiers)
+        self.store.set_tiers(session_id, pairs)
+        if pairs:
+            self._after_write(session_id, tiers=dict(pairs))
+
+    def detach(self, session_id: str, from_turn: int) -> str:
+        """:meth:`Store.detach`, then drop the hot state of the session (its messages changed)."""
+        target = self.store.detach(session_id, from_turn)
+        try:
+            self.hot.forget(session_id)
+        except StoreError as exc:
+            log.warning("%s", exc)
+        return target
+
+    def get(self, session_id: str, message_id: str) -> StoredMessage | None:
+        """:meth:`Store.get` of the durable store."""
+        return self.store.get(session_id, message_id)
+
+    def load(self, session_id: str, after_turn: int = -1) -> list[StoredMessage]:
+        """:meth:`Store.load` of the durable store."""
+        return self.store.load(session_id, after_turn)
+
+    def search(self, session_id: str, query: str, k: int = 10, **kw: Any) -> list[Hit]:
+        """:meth:`Store.search` of the durable store."""
+        return self.store.search(session_id, query, k, **kw)
+
+    def count(self, session_id: str) -> int:
+        """Messages stored in the session."""
+        return self.store.count(session_id)  # type: ignore[attr-defined]
+
+    # RecordStore, when the durable store is one
+    def put_records(self, scope: str, kind: str, records: Mapping[str, Any]) -> dict[str, int]:
+        """:meth:`RecordStore.put_records` of the durable store."""
+        return self.store.put_records(scope, kind, records)  # type: ignore[attr-defined]
+
+    def records(self, scope: str, kind: str) -> dict[str, Record]:
+        """:meth:`RecordStore.records` of the durable store."""
+        return self.store.records(scope, kind)  # type: ignore[attr-defined]
+
+    def delete_records(self, scope: str, kind: str, keys: Iterable[str]) -> int:
+        """:meth:`RecordStore.delete_records` of the durable store."""
+        return self.store.delete_records(scope, kind, keys)  # type: ignore[attr-defined]
+
+    def append_events(self, scope: str, events: Sequence[Any]) -> list[int]:
+        """:meth:`RecordStore.append_events` of the durable store."""
+        return self.store.append_events(scope, events)  # type: ignore[attr-defined]
+
+    def events(self, scope: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """:meth:`RecordStore.events` of the durable store."""
+        return self.store.events(scope, after, limit)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Close the durable store and the Redis client this object's state made."""
+        self.store.close()
+        self.hot.close()
+
+
+class SharedTokenCounter(TokenCounter):
+    """A :class:`~ctxscore.tokens.TokenCounter` that first looks a text up in counts shared through
+    Redis, and remembers what it counted itself (``fresh``) for :class:`SharedSessions` to publish.
+
+    Args:
+        encoding: the tiktoken encoding.
+        known: counts already known (:func:`text_key` -> tokens), e.g. from
+            :meth:`RedisHotState.token_counts`.
+    """
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING, known: Mapping[str, int] | None = None) -> None:
+        super().__init__(encoding)
+        self.known: dict[str, int] = dict(known or {})
+        self.fresh: dict[str, int] = {}
+        self.hits = 0
+        self._memo: OrderedDict[str, int] = OrderedDict()
+        self._mlock = threading.Lock()
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text`` (shared count, else tiktoken)."""
+        if not text:
+            return 0
+        with self._mlock:
+            n = self._memo.get(text)
+            if n is not None:
+                self._memo.move_to_end(text)
+                return n
+        key = text_key(text)
+        n = self.known.get(key)
+        if n is None:
+            n = super().count(text)
+            self.known[key] = self.fresh[key] = n
+        else:
+            self.hits += 1
+        with self._mlock:
+            self._memo[text] = n
+            if len(self._memo) > 65_536:
+                self._memo.popitem(last=False)
+        return n
+
+    def take_fresh(self) -> dict[str, int]:
+        """The counts made since the last call (and forget them)."""
+        out, self.fresh = self.fresh, {}
+        return out
+
+
+@dataclass
+class _Kept:
+    cm: Manager
+    counter: SharedTokenCounter
+    version: int | None
+
+
+class SharedSessions:
+    """The managers of one worker over sessions shared with other workers (a proxy worker's view).
+
+    ``with sessions.turn(session_id) as cm:`` takes the session's Redis lock, returns this worker's
+    :class:`~ctxscore.window.manager.ContextManager` for the session brought up to date -- opened
+    from the durable store when the worker never saw the session (stored predictions: no
+    re-scoring; shared token counts: no re-tokenising), or, when another worker wrote since, the
+    new messages read and the other workers' tiers applied -- and, when the block ends, publishes
+    the token counts it made and releases the lock.
+
+    Args:
+        store: a :class:`HotStore` (e.g. ``open_store("postgresql://...", redis="redis://...")``).
+        manager: the manager class, :class:`ctxscore.ContextManager` (or a factory taking its keyword
+            arguments).
+        max_sessions: managers kept by this worker (least recently used first out).
+        encoding: tiktoken encoding of every manager.
+        manager_kwargs: the other ``ContextManager`` arguments (``budget``, ``scorer``, ``policy`` ...).
+
+    Raises:
+        ConfigError: ``store`` is not a :class:`HotStore`.
+    """
+
+    def __init__(self, store: HotStore, manager: Callable[..., Manager], *, max_sessions: int = 1024,
+                 encoding: str = DEFAULT_ENCODING, **manager_kwargs: Any) -> None:
+        if not isinstance(store, HotStore):
+            raise ConfigError("SharedSessions needs a HotStore (open_store(url, redis=...))")
+        for k in ("store", "archive_path", "session_id", "counter", "encoding"):
+            if k in manager_kwargs:
+                raise ConfigError(f"SharedSessions sets {k!r} itself")
+        self.store, self.hot, self.manager = store, store.hot, manager
+        self.encoding = encoding
+        self.max_sessions = max_sessions
+        self.manager_kwargs = manager_kwargs
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._lock = threading.Lock()
+        #: Figures of this worker: managers opened, refreshed (another worker wrote), reused as is.
+        self.stats = {"opened": 0, "refreshed": 0, "current": 0}
+
+    @contextmanager
+    def turn(self, session_id: str) -> Iterator[Manager]:
+        """Hold the session for one turn and yield its up-to-date manager (see the class docstring).
+
+        Raises:
+            StoreError: the lock cannot be taken (busy session, Redis down) or the durable store
+                fails; nothing of the turn has run then.
+        """
+        with self.hot.lock(session_id):
+            kept = self._current(session_id)
+            try:
+                yield kept.cm
+            finally:
+                self._publish(session_id, kept)
+
+    def _current(self, session_id: str) -> _Kept:
+        version = self.hot.version(session_id)
+        with self._lock:
+            kept = self._kept.get(session_id)
+        if kept is not None and version is not None and kept.version == version:
+            self.stats["current"] += 1
+            return kept
+        if kept is not None and version is not None:  # another worker wrote: catch up
+            kept.cm.state.catch_up()
+            apply_tiers(kept.cm, self.hot.tiers(session_id))
+            kept.version = version
+            self.stats["refreshed"] += 1
+            return kept
+        if kept is not None:
+            kept.cm.close()
+        counter = SharedTokenCounter(self.encoding, self.hot.token_counts(session_id, self.encoding))
+        cm = self.manager(store=self.store, session_id=session_id, counter=counter, **self.manager_kwargs)
+        if version is None:  # no hot state (expired, or never written): publish this manager's
+            tiers = {e.msg.id: e.tier for e in cm.history.entries if e.tier != Tier.VERBATIM}
+            version = self.hot.bump(session_id, tiers=tiers, messages=len(cm), encoding=self.encoding)
+        else:
+            apply_tiers(cm, self.hot.tiers(session_id))
+        kept = _Kept(cm, counter, version)
+        self.stats["opened"] += 1
+        with self._lock:
+            self._kept[session_id] = kept
+            self._kept.move_to_end(session_id)
+            while len(self._kept) > self.max_sessions:
+                self._kept.popitem(last=False)  # the store is shared: not closed
+        return kept
+
+    def _publish(self, session_id: str, kept: _Kept) -> None:
+        try:
+            self.hot.add_token_counts(session_id, self.encoding, kept.counter.take_fresh())
+            kept.version = self.hot.version(session_id)
+        except StoreError as exc:
+            log.warning("%s", exc)
+            kept.version = None
+
+    def close(self) -> None:
+        """Forget every manager and close the store."""
+        with self._lock:
+            self._kept.clear()
+        self.store.close()
+
+
+def apply_tiers(cm: Manager, tiers: Mapping[str, Tier]) -> int:
+    """Give the messages of ``cm`` the tiers another worker recorded (ids not in ``tiers`` are
+    verbatim); returns how many changed. The forms come from ``cm``'s own compressor and verifier,
+    which reach the same tier the other worker reached."""
+    h, changed = cm.history, 0
+    for i, e in enumerate(h.entries):
+        want = tiers.get(e.msg.id, Tier.VERBATIM)  # type: ignore[arg-type]
+        if e.tier != want and cm.state.forms.set_tier(h, i, want):
+            changed += 1
+    return changed
+
+
+def wait_for_redis(url: str, timeout: float = 30.0) -> None:
+    """Block until the Redis at ``url`` answers PING.
+
+    Raises:
+        StoreError: no answer within ``timeout`` seconds.
+    """
+    if _redis is None:
+        raise ConfigError("redis-py is not installed (pip install 'ctxscore[redis]')")
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            _redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+            return
+        except _redis.RedisError as exc:
+            if time.monotonic() > end:
+                raise StoreError(f"no Redis at {url} after {timeout} s: {exc}") from None
+            time.sleep(0.1)

@@ -1,0 +1,227 @@
+"""Redis hot state shared by workers, against real PostgreSQL and Redis servers: a worker that never
+saw a session continues it without re-scoring or re-tokenising; workers taking turns build the same
+windows as one worker alone; the per-session lock keeps turns whole; TTLs; a busy session or an
+unreachable Redis is a clear StoreError that runs nothing; a Redis failure after a durable write
+loses nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ctxscore import ContextManager
+from ctxscore.errors import StoreError
+from ctxscore.scoring.rules import RuleClassifier
+from ctxscore.store import open_store
+
+redis = pytest.importorskip("redis")
+from ctxscore.store.redis_state import (  # noqa: E402
+    HotStore,
+    RedisHotState,
+    SharedSessions,
+    SharedTokenCounter,
+    text_key,
+)
+from ctxscore.tokens import TokenCounter  # noqa: E402
+
+
+class SpyScorer:
+    """The rule scorer, counting the messages it is asked to score."""
+
+    def __init__(self) -> None:
+        self.rules = RuleClassifier()
+        self.scored: list[str] = []
+
+    def predict(self, messages):
+        self.scored.extend(m.content for m in messages)
+        return self.rules.predict(messages)
+
+
+def conversation(n: int) -> list[dict]:
+    """A session that compacts at small budgets: bookings with references, tool calls, chatter."""
+    out: list[dict] = [{"role": "system", "content": "You are a travel agent. Never book without a yes."}]
+    for i in range(n):
+        out.append({"role": "user", "content": f"Trip {i}: book a hotel in city {i} for {i % 4 + 1} nights, "
+                                               f"budget under ${100 + i * 7}. Also tell me about the weather there."})
+        out.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function",
+                    "function": {"name": "search_hotels", "arguments": f'{{"city": "city {i}"}}'}}]})
+        out.append({"role": "tool", "tool_call_id": f"c{i}",
+                    "content": f'[{{"hotel": "Hotel {i}A", "price": {90 + i}}}, {{"hotel": "Hotel {i}B", "price": {120 + i}}}]'})
+        out.append({"role": "assistant", "content": f"I found Hotel {i}A at ${90 + i} per night; reference "
+                                                    f"R{i:04d}X. The weather in city {i} is mild, around {15 + i % 10} C, "
+                                                    "with some clouds in the afternoon and a light breeze."})
+    return out
+
+
+@pytest.fixture
+def hot_url(pg_url, redis_server_url, redis_prefix):
+    """(store URL, Redis URL, prefix) of one test."""
+    return pg_url, redis_server_url, redis_prefix
+
+
+def workers(hot_url, n: int, **kw) -> list[SharedSessions]:
+    pg, rurl, prefix = hot_url
+    out = []
+    for _ in range(n):
+        store = HotStore(open_store(pg), RedisHotState(rurl, prefix=prefix, **kw.get("hot", {})))
+        out.append(SharedSessions(store, ContextManager, budget=kw.get("budget", 700), scorer=kw.get("scorer", "rules")))
+    return out
+
+
+def turns(msgs: list[dict]) -> list[int]:
+    """End index of each request: a client sends the history up to each user message and the last."""
+    ends = [i for i, m in enumerate(msgs) if m["role"] == "user" and i > 0] + [len(msgs)]
+    return ends
+
+
+def test_worker_that_never_saw_the_session_continues_without_rescoring(hot_url):
+    msgs = conversation(12)
+    (a,) = workers(hot_url, 1)
+    ends = turns(msgs)
+    for end in ends[:-1]:
+        with a.turn("s") as cm:
+            cm.sync(msgs[:end])
+            cm.build(query="which hotel in city 3?")
+    pg, rurl, prefix = hot_url
+    spy = SpyScorer()
+    b = SharedSessions(HotStore(open_store(pg), RedisHotState(rurl, prefix=prefix)), ContextManager, budget=700,
+                       scorer=spy)
+    with b.turn("s") as cm:
+        kept = b._kept["s"]
+        assert len(cm) == ends[-2] and spy.scored == []  # opened from the store: stored predictions
+        assert kept.counter.hits > 0 and not kept.counter.fresh  # and shared token counts
+        res = cm.sync(msgs)
+        assert res.mode == "append" and spy.scored == [m["content"] for m in msgs[ends[-2]:]]
+        win_b = cm.build(query="which hotel in city 3?")
+    ref = ContextManager(budget=700, scorer="rules")
+    for end in ends:
+        ref.sync(msgs[:end])
+        win_ref = ref.build(query="which hotel in city 3?")
+    assert win_b.messages == win_ref.messages
+    assert b.stats == {"opened": 1, "refreshed": 0, "current": 0}
+
+
+@pytest.mark.parametrize("n_workers, budget", [(2, 650), (3, 1200)])
+def test_workers_taking_turns_build_the_windows_of_one_worker(hot_url, n_workers, budget):
+    """Round-robin routing: each worker is n - 1 turns behind when its turn comes. (At 1,200 tokens
+    two of the 17 windows differ when the stale worker ignores the other workers' tiers.)"""
+    msgs = conversation(16)
+    ws = workers(hot_url, n_workers, budget=budget)
+    ref = ContextManager(budget=budget, scorer="rules")
+    compacted = 0
+    for k, end in enumerate(turns(msgs)):
+        with ws[k % n_workers].turn("s") as cm:
+            cm.sync(msgs[:end])
+            got = cm.build(query=f"what is the reference of the hotel in city {k // 2}?")
+        ref.sync(msgs[:end])
+        want = ref.build(query=f"what is the reference of the hotel in city {k // 2}?")
+        assert got.messages == want.messages, f"turn {k}"
+        assert [d.tier for d in got.decisions] == [d.tier for d in want.decisions]
+        compacted = max(compacted, sum(d.tier != "verbatim" for d in want.decisions))
+    assert compacted > 10  # the workers had compaction to share
+    assert all(w.stats["refreshed"] >= 17 // n_workers - 1 for w in ws)
+
+
+def test_lock_keeps_each_turn_whole(hot_url):
+    ws = workers(hot_url, 4)
+    errors: list[BaseException] = []
+
+    def work(w: int) -> None:
+        try:
+            for i in range(15):
+                with ws[w].turn("s") as cm:
+                    cm.add({"role": "user", "content": f"worker {w} question {i}"})
+                    time.sleep(0.002)  # another worker would slip in here without the lock
+                    cm.add({"role": "assistant", "content": f"worker {w} answer {i}"})
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    rows = ws[0].store.load("s")
+    assert len(rows) == 120 and [r.turn for r in rows] == list(range(120))
+    for q, a in zip(rows[::2], rows[1::2], strict=True):
+        assert q.message.content.replace("question", "answer") == a.message.content
+
+
+def test_keys_expire_and_the_session_is_rebuilt_from_the_store(hot_url):
+    msgs = conversation(4)
+    a, b = workers(hot_url, 2, hot={"ttl_s": 1.0})
+    with a.turn("s") as cm:
+        cm.sync(msgs)
+        cm.build()
+    hot = a.hot
+    assert 0 < hot.ttl_s("s") <= 1.0
+    assert all(0 < a.hot.client.pttl(k) <= 1000 for k in hot.keys("s"))
+    time.sleep(1.3)
+    assert hot.version("s") is None and hot.ttl_s("s") is None
+    with b.turn("s") as cm:  # nothing lost: the durable store has the session
+        assert [m.content for m in cm.messages] == [m["content"] for m in msgs]
+    assert hot.version("s") is not None
+
+
+def test_busy_session_is_a_store_error(hot_url):
+    a, b = workers(hot_url, 2, hot={"lock_wait_s": 0.3})
+    inside, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with a.turn("s"):
+            inside.set()
+            done.wait(5)
+
+    th = threading.Thread(target=hold)
+    th.start()
+    inside.wait(5)
+    try:
+        with pytest.raises(StoreError, match="busy"), b.turn("s") as cm:
+            cm.add({"role": "user", "content": "never runs"})
+    finally:
+        done.set()
+        th.join()
+    assert b.store.count("s") == 0
+
+
+def test_unreachable_redis(hot_url):
+    from _servers import free_port
+
+    pg, _, _ = hot_url
+    dead = RedisHotState(f"redis://127.0.0.1:{free_port()}/0")
+    sessions = SharedSessions(HotStore(open_store(pg), dead), ContextManager, budget=500, scorer="rules")
+    with pytest.raises(StoreError, match="cannot take the session lock"), sessions.turn("s") as cm:
+        cm.add({"role": "user", "content": "never runs"})
+    store = HotStore(open_store(pg), dead)
+    cm = ContextManager(budget=500, scorer="rules", store=store, session_id="t")
+    cm.add({"role": "user", "content": "durable even with Redis down"})  # logged, not raised
+    assert [r.text for r in open_store(pg).load("t")] == ["durable even with Redis down"]
+
+
+def test_open_store_with_redis(hot_url):
+    pg, rurl, prefix = hot_url
+    s = open_store(pg, redis=RedisHotState(rurl, prefix=prefix))
+    assert isinstance(s, HotStore)
+    s.add("s", [])
+    cm = ContextManager(budget=500, scorer="rules", store=s, session_id="s")
+    cm.add({"role": "user", "content": "hello"})
+    assert s.hot.version("s") == 1
+    cm.close()
+    from urllib.parse import quote
+
+    s2 = open_store(f"{pg}&redis={quote(rurl, safe='')}")
+    assert isinstance(s2, HotStore) and s2.count("s") == 1
+    s2.close()
+
+
+def test_shared_counter_counts_like_tiktoken():
+    plain = TokenCounter()
+    texts = ["hello world", "中文文本 with mixed script", "x" * 3000, "<|endoftext|> literal"]
+    a = SharedTokenCounter()
+    assert [a.count(t) for t in texts] == [plain.count(t) for t in texts]
+    b = SharedTokenCounter(known=a.take_fresh())
+    assert [b.count(t) for t in texts] == [plain.count(t) for t in texts] and b.hits == 4 and not b.fresh
+    assert len(text_key("x")) == 16

@@ -1,0 +1,205 @@
+"""PostgreSQL store specifics, against a real server: versioned migrations (recorded once, checksums,
+newer schemas refused, concurrent first opens), durability settings, the pool (a lost connection is
+replaced, an exhausted pool is a StoreError), UTF-8 only, per-session search statistics, pgvector
+when the server has it. The behaviour shared with SQLite is in ``test_store_contract.py``."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+from ctxscore import ContextManager
+from ctxscore.errors import ConfigError, StoreError
+from ctxscore.messages import Message
+from ctxscore.store import NewRecord, open_store
+from ctxscore.store.migrations import latest_version, migrations
+
+psycopg = pytest.importorskip("psycopg")
+from ctxscore.store.postgres import PostgresStore, redact, split_url  # noqa: E402
+
+
+def rec(mid, text, embedding=None):
+    return NewRecord(Message(role="user", content=text, id=mid), text, embedding=embedding)
+
+
+def admin(pg_url: str):
+    dsn, opts = split_url(pg_url)
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(f'SET search_path TO "{opts["schema"]}"')
+    return conn
+
+
+def test_migrations_are_recorded_once(pg_url):
+    s = PostgresStore(pg_url)
+    s.close()
+    s = PostgresStore(pg_url)  # a second open applies nothing
+    with admin(pg_url) as conn:
+        rows = conn.execute("SELECT version, name, checksum FROM ctx_schema_migrations ORDER BY version").fetchall()
+    files = {m.version: m for m in migrations()}
+    required = [m.version for m in files.values() if m.requires is None]
+    assert [r[0] for r in rows if files[r[0]].requires is None] == required == [1, 2]
+    assert all(files[v].checksum == c and files[v].name == n for v, n, c in rows)
+    assert s.pgvector == (3 in [r[0] for r in rows])
+    s.close()
+
+
+def test_newer_schema_is_refused_and_untouched(pg_url):
+    PostgresStore(pg_url).close()
+    with admin(pg_url) as conn:
+        conn.execute("INSERT INTO ctx_schema_migrations(version, name, checksum) VALUES (%s, 'future', 'x')",
+                     (latest_version() + 1,))
+        before = conn.execute("SELECT version, checksum FROM ctx_schema_migrations ORDER BY version").fetchall()
+    with pytest.raises(StoreError, match="newer than this ctxscore"):
+        PostgresStore(pg_url)
+    with admin(pg_url) as conn:
+        assert conn.execute("SELECT version, checksum FROM ctx_schema_migrations ORDER BY version").fetchall() == before
+
+
+def test_edited_migration_is_refused(pg_url):
+    PostgresStore(pg_url).close()
+    with admin(pg_url) as conn:
+        conn.execute("UPDATE ctx_schema_migrations SET checksum = 'edited' WHERE version = 1")
+    with pytest.raises(StoreError, match="never edit an applied migration"):
+        PostgresStore(pg_url)
+
+
+def test_concurrent_first_opens_migrate_once(pg_url):
+    stores, errors = [], []
+
+    def open_one() -> None:
+        try:
+            stores.append(PostgresStore(pg_url, pool_min=1, pool_max=2))
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and len(stores) == 4
+    stores[0].add("s", [rec(None, "written by the first")])
+    assert [r.text for r in stores[3].load("s")] == ["written by the first"]
+    with admin(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM ctx_schema_migrations WHERE version = 1").fetchone()[0] == 1
+    for s in stores:
+        s.close()
+
+
+def test_acknowledged_writes_are_synchronous(pg_url):
+    s = PostgresStore(pg_url)
+    with s._pool.connection() as conn:
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        assert conn.execute("SHOW fsync").fetchone()[0] == "on"
+    s.close()
+
+
+def test_a_lost_connection_is_replaced(pg_url):
+    s = PostgresStore(pg_url, pool_min=2, pool_max=2)
+    s.add("s", [rec(None, "before the server dropped us")])
+    with admin(pg_url) as conn:  # the server ends every connection of this store (a restart, a failover)
+        killed = conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND datname = current_database() AND backend_type = 'client backend'").fetchone()[0]
+    assert killed >= 2
+    s.add("s", [rec(None, "after")])  # the pool checks connections before lending them
+    assert [r.text for r in s.load("s")] == ["before the server dropped us", "after"]
+    s.close()
+
+
+def test_exhausted_pool_is_a_store_error(pg_url):
+    s = PostgresStore(pg_url, pool_min=1, pool_max=1, timeout=1)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with s._pool.connection():
+            held.set()
+            release.wait(10)
+
+    th = threading.Thread(target=hold)
+    th.start()
+    held.wait(10)
+    try:
+        with pytest.raises(StoreError, match="no connection within 1.0 s"):
+            s.load("s")
+    finally:
+        release.set()
+        th.join()
+    assert s.load("s") == []
+    s.close()
+    with pytest.raises(StoreError, match="closed"):
+        s.load("s")
+
+
+def test_non_utf8_database_is_refused(pg_dsn):
+    name = "ctx_ascii_" + uuid.uuid4().hex[:8]
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    except psycopg.Error as exc:
+        pytest.skip(f"cannot create a test database here: {exc}")
+    try:
+        url = pg_dsn.rsplit("/", 1)[0] + f"/{name}"
+        with pytest.raises(StoreError, match="encoding is SQL_ASCII"):
+            PostgresStore(url)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def test_search_statistics_are_per_session(pg_url, tmp_path):
+    """Unlike SQLite's file-wide bm25 statistics, another session never changes a session's ranking."""
+    texts = [f"the booking reference of trip {i} is REF{i:03d}" for i in range(6)] + ["hotel hotel booking"] * 2
+    pg = PostgresStore(pg_url)
+    pg.add("a", [rec(None, t) for t in texts])
+    before = [(h.id, h.score) for h in pg.search("a", "booking hotel reference")]
+    pg.add("b", [rec(None, "booking " * 50) for _ in range(40)])
+    assert [(h.id, h.score) for h in pg.search("a", "booking hotel reference")] == before
+    lite = open_store(str(tmp_path / "one.db"))
+    lite.add("a", [rec(None, t) for t in texts])
+    assert [h.id for h in lite.search("a", "booking hotel reference")] == [h for h, _ in before]
+    pg.close()
+    lite.close()
+
+
+def test_vector_cache_follows_other_writers_and_detach(pg_url):
+    a, b = PostgresStore(pg_url), PostgresStore(pg_url)
+    e = np.eye(4, dtype=np.float32)
+    a.add("s", [rec("x", "first", e[0]), rec("y", "second", e[1])])
+    assert a.search("s", "zzz", query_embedding=e[1])[0].id == "y"
+    b.add("s", [rec("z", "third", e[2])])  # another process appends: the cache reads only the new row
+    assert a.search("s", "zzz", query_embedding=e[2])[0].id == "z"
+    b.detach("s", 1)  # messages leave the session: the cache is read again
+    assert [h.id for h in a.search("s", "zzz", query_embedding=e[2])] == ["x"]
+    a.close()
+    b.close()
+
+
+def test_url_options_and_redaction(pg_url):
+    assert split_url("postgresql://u:p@h:1/db?schema=x&sslmode=disable&pool_max=3") == (
+        "postgresql://u:p@h:1/db?sslmode=disable", {"schema": "x", "pool_max": "3"})
+    assert redact("postgresql://u:secret@h:1/db") == "postgresql://u@h:1/db"
+    with pytest.raises(ConfigError, match="schema"):
+        PostgresStore(pg_url.split("?")[0], schema="bad-name; drop")
+    with pytest.raises(ConfigError, match="pool_min"):
+        open_store(pg_url + "&pool_min=3&pool_max=2")
+    cm = ContextManager(budget=500, scorer="rules", store=pg_url + "&pool_max=2", session_id="u")
+    cm.add({"role": "user", "content": "hello"})
+    assert cm.store.count("u") == 1 and "secret" not in repr(cm.store)
+    cm.close()
+
+
+def test_pgvector_ranks_in_the_server_when_present(pg_url):
+    s = PostgresStore(pg_url)
+    if not s.pgvector:
+        s.close()
+        pytest.skip("the server has no pgvector extension (not packaged for Debian 12's PostgreSQL 15): "
+                    "vector search runs in numpy")
+    e = np.eye(4, dtype=np.float32)
+    s.add("s", [rec("x", "first", e[0]), rec("y", "second", e[1] * 0.5 + e[0] * 0.1)])
+    assert [h.id for h in s.search("s", "zzz", query_embedding=e[1])][:1] == ["y"]
+    s.close()
