@@ -148,6 +148,23 @@ class ContextManager:
             self.state.catch_up()
             return SyncResult(self.extend(incoming[plan.start:]), "rebased", plan.kept, detached)
 
+    def truncate(self, turn: int) -> str | None:
+        """Keep the first ``turn`` messages: the rest moves to a detached session in the store (nothing is
+        deleted; the new session's id is returned, ``None`` when nothing followed) and the history and
+        the layers are rebuilt from what stays, with the tiers the store records (an event log's rollback).
+
+        Raises:
+            ConfigError: ``turn`` is not an integer in ``[0, len(self)]``.
+        """
+        with self._lock:
+            self.state.catch_up()
+            if isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn <= len(self.history):
+                raise ConfigError(f"truncate takes a turn in [0, {len(self.history)}], got {turn!r}")
+            detached = self.store.detach(self.session_id, turn) if turn < len(self.history) else None
+            self.state.reset()
+            self.state.catch_up()
+            return detached
+
     def build(self, query: str | None = None, budget: int | None = None) -> ContextWindow:
         """Assemble the context window for the next LLM call.
 
