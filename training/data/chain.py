@@ -43,6 +43,10 @@ TARGETS: dict[str, tuple[int, int]] = {
 #: Default number of sessions per source for the held-out (eval) and dev files.
 EVAL_COUNTS: dict[str, int] = {"sgd": 8, "multiwoz": 5, "crosswoz": 5, "tau_airline": 4, "swe_mini": 10, "bundled": 6}
 DEV_COUNTS: dict[str, int] = {"sgd": 3, "multiwoz": 2, "crosswoz": 2, "tau_airline": 2, "swe_mini": 4, "bundled": 3}
+#: Default number of long sessions per source chained from the train split (``train_sessions.jsonl``): the
+#: material of the outcome labels (which messages later probes need) and of the page-in ranker's pairs.
+TRAIN_COUNTS: dict[str, int] = {"sgd": 16, "multiwoz": 10, "crosswoz": 10, "tau_airline": 8, "swe_mini": 16,
+                                "bundled": 4}
 
 
 def eval_message(m: dict[str, Any]) -> dict[str, Any]:
