@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..scoring.rules import RuleConfig, default_config, entity_spans
+from ..scoring.spans import registered as registered_spans
 
 _WS = re.compile(r"\s+")
 _QUOTES = "\"'`“”「」《》‘’"
@@ -22,16 +23,23 @@ def _norm(text: str) -> str:
     return _WS.sub(" ", text)
 
 
-def key_spans(text: str, config: RuleConfig | None = None) -> list[str]:
+def key_spans(text: str, config: RuleConfig | None = None, *, learned: bool = True) -> list[str]:
     """The spans of ``text`` a compressed form must keep: its entities (IDs, numbers with units,
     dates, times, names, paths ...; :func:`ctxscore.scoring.rules.entity_spans`), distinct, in order,
-    surrounding quotes removed."""
+    surrounding quotes removed; then the spans of the registered learned key-span extractor
+    (:func:`ctxscore.scoring.spans.register`; none by default, and the rules alone decide);
+    ``learned=False`` gives the entities alone (what the check for invented entities reads)."""
     out: dict[str, None] = {}
     for a, b in entity_spans(text, config or default_config()):
         span = text[a:b].strip()
         span = span.strip(_QUOTES) or span
         if span:
             out.setdefault(span, None)
+    extractor = registered_spans() if learned else None
+    if extractor is not None:
+        for span in extractor(text):
+            if span and span.strip() and span in text:
+                out.setdefault(span, None)
     return list(out)
 
 
@@ -68,7 +76,7 @@ def verify(original: str, form: str, spans: Sequence[str] | None = None,
     missing = tuple(s for s in want if _norm(s) not in norm_form)
     # a line that is a substring of the original cannot hold an invented entity: scan only the others
     novel = [line for line in form.split("\n") if line.strip() and _norm(line).strip() not in norm_orig]
-    invented = tuple(s for s in key_spans("\n".join(novel), cfg) if _norm(s) not in norm_orig) if novel else ()
+    invented = tuple(s for s in key_spans("\n".join(novel), cfg, learned=False) if _norm(s) not in norm_orig) if novel else ()
     longer = len(form) >= len(original)
     return Verdict(ok=bool(form.strip()) and not missing and not invented and not longer,
                    missing=missing, invented=invented, longer=longer)
