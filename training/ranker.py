@@ -48,10 +48,14 @@ def normalize(text: str) -> str:
 
 
 def session_messages(session: dict[str, Any]) -> list[Message]:
-    """The messages of an evaluation-format session, ``turn`` = index."""
+    """The messages of an evaluation-format session, ``turn`` = index. A message the runtime would
+    refuse as empty (an upstream turn with no text) reads ``(empty)``, so the indices of the key facts
+    stay valid."""
     out = []
     for i, m in enumerate(session["messages"]):
         d = {k: m[k] for k in _MSG_KEYS if m.get(k) is not None}
+        if not str(d.get("content") or "").strip() and d["role"] in ("system", "user", "assistant") and not d.get("tool_calls"):
+            d["content"] = "(empty)"
         out.append(replace(Message.from_dict(d, where=f"{session['session_id']} message {i}"), turn=i))
     return out
 

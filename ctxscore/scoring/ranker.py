@@ -48,8 +48,10 @@ from ..messages import CATEGORIES
 from ..store.retrieval import Hit
 from .rules import RuleConfig, default_config, scan_text, typed_entity_spans
 
-#: Fused hits the ranker re-orders per query (the page-in planner reads the best of them).
-RERANK_POOL = 60
+#: Fused hits the ranker re-orders per query (the page-in planner reads the best of them). On the
+#: held-out sessions 100 hold the probe's source for 0.87 of the probes (60: 0.85) and raise the
+#: learned source MRR from 0.498 to 0.510; re-ranking 100 costs about 3 ms (features and the model).
+RERANK_POOL = 100
 #: A query term found in at most this share of the session's messages is an anchor.
 ANCHOR_SHARE = 0.10
 #: Characters of a message read for its terms and entity types (head and tail, see :func:`scan_text`).
