@@ -8,8 +8,11 @@ them), ``text_chars`` (the full length), ``predicted_category`` and ``predicted_
 ``tier`` and ``window_value`` (the manager's decision when the loss was found), ``fact`` (``fact_id``,
 ``value``, ``kind``, ``probe``, ``superseded``), ``policy``, ``budget``, ``probe_turn``,
 ``recovered_by_pagein``, ``run_id``, ``timestamp``, ``feedback_iteration``. The next training run
-reads the file (``training/train.py``): it raises the source message's value target and queues its
-label for review.
+reads the file (``training/train.py``): each failure's source message becomes a positive target of
+the outcome value head (``training/outcomes.py``; a train message also has its importance target
+raised), and each failure that page-in did not recover becomes a ranker query at its probe turn whose
+positives are the messages holding the fact (``training/ranker.py``, weighted above the train-session
+probes). Records from the held-out test split never feed training.
 
 ``feedback_iteration`` is the feedback iteration of the evaluated model: the ``feedback_iteration``
 tag of its MLflow model version or training run (training writes ``"<records>-<sha256[:12]>"`` of the
@@ -124,3 +127,51 @@ def compare_with_history(summary: dict[str, Any], path: Path, *, run_id: str | N
         with path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(cur, ensure_ascii=False) + "\n")
     return {"previous": prev, "current": cur}
+
+
+def iteration_table(path: Path, sessions_hash: str | None = None, policy: str = "learned") -> str:
+    """Markdown table of the feedback iterations in the history file: one row per (iteration, run),
+    the recall and recall with page-in of ``policy`` at every budget the run measured.
+
+    Args:
+        path: ``eval_history.jsonl``.
+        sessions_hash: only runs on these sessions (default: the sessions of the latest run).
+        policy: the policy whose figures are shown.
+    """
+    runs = read_history(path)
+    if not runs:
+        return "(no evaluation runs recorded)"
+    want = sessions_hash or runs[-1].get("sessions_hash")
+    runs = [r for r in runs if r.get("sessions_hash") == want]
+    budgets = list(dict.fromkeys(k.split("@", 1)[1] for r in runs for k in r.get("headline", {})
+                                 if k.startswith(f"{policy}@")))
+    head = ["iteration", "feedback", "model", *(f"{b} recall / page-in / tokens" for b in budgets)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in runs:
+        model = r.get("model") or {}
+        cells = [str(r.get("iteration_index")), str(r.get("feedback_iteration")),
+                 str(model.get("version") or model.get("path") or model.get("uri") or "")]
+        for b in budgets:
+            h = r.get("headline", {}).get(f"{policy}@{b}")
+            cells.append("–" if h is None else f"{h['recall']:.3f} / {h['recall_pagein']:.3f} / {h['token_ratio']:.3f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eval.feedback table [--history PATH] [--policy learned]``: print :func:`iteration_table`."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m eval.feedback", description="feedback iterations")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table", help="markdown table of the feedback iterations (recall per budget)")
+    t.add_argument("--history", type=Path, default=HISTORY_FILE)
+    t.add_argument("--policy", default="learned")
+    t.add_argument("--sessions-hash", default=None)
+    args = ap.parse_args(argv)
+    print(iteration_table(args.history, args.sessions_hash, args.policy))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -328,6 +328,9 @@ class CachedScorer:
         self._embeds: dict[str, Any] = {}
         if hasattr(scorer, "embed_texts"):
             self.embed_texts = self._embed_texts
+        self.ranker = getattr(scorer, "ranker", None)  # page-in re-ranking (ctxscore.window.pagein.search)
+        if self.ranker is not None:
+            self.rerank = scorer.rerank
 
     def _embed_texts(self, texts: Sequence[str]) -> Any:
         """``scorer.embed_texts`` with a per-text cache (probe queries repeat at every probe point)."""

@@ -149,6 +149,8 @@ class Split:
     weak_confidence: np.ndarray
     group: np.ndarray
     X: np.ndarray | None = None
+    #: Per row, its key spans (distilled or bundled labels: the annotators'; weak rows: slot values).
+    key_spans: list[list[str]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -159,13 +161,15 @@ class Split:
         return Split(self.name, self.ids[idx], [self.messages[i] for i in idx],
                      self.y[idx], self.value[idx], self.importance[idx], self.source[idx], self.language[idx],
                      self.label_source[idx], self.weak_confidence[idx], self.group[idx],
-                     None if self.X is None else self.X[idx])
+                     None if self.X is None else self.X[idx],
+                     [self.key_spans[i] for i in idx] if self.key_spans else [])
 
 
 def prepare_split(name: str, ds_split: Any, records: dict[str, Message]) -> Split:
     """Turn one dataset split into a :class:`Split` (messages with ``turn`` = index, targets)."""
     cols = ds_split.select_columns(["id", "session_id", "index", "role", "text", "category", "value", "importance",
-                                    "source", "language", "label_source", "weak_confidence", "group"]).to_dict()
+                                    "source", "language", "label_source", "weak_confidence", "group",
+                                    "key_spans"]).to_dict()
     n = len(cols["id"])
     msgs = []
     for i in range(n):
@@ -178,7 +182,7 @@ def prepare_split(name: str, ds_split: Any, records: dict[str, Message]) -> Spli
         value=np.array(cols["value"], dtype=np.float64), importance=np.array(cols["importance"], dtype=np.float64),
         source=np.array(cols["source"]), language=np.array(cols["language"]), label_source=np.array(cols["label_source"]),
         weak_confidence=np.nan_to_num(np.array(cols["weak_confidence"], dtype=np.float64), nan=1.0),
-        group=np.array(cols["group"]),
+        group=np.array(cols["group"]), key_spans=[list(k or []) for k in cols["key_spans"]],
     )
 
 
@@ -299,6 +303,8 @@ class Variant:
     #: is fitted once, on the other 80 %); ``None`` = 3 for logreg / mlp, 0 for hgb (slow to fit).
     cv: int | None = None
     seed: int = 0
+    #: Share of the outcome head in the value (``training.outcomes.fit_value_head``; 0: importance only).
+    outcome_weight: float = 0.3
 
     @property
     def calibration_folds(self) -> int:
@@ -451,7 +457,7 @@ def evaluate(scorer: LearnedScorer, split: Split, mask: np.ndarray | None = None
         mask = gold_mask(split)
     X = split.X[mask]
     y = split.y[mask]
-    probs, values = scorer.predict_arrays(X)
+    probs, values = scorer.predict_arrays(X, [m for m, k in zip(split.messages, mask, strict=True) if k])
     pred = np.array(CATEGORIES)[probs.argmax(axis=1)]
     labels = list(CATEGORIES)
     m: dict[str, float] = {
@@ -553,6 +559,12 @@ class Context:
     signal_names: tuple[str, ...]
     #: (embedder id, lexical dim, max chars, head chars) -> split -> feature rows (NaN: not computed yet).
     features: dict[tuple[str, int, int, int], dict[str, np.ndarray]] = field(default_factory=dict)
+    #: The build's long sessions by name (``train`` / ``dev`` / ``eval``; empty lists when absent).
+    sessions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Feature key -> name -> :class:`training.outcomes.SessionSet` (see :func:`training.extras.session_sets`).
+    session_sets: dict[tuple[str, int, int, int], dict[str, Any]] = field(default_factory=dict)
+    #: Session set name -> the rule value of each of its messages (variant-independent).
+    rule_values: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def load_context(data_dir: str | os.PathLike[str] | None = None, feedback_path: str | os.PathLike[str] | None = None,
@@ -585,8 +597,10 @@ def load_context(data_dir: str | os.PathLike[str] | None = None, feedback_path: 
     if rpath is None:
         raise FileNotFoundError("no rule file: pass --rules PATH")
     rules = RuleClassifier(RuleConfig.load(rpath))
+    from .extras import load_sessions
+
     return Context(splits, manifest if manifest.is_file() else None, manifest_sha, feedback, stats, rules, rpath,
-                   tuple(RuleClassifier.signal_names))
+                   tuple(RuleClassifier.signal_names), sessions=load_sessions(base))
 
 
 def spec_for(v: Variant, ctx: Context) -> FeatureSpec:
@@ -638,7 +652,10 @@ class Result:
     latency: dict[str, float]
     run_id: str | None = None
     model_uri: str | None = None
-    package_bytes: int = 0  # serialised size of both heads (skops)
+    package_bytes: int = 0  # serialised size of both heads (skops, deflated)
+    #: Metrics of the ranker and span extractor (the chosen variant only; :func:`attach_extras`).
+    extras: dict[str, float] = field(default_factory=dict)
+    extras_table: str = ""
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -659,8 +676,15 @@ def train_variant(ctx: Context, v: Variant, *, cache_dir: str | None = None, lat
     mask, w = training_rows(train, v)
     t0 = time.perf_counter()
     fb = ctx.splits.get("feedback")
-    extra = (fb.X, fb.value) if fb is not None and len(fb) else None
+    outcome = v.outcome_weight > 0 and bool(ctx.sessions.get("train"))
+    # recall failures are value targets of the outcome head when there is one, else of the importance head
+    extra = (fb.X, fb.value) if fb is not None and len(fb) and not outcome else None
     clf, reg = fit_heads(v, train.X[mask], train.y[mask], train.value[mask], w[mask], train.group[mask], extra)
+    if outcome:
+        from .extras import outcome_rows
+        from .outcomes import fit_value_head
+
+        reg = fit_value_head(reg, *outcome_rows(ctx, spec, cache_dir), v.outcome_weight)
     fit_s = time.perf_counter() - t0
     emb = get_embedder(spec.embedder_id, max_chars=spec.max_chars, head_chars=spec.head_chars)
     scorer = LearnedScorer(clf, reg, spec, rules=ctx.rules, rules_path=ctx.rules_path, embedder=emb)
@@ -671,6 +695,12 @@ def train_variant(ctx: Context, v: Variant, *, cache_dir: str | None = None, lat
     if bundled_dev.any() and (ctx.splits["dev"].label_source == "distilled").any():
         dev["bundled"] = evaluate(scorer, ctx.splits["dev"], bundled_dev)["metrics"]
     test = evaluate(scorer, ctx.splits["test"])
+    if any(ctx.sessions.get(k) for k in ("dev", "eval")):
+        from .extras import value_metrics
+
+        vm = value_metrics(scorer, ctx, spec, cache_dir)
+        dev["metrics"].update(vm.get("dev", {}))
+        test["metrics"].update(vm.get("eval", {}))
     gm = gold_mask(ctx.splits["dev"])
     dev_msgs = [m for m, g in zip(ctx.splits["dev"].messages, gm, strict=True) if g]
     latency = measure_latency(scorer, dev_msgs, n=latency_n, repeats=latency_repeats) if latency_n else {}
@@ -678,10 +708,23 @@ def train_variant(ctx: Context, v: Variant, *, cache_dir: str | None = None, lat
              dev["metrics"]["macro_f1"], dev["metrics"].get("f1_lang_en", float("nan")),
              dev["metrics"].get("f1_lang_zh", float("nan")), test["metrics"]["macro_f1"],
              latency.get("p95_ms", float("nan")), fit_s)
+    return Result(v, scorer, dev, test, latency, package_bytes=packaged_bytes(clf, reg))
+
+
+def packaged_bytes(*heads: Any) -> int:
+    """Bytes the heads take in a packaged folder (skops, deflated as :func:`ctxscore.scoring.package.write_package` writes them)."""
+    import io
+    import zipfile
+
     import skops.io as sio
 
-    package_bytes = len(sio.dumps(clf)) + len(sio.dumps(reg))
-    return Result(v, scorer, dev, test, latency, package_bytes=package_bytes)
+    total = 0
+    for h in heads:
+        if h is not None:
+            buf = io.BytesIO()
+            sio.dump(h, buf, compression=zipfile.ZIP_DEFLATED, compresslevel=9)
+            total += len(buf.getvalue())
+    return total
 
 
 def choose(results: Sequence[Result], tie: float = 0.005, latency_budget_ms: float | None = 20.0,
@@ -743,6 +786,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--export", nargs="?", const=str(DEFAULT_EXPORT_DIR), default=None,
                     help=f"also write the chosen scorer as a packaged folder (default {DEFAULT_EXPORT_DIR}; "
                          "shipping it in the package is `make ship`, after promotion)")
+    ap.add_argument("--outcome-weight", type=float, default=Variant.outcome_weight,
+                    help="share of the outcome head (source of a later-probed fact) in the value (0 = importance only)")
+    ap.add_argument("--no-ranker", action="store_true", help="do not train the page-in ranker")
+    ap.add_argument("--no-spans", action="store_true", help="do not train the key-span extractor")
     ap.add_argument("--no-mlflow", action="store_true", help="skip MLflow logging and registration")
     ap.add_argument("--no-register", action="store_true", help="log runs but do not register the chosen model")
     ap.add_argument("--experiment", default="ctxscore-scorer", help="MLflow experiment name")
@@ -760,7 +807,7 @@ def select_variants(args: argparse.Namespace, ctx: Context) -> list[Variant]:
     the label set is ``distilled+bundled``: its gold labels are the bundled ones.
     """
     base = Variant(weak_weight=args.weak_weight, lexical_dim=args.lexical_dim, C=args.C, max_chars=args.max_chars,
-                   head_chars=args.head_chars)
+                   head_chars=args.head_chars, outcome_weight=args.outcome_weight)
     label_sets = args.labels
     if not label_sets and not (ctx.splits["train"].label_source == "distilled").any():
         label_sets = ["distilled+bundled"]
@@ -798,6 +845,35 @@ def train_all(ctx: Context, variants: Sequence[Variant], args: argparse.Namespac
     return results
 
 
+def attach_extras(r: Result, ctx: Context, args: argparse.Namespace) -> None:
+    """Train the page-in ranker and the key-span extractor for the chosen variant (unless
+    ``--no-ranker`` / ``--no-spans``) and put them into its scorer; their metrics go to
+    ``r.extras`` (see :mod:`training.extras`), the ranker's table to ``r.extras_table``."""
+    from . import extras
+
+    spec = r.scorer.spec
+    if not getattr(args, "no_ranker", False):
+        t0 = time.perf_counter()
+        rk, m, table = extras.train_ranker(r.scorer, ctx, spec, cache_dir=args.cache_dir, seed=r.variant.seed)
+        r.scorer.ranker, r.extras_table = rk, table
+        r.extras.update(m)
+        if rk is not None:
+            r.extras["ranker_fit_s"] = time.perf_counter() - t0
+            log.info("ranker: held-out source MRR %.3f (fused %.3f), top-4 %.3f (fused %.3f)",
+                     m.get("ranker_eval_learned_src_mrr", float("nan")), m.get("ranker_eval_fused_src_mrr", float("nan")),
+                     m.get("ranker_eval_learned_src_top4", float("nan")), m.get("ranker_eval_fused_src_top4", float("nan")))
+    if not getattr(args, "no_spans", False):
+        ex, m = extras.train_spans(ctx, seed=r.variant.seed)
+        r.scorer.spans = ex
+        r.extras.update(m)
+        if ex is not None:
+            log.info("spans: test character F1 %.3f (rules %.3f)", m.get("spans_test_learned_char_f1", float("nan")),
+                     m.get("spans_test_rules_char_f1", float("nan")))
+    ranker_model = r.scorer.ranker.model if r.scorer.ranker is not None else None
+    spans_model = r.scorer.spans.model if r.scorer.spans is not None else None
+    r.extras["package_bytes_total"] = float(r.package_bytes + packaged_bytes(ranker_model, spans_model))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point (see the module docstring)."""
     args = build_parser().parse_args(argv)
@@ -809,8 +885,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     use_mlflow = not args.no_mlflow
     if use_mlflow and args.reuse and not args.no_register and reuse_registered(fp, args.export):
         return 0
-    results = train_all(ctx, variants, args, use_mlflow)
+    results = train_all(ctx, variants, args, use_mlflow=False)
     best = choose(results, latency_budget_ms=args.latency_budget_ms, max_package_mb=args.max_package_mb)
+    attach_extras(best, ctx, args)
+    if use_mlflow:
+        for r in results:
+            log_result(r, ctx, args.experiment)
     table = comparison_table(results, best)
     print(table)
     if args.table:
@@ -869,6 +949,7 @@ def log_result(r: Result, ctx: Context, experiment: str) -> None:
     metrics.update({f"test_{k}": float(x) for k, x in r.test["metrics"].items() if np.isfinite(x)})
     metrics.update({f"dev_bundled_{k}": float(x) for k, x in r.dev.get("bundled", {}).items() if np.isfinite(x)})
     metrics.update({f"latency_{k}": float(x) for k, x in r.latency.items()})
+    metrics.update({k: float(x) for k, x in r.extras.items() if np.isfinite(x)})
     with registry.start_run(experiment, run_name=v.name, tags=tags) as run_id, \
             tempfile.TemporaryDirectory() as tmp:
         tmpd = Path(tmp)
@@ -877,8 +958,11 @@ def log_result(r: Result, ctx: Context, experiment: str) -> None:
                             f"{v.name} — dev (distilled), macro-F1 {r.dev['metrics']['macro_f1']:.3f}")
         (tmpd / "classification_report.txt").write_text(
             f"dev (distilled labels)\n{r.dev['report']}\n\ntest (distilled labels)\n{r.test['report']}\n")
+        if r.extras_table:
+            (tmpd / "ranker.md").write_text(r.extras_table + "\n", encoding="utf-8")
         files = [*([(ctx.manifest_path, "data")] if ctx.manifest_path is not None else []),
-                 (tmpd / "feedback_stats.json", "data"), (png, None), (tmpd / "classification_report.txt", None)]
+                 (tmpd / "feedback_stats.json", "data"), (png, None), (tmpd / "classification_report.txt", None),
+                 *([(tmpd / "ranker.md", None)] if r.extras_table else [])]
         registry.log_run(params=params, metrics={k.replace("+", "_"): x for k, x in metrics.items()}, files=files)
         folder = r.scorer.save_pretrained(tmpd / "scorer", metrics=metrics_summary(r),
                                           extra={"training": {"mlflow_run_id": run_id}})
@@ -897,8 +981,10 @@ def log_comparison(r: Result, table: str, experiment: str) -> None:
 
 
 #: Source files whose content decides what a training run produces (part of the fingerprint).
-FINGERPRINT_FILES = ("training/train.py", "ctxscore/scoring/features.py", "ctxscore/scoring/learned.py",
-                     "ctxscore/scoring/embedders.py", "ctxscore/scoring/rules.py", "ctxscore/scoring/package.py")
+FINGERPRINT_FILES = ("training/train.py", "training/extras.py", "training/outcomes.py", "training/ranker.py",
+                     "training/spans.py", "ctxscore/scoring/features.py", "ctxscore/scoring/learned.py",
+                     "ctxscore/scoring/embedders.py", "ctxscore/scoring/rules.py", "ctxscore/scoring/package.py",
+                     "ctxscore/scoring/ranker.py", "ctxscore/scoring/spans.py", "ctxscore/store/retrieval.py")
 
 
 def fingerprint(ctx: Context, variants: Sequence[Variant], args: argparse.Namespace) -> str:
@@ -908,8 +994,8 @@ def fingerprint(ctx: Context, variants: Sequence[Variant], args: argparse.Namesp
     h.update(ctx.manifest_sha.encode())
     h.update(feedback_tag(ctx.feedback).encode())
     h.update(json.dumps([asdict(v) for v in variants], sort_keys=True).encode())
-    h.update(json.dumps([args.limit, args.latency_budget_ms, args.max_package_mb, args.latency_n, args.latency_repeats],
-                        sort_keys=True).encode())
+    h.update(json.dumps([args.limit, args.latency_budget_ms, args.max_package_mb, args.latency_n, args.latency_repeats,
+                         getattr(args, "no_ranker", False), getattr(args, "no_spans", False)], sort_keys=True).encode())
     h.update(Path(ctx.rules_path).read_bytes())
     for rel in FINGERPRINT_FILES:
         h.update((REPO_ROOT / rel).read_bytes())
@@ -919,10 +1005,21 @@ def fingerprint(ctx: Context, variants: Sequence[Variant], args: argparse.Namesp
 def metrics_summary(r: Result) -> dict[str, Any]:
     """The small metrics block stored in the packaged config."""
     m = r.dev["metrics"]
-    keep = {k: round(v, 4) for k, v in m.items() if k.startswith(("f1_", "macro", "acc", "value_", "n_"))}
-    return {"dev_distilled": keep, "test_distilled_macro_f1": round(r.test["metrics"]["macro_f1"], 4),
-            "latency_ms": {k: round(v, 2) for k, v in r.latency.items()},
-            "annotator_agreement": ANNOTATOR_AGREEMENT}
+    keep = {k: round(v, 4) for k, v in m.items() if k.startswith(("f1_", "macro", "acc", "value_", "n_"))
+            and np.isfinite(v)}
+    tm = r.test["metrics"]
+    out = {"dev_distilled": keep, "test_distilled_macro_f1": round(tm["macro_f1"], 4),
+           "test_distilled": {k: round(v, 4) for k, v in tm.items() if k.startswith(("f1_source_", "macro", "value_"))
+                              and np.isfinite(v)},
+           "latency_ms": {k: round(v, 2) for k, v in r.latency.items()},
+           "annotator_agreement": ANNOTATOR_AGREEMENT}
+    picks = ("ranker_dev_", "ranker_eval_", "spans_dev_learned_char_f1", "spans_test_learned_char_f1",
+             "spans_dev_rules_char_f1", "spans_test_rules_char_f1", "spans_threshold")
+    extra = {k: round(v, 4) for k, v in r.extras.items() if k.startswith(picks) and np.isfinite(v)
+             and (not k.startswith("ranker_") or k.endswith(("src_mrr", "src_top1", "src_top4", "src_top10", "val_top4")))}
+    if extra:
+        out["extras"] = extra
+    return out
 
 
 def export(r: Result, path: str | os.PathLike[str], ctx: Context) -> Path:

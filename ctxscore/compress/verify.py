@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..scoring.rules import RuleConfig, default_config, entity_spans
+from ..scoring.spans import registered as registered_spans
 
 _WS = re.compile(r"\s+")
 _QUOTES = "\"'`“”「」《》‘’"
@@ -72,16 +73,23 @@ def _has_phrase(phrase: str, text: str) -> bool:
     return re.search(r"(?<![\w'])" + re.escape(_neg_norm(phrase)) + r"(?![\w'])", _neg_norm(text)) is not None
 
 
-def key_spans(text: str, config: RuleConfig | None = None) -> list[str]:
+def key_spans(text: str, config: RuleConfig | None = None, *, learned: bool = True) -> list[str]:
     """The spans of ``text`` a compressed form must keep: its entities (IDs, numbers with units,
     dates, times, names, paths ...; :func:`ctxscore.scoring.rules.entity_spans`), distinct, in order,
-    surrounding quotes removed."""
+    surrounding quotes removed; then the spans of the registered learned key-span extractor
+    (:func:`ctxscore.scoring.spans.register`; none by default, and the rules alone decide);
+    ``learned=False`` gives the entities alone (what the check for invented entities reads)."""
     out: dict[str, None] = {}
     for a, b in entity_spans(text, config or default_config()):
         span = text[a:b].strip()
         span = span.strip(_QUOTES) or span
         if span:
             out.setdefault(span, None)
+    extractor = registered_spans() if learned else None
+    if extractor is not None:
+        for span in extractor(text):
+            if span and span.strip() and span in text:
+                out.setdefault(span, None)
     return list(out)
 
 
@@ -122,7 +130,7 @@ def verify(original: str, form: str, spans: Sequence[str] | None = None,
     novel = "\n".join(line for line in form.split("\n") if line.strip() and _norm(line).strip() not in norm_orig)
     invented: tuple[str, ...] = ()
     if novel:
-        invented = tuple(s for s in key_spans(novel, cfg) if _norm(s) not in norm_orig)
+        invented = tuple(s for s in key_spans(novel, cfg, learned=False) if _norm(s) not in norm_orig)
         invented += tuple(s for s in negation_spans(novel) if (_ZH_NEG.match(s) and "zh" or "en") not in _negated(original))
     longer = len(form) >= len(original)
     return Verdict(ok=bool(form.strip()) and not missing and not invented and not longer,

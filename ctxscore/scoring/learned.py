@@ -30,12 +30,19 @@ from .base import Prediction
 from .embedders import Embedder, embedder_available, get_embedder
 from .features import FeatureSpec, feature_rows
 from .package import CONFIG_FILE, DEFAULT_MODEL_DIR, REEXPORT_HINT, describe, read_package, write_package
-from .rules import DEFAULT_RULES_PATH, RuleClassifier, RuleConfig
+from .ranker import FEATURE_NAMES as RANKER_FEATURES
+from .ranker import Ranker
+from .rules import DEFAULT_RULES_PATH, RuleClassifier, RuleConfig, default_config, hard_constraints
+from .spans import THRESHOLD as SPAN_THRESHOLD
+from .spans import SpanExtractor
 
 #: Callback for uncertain messages: ``(message, learned_prediction) -> Prediction | None``.
 Fallback = Callable[[Message, Prediction], "Prediction | None"]
 
 _warned_default = False
+#: The least instruction probability of a message that states a hard constraint (see
+#: :meth:`LearnedScorer.hard_constraint_rows`): such a message is pinned, whatever the classifier says.
+HARD_CONSTRAINT_PROB = 0.9
 
 
 def _as_message(m: Message | Mapping[str, Any], i: int) -> Message:
@@ -63,12 +70,17 @@ class LearnedScorer:
             set to ``"callback"`` and a missing ``value`` is taken from the learned one); ``None``
             keeps the learned prediction. Exceptions raised by the callback propagate.
         config: the packaged config (metadata; kept for :meth:`save_pretrained`).
+        ranker: the page-in relevance ranker (a fitted classifier over
+            :data:`ctxscore.scoring.ranker.FEATURE_NAMES`, or a :class:`~ctxscore.scoring.ranker.Ranker`),
+            or ``None``: :meth:`rerank` then keeps the store's order.
+        spans: the key-span extractor (a fitted token classifier, or a
+            :class:`~ctxscore.scoring.spans.SpanExtractor`), or ``None``.
     """
 
     def __init__(self, classifier: Any, regressor: Any, spec: FeatureSpec, *, rules: Any = None,
                  rules_path: str | os.PathLike[str] | None = None, embedder: Embedder | None = None,
                  uncertainty_threshold: float = 0.0, fallback: Fallback | None = None,
-                 config: Mapping[str, Any] | None = None) -> None:
+                 config: Mapping[str, Any] | None = None, ranker: Any = None, spans: Any = None) -> None:
         if not 0.0 <= uncertainty_threshold <= 1.0:
             raise ConfigError(f"uncertainty_threshold must be a fraction in [0, 1], got {uncertainty_threshold}")
         self.classifier = classifier
@@ -81,6 +93,10 @@ class LearnedScorer:
         self.uncertainty_threshold = uncertainty_threshold
         self.fallback = fallback
         self.config = dict(config or {})
+        #: Label hard-constraint messages ``instruction`` (packaged ``hard_constraint_override``, default on).
+        self.hard_constraint_override = bool(self.config.get("hard_constraint_override", True))
+        self.ranker = ranker if ranker is None or isinstance(ranker, Ranker) else Ranker(ranker)
+        self.spans = spans if spans is None or isinstance(spans, SpanExtractor) else SpanExtractor(spans)
         self._warned_turn = False
         self._class_index: list[int] | None = None
         if hasattr(classifier, "classes_"):
@@ -105,6 +121,18 @@ class LearnedScorer:
         """
         return self.embedder.embed(list(texts))
 
+    def rerank(self, query: str, query_embedding: np.ndarray | None, hits: Sequence[Any], store: Any,
+               session_id: str) -> list[Any]:
+        """The store's search ``hits`` for ``query`` re-ordered by the ranker (best first, ``score`` =
+        its probability), or unchanged when the scorer has no ranker (see :mod:`ctxscore.scoring.ranker`)."""
+        if self.ranker is None:
+            return list(hits)
+        return self.ranker.rerank(query, query_embedding, hits, store, session_id)
+
+    def key_spans(self, text: str) -> list[str]:
+        """The key spans the span extractor finds in ``text`` (substrings, in order), or ``[]`` without one."""
+        return self.spans.spans(text) if self.spans is not None else []
+
     def features(self, messages: Sequence[Message], embeddings: np.ndarray | None = None) -> np.ndarray:
         """Feature rows for ``messages`` -> ``(n, spec.n_features)`` float32.
 
@@ -119,8 +147,13 @@ class LearnedScorer:
         sig_fn = self.rules.signals if self.rules is not None else None
         return feature_rows(messages, self.spec, embeddings, sig_fn)
 
-    def predict_arrays(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Heads on feature rows: ``(probs (n, 4) in CATEGORIES order, values (n,) in [0, 1])``."""
+    def predict_arrays(self, X: np.ndarray, messages: Sequence[Message] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Heads on feature rows: ``(probs (n, 4) in CATEGORIES order, values (n,) in [0, 1])``.
+
+        With ``messages`` (the n messages of the rows), a user or system message that states a hard
+        constraint (:func:`ctxscore.scoring.rules.hard_constraints`; not a tool observation) is
+        labelled ``instruction``: its instruction probability is raised to at least
+        :data:`HARD_CONSTRAINT_PROB` (see :meth:`hard_constraint_rows`)."""
         if self._class_index is None:
             self._class_index = self._classes()
         from sklearn import config_context
@@ -134,7 +167,31 @@ class LearnedScorer:
                 probs[:, j] = raw[:, k]
         probs /= np.clip(probs.sum(axis=1, keepdims=True), 1e-12, None)
         values = np.clip(reg_out, 0.0, 1.0)
+        if messages is not None and self.hard_constraint_override:
+            rows = self.hard_constraint_rows(messages, X)
+            if len(rows):
+                j = CATEGORIES.index("instruction")
+                p_ins = np.maximum(probs[rows, j], HARD_CONSTRAINT_PROB)
+                rest = probs[rows].copy()
+                rest[:, j] = 0.0
+                rest *= ((1.0 - p_ins) / np.clip(rest.sum(axis=1), 1e-12, None))[:, None]
+                rest[:, j] = p_ins
+                probs[rows] = rest
         return probs, values
+
+    def hard_constraint_rows(self, messages: Sequence[Message], X: np.ndarray) -> np.ndarray:
+        """Indices of the messages that state a hard constraint: role user or system, not a tool
+        observation (the ``observation`` rule signal), at most 4,000 characters, and at least one
+        sentence :func:`~ctxscore.scoring.rules.hard_constraints` finds (never, must, only, at most,
+        budget caps, deadlines; 不要, 必须, 禁止 ...)."""
+        obs = self.spec.signal_start + self.spec.signal_names.index("observation") if "observation" in self.spec.signal_names else None
+        cfg = self.rules.config if self.rules is not None else None
+        if cfg is None or "hard_constraint" not in cfg.keywords:  # a rule file from before the group existed
+            cfg = default_config()
+        out = [i for i, m in enumerate(messages)
+               if m.role in ("user", "system") and len(m.content) <= 4000 and (obs is None or X[i, obs] == 0.0)
+               and hard_constraints(m.content, cfg)]
+        return np.asarray(out, dtype=int)
 
     def predict(self, messages: Sequence[Message]) -> list[Prediction]:
         """Predict category, class probabilities and value for each message.
@@ -163,7 +220,7 @@ class LearnedScorer:
             )
         emb = self.embedder.embed([m.text() for m in msgs])
         X = self.features(msgs, embeddings=emb)
-        probs, values = self.predict_arrays(X)
+        probs, values = self.predict_arrays(X, msgs)
         sig_start = self.spec.signal_start
         out: list[Prediction] = []
         for i, m in enumerate(msgs):
@@ -198,9 +255,15 @@ class LearnedScorer:
         config.update(extra or {})
         if metrics is not None:
             config["metrics"] = dict(metrics)
+        if self.ranker is not None:
+            config["ranker"] = {**dict(config.get("ranker") or {}), "features": list(RANKER_FEATURES)}
+        if self.spans is not None:
+            config["spans"] = {**dict(config.get("spans") or {}), "threshold": self.spans.threshold}
         self.config = write_package(path, classifier=self.classifier, regressor=self.regressor, spec=self.spec,
                                     rules_src=self.rules_path or DEFAULT_RULES_PATH, config=config,
-                                    uncertainty_threshold=self.uncertainty_threshold)
+                                    uncertainty_threshold=self.uncertainty_threshold,
+                                    ranker=self.ranker.model if self.ranker is not None else None,
+                                    spans=self.spans.model if self.spans is not None else None)
         return Path(path)
 
     @classmethod
@@ -247,8 +310,12 @@ class LearnedScorer:
         threshold = config.get("uncertainty_threshold", 0.0) if uncertainty_threshold is None else uncertainty_threshold
         try:
             return cls(pkg.classifier, pkg.regressor, spec, rules=rules, rules_path=pkg.rules_path, embedder=embedder,
-                       uncertainty_threshold=float(threshold), fallback=fallback, config=config)
-        except ConfigError as exc:
+                       uncertainty_threshold=float(threshold), fallback=fallback, config=config,
+                       ranker=None if pkg.ranker is None else Ranker(pkg.ranker, (config.get("ranker") or {}).get(
+                           "features", RANKER_FEATURES)),
+                       spans=None if pkg.spans is None else SpanExtractor(pkg.spans, float(
+                           (config.get("spans") or {}).get("threshold", SPAN_THRESHOLD))))
+        except (ConfigError, ValueError) as exc:
             raise ModelLoadError(f"{folder}: {exc}; {REEXPORT_HINT}") from exc
 
     def __repr__(self) -> str:

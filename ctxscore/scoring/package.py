@@ -7,6 +7,12 @@ Layout (written by :func:`write_package`, read by :func:`read_package`)::
     classifier.skops     the category head (skops format: loading never runs code from the file)
     regressor.skops      the value head
     rules.toml           the rule file whose signals the heads were trained on
+    ranker.skops         optional: the page-in relevance ranker (:mod:`ctxscore.scoring.ranker`)
+    spans.skops          optional: the key-span extractor (:mod:`ctxscore.scoring.spans`)
+
+The optional heads keep the format at version 1: a folder without them (every folder written
+before they existed) loads as before, with no ranker and no span extractor; a folder whose
+``config.json`` names one checks its hash like the required files.
 
 Reading verifies every file's sha256 against ``config.json`` and accepts only the scikit-learn and
 numpy types skops trusts by default plus :data:`ALLOWED_TYPES`; anything else raises
@@ -20,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +43,11 @@ CONFIG_FILE = "config.json"
 CLASSIFIER_FILE = "classifier.skops"
 REGRESSOR_FILE = "regressor.skops"
 RULES_FILE = "rules.toml"
+RANKER_FILE = "ranker.skops"
+SPANS_FILE = "spans.skops"
 _FILES = (CLASSIFIER_FILE, REGRESSOR_FILE, RULES_FILE)
+#: Optional heads: present in a folder only when the scorer has them.
+OPTIONAL_FILES = (RANKER_FILE, SPANS_FILE)
 
 #: Types allowed in the skops files beyond those skops trusts by default (scikit-learn estimators,
 #: numpy arrays and builtins). These are the private helper classes of the heads we train.
@@ -127,6 +138,8 @@ class Package:
         classifier: the category head (``predict_proba``, ``classes_``).
         regressor: the value head (``predict``).
         rules_path: the packaged rule file.
+        ranker: the page-in ranker's fitted model, or ``None``.
+        spans: the key-span extractor's fitted model, or ``None``.
     """
 
     folder: Path
@@ -135,21 +148,33 @@ class Package:
     classifier: Any
     regressor: Any
     rules_path: Path
+    ranker: Any = None
+    spans: Any = None
 
 
 def write_package(out: str | Path, *, classifier: Any, regressor: Any, spec: FeatureSpec, rules_src: Path,
-                  config: dict[str, Any], uncertainty_threshold: float = 0.0) -> dict[str, Any]:
+                  config: dict[str, Any], uncertainty_threshold: float = 0.0, ranker: Any = None,
+                  spans: Any = None) -> dict[str, Any]:
     """Write a packaged folder and return the config written to ``config.json``.
 
-    ``config`` holds extra keys (metrics, run id ...); the layout keys are set here. Existing files
-    of the same names are replaced; ``config.json`` is written last, atomically.
+    ``config`` holds extra keys (metrics, run id, the optional heads' descriptions ...); the layout
+    keys are set here. ``ranker`` / ``spans`` (fitted models) are written when given and an older
+    file of that name is removed when not. Existing files of the same names are replaced;
+    ``config.json`` is written last, atomically.
     """
     import skops.io as sio
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    sio.dump(classifier, folder / CLASSIFIER_FILE)
-    sio.dump(regressor, folder / REGRESSOR_FILE)
+    zipped = {"compression": zipfile.ZIP_DEFLATED, "compresslevel": 9}  # the scorer ships in the wheel
+    sio.dump(classifier, folder / CLASSIFIER_FILE, **zipped)
+    sio.dump(regressor, folder / REGRESSOR_FILE, **zipped)
+    optional = {RANKER_FILE: ranker, SPANS_FILE: spans}
+    for name, model in optional.items():
+        if model is not None:
+            sio.dump(model, folder / name, **zipped)
+        elif (folder / name).exists():
+            (folder / name).unlink()
     if Path(rules_src).resolve() != (folder / RULES_FILE).resolve():
         shutil.copyfile(rules_src, folder / RULES_FILE)
     config = dict(config)
@@ -165,8 +190,14 @@ def write_package(out: str | Path, *, classifier: Any, regressor: Any, spec: Fea
                       "target": "value in [0, 1] (importance / 3 for distilled labels), clipped"},
         "rules": {"file": RULES_FILE},
         "uncertainty_threshold": uncertainty_threshold,
-        "files": {name: sha256_file(folder / name) for name in _FILES},
+        "files": {name: sha256_file(folder / name)
+                  for name in (*_FILES, *(n for n, m in optional.items() if m is not None))},
     })
+    for name, key in ((RANKER_FILE, "ranker"), (SPANS_FILE, "spans")):
+        if optional[name] is None:
+            config.pop(key, None)
+        else:
+            config[key] = {**dict(config.get(key) or {}), "file": name, "type": describe(optional[name])}
     tmp = folder / (CONFIG_FILE + ".tmp")
     tmp.write_text(json.dumps(config, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(folder / CONFIG_FILE)
@@ -199,7 +230,7 @@ def read_config(folder: Path) -> dict[str, Any]:
     files = config.get("files")
     if not isinstance(files, dict) or any(n not in files for n in _FILES):
         raise ModelLoadError(f"{cfg_path}: the 'files' table with sha256 of each file is missing or incomplete; {REEXPORT_HINT}")
-    for name in _FILES:
+    for name in (*_FILES, *(n for n in OPTIONAL_FILES if n in files)):
         f = folder / name
         if not f.is_file():
             raise ModelLoadError(f"{folder}: {name} is missing; {REEXPORT_HINT}")
@@ -230,6 +261,12 @@ def read_package(path: str | Path) -> Package:
         raise ModelLoadError(f"{folder / CONFIG_FILE}: bad feature_spec ({exc}); {REEXPORT_HINT}") from exc
     classifier = load_skops(folder / CLASSIFIER_FILE)
     regressor = load_skops(folder / REGRESSOR_FILE)
+    files = config["files"]
+    ranker = load_skops(folder / RANKER_FILE) if RANKER_FILE in files else None
+    spans = load_skops(folder / SPANS_FILE) if SPANS_FILE in files else None
+    for name, head in (("ranker", ranker), ("spans", spans)):
+        if head is not None and not hasattr(head, "predict_proba"):
+            raise ModelLoadError(f"{folder}: the {name} head ({type(head).__name__}) has no predict_proba(); {REEXPORT_HINT}")
     for name, head, needs in (("classifier", classifier, "predict_proba"), ("regressor", regressor, "predict")):
         if not hasattr(head, needs):
             raise ModelLoadError(f"{folder}: the {name} ({type(head).__name__}) has no {needs}(); {REEXPORT_HINT}")
@@ -239,4 +276,4 @@ def read_package(path: str | Path) -> Package:
                 f"{folder}: the {name} expects {n_in} features but the feature spec gives {spec.n_features}; {REEXPORT_HINT}"
             )
     return Package(folder=folder, config=config, spec=spec, classifier=classifier, regressor=regressor,
-                   rules_path=folder / RULES_FILE)
+                   rules_path=folder / RULES_FILE, ranker=ranker, spans=spans)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..config import Policy
 from ..messages import Role, Tier
+from ..scoring.ranker import RERANK_POOL
 from ..store.base import Store
 from ..store.retrieval import Hit
 from .history import Form, History
@@ -234,7 +235,12 @@ def _structured(members: list[int], hit: int, forms: Forms, history: History, oc
 
 def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> list[Hit]:
     """The store's hybrid search for ``query``, with the query embedded by the scorer when it can
-    (``embed_texts``); an embedding failure falls back to keyword search with one log line."""
+    (``embed_texts``); an embedding failure falls back to keyword search with one log line.
+
+    A scorer with a learned ranker (``rerank(query, embedding, hits, store, session_id)``, see
+    :mod:`ctxscore.scoring.ranker`) re-orders a pool of :data:`~ctxscore.scoring.ranker.RERANK_POOL`
+    fused hits and the best ``k`` are returned; a ranker failure keeps the fused order (one log line).
+    """
     embedding = None
     embed = getattr(scorer, "embed_texts", None)
     if embed is not None:
@@ -242,7 +248,15 @@ def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> li
             embedding = embed([query])[0]
         except Exception as exc:  # noqa: BLE001 - vector search is optional; keyword search still runs
             log.warning("query embedding failed (%s); using keyword search only", exc)
-    return store.search(session_id, query, k=k, query_embedding=embedding)
+    rerank = getattr(scorer, "rerank", None) if getattr(scorer, "ranker", None) is not None else None
+    if rerank is None:
+        return store.search(session_id, query, k=k, query_embedding=embedding)
+    hits = store.search(session_id, query, k=max(k, RERANK_POOL), query_embedding=embedding)
+    try:
+        return rerank(query, embedding, hits, store, session_id)[:k]
+    except Exception as exc:  # noqa: BLE001 - the learned order is optional; the fused one still works
+        log.warning("learned re-ranking failed (%s); using the fused order", exc)
+        return hits[:k]
 
 
 def fit_page_in(plan: PageInPlan, limit: float, assemble: Callable[[PageInPlan], Any]) -> tuple[Any, PageInPlan]:

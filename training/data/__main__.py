@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--weak-caps", help="weak-only sessions per source, e.g. sgd=300,swe_mini=20")
     b.add_argument("--eval-counts", help="evaluation sessions per source in eval_sessions.jsonl, e.g. sgd=8")
     b.add_argument("--dev-counts", help="evaluation sessions per source in dev_sessions.jsonl")
+    b.add_argument("--train-counts", help="long train-split sessions per source in train_sessions.jsonl")
     b.add_argument("--seed", type=int, default=0, help="chaining seed (default 0)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     i = sub.add_parser("info", help="print the manifest summary and the weak-label accuracy table")
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 weak_caps=_counts(args.weak_caps, base.weak_caps),
                 eval_counts=_counts(args.eval_counts, base.eval_counts),
                 dev_counts=_counts(args.dev_counts, base.dev_counts),
+                train_counts=_counts(args.train_counts, base.train_counts),
                 seed=args.seed,
                 sources=tuple(x.strip() for x in args.sources.split(",")) if args.sources else None,
             )

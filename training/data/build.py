@@ -7,6 +7,8 @@ Outputs under ``data/processed/`` (git-ignored):
 - ``sessions.jsonl.gz``: the session records behind the dataset rows (contract format);
 - ``eval_sessions.jsonl`` / ``dev_sessions.jsonl``: long evaluation sessions from the test / dev
   split groups (:mod:`training.data.chain`);
+- ``train_sessions.jsonl``: long sessions chained the same way from the train split groups (outcome
+  labels and page-in ranker pairs are mined from them; they never overlap the evaluation sessions);
 - ``manifest.json``: sources, counts per label / source / language / split, SHA-256 of every
   input file read, weak-label accuracy, the dataset fingerprint and the build key;
 - ``weak_label_accuracy.md``: the weak-label accuracy table of the data card.
@@ -117,6 +119,7 @@ class BuildConfig:
         weak_caps: weak-only (no distilled label) sessions added per source, chosen by hash.
         eval_counts / dev_counts: evaluation sessions per source in ``eval_sessions.jsonl`` /
             ``dev_sessions.jsonl``.
+        train_counts: long train-split sessions per source in ``train_sessions.jsonl``.
         seed: seeds the chaining order and target lengths.
         fractions: train / dev / test fractions of groups.
         pool_cap: held-out sessions kept per source and split as chaining material.
@@ -126,6 +129,7 @@ class BuildConfig:
     weak_caps: dict[str, int] = field(default_factory=lambda: dict(WEAK_CAPS))
     eval_counts: dict[str, int] = field(default_factory=lambda: dict(chain_mod.EVAL_COUNTS))
     dev_counts: dict[str, int] = field(default_factory=lambda: dict(chain_mod.DEV_COUNTS))
+    train_counts: dict[str, int] = field(default_factory=lambda: dict(chain_mod.TRAIN_COUNTS))
     seed: int = 0
     fractions: tuple[float, float, float] = DEFAULT_FRACTIONS
     pool_cap: int = 600
@@ -189,7 +193,7 @@ def input_files(root: Path | None, bundled_path: Path | None, sources: tuple[str
 
 def _outputs(out: Path) -> list[Path]:
     return [out / "dataset" / "dataset_dict.json", out / "eval_sessions.jsonl", out / "dev_sessions.jsonl",
-            out / "sessions.jsonl.gz", out / "manifest.json"]
+            out / "train_sessions.jsonl", out / "sessions.jsonl.gz", out / "manifest.json"]
 
 
 class _Bounded:
@@ -335,7 +339,7 @@ class _Collected:
     Attributes:
         dataset_sessions: sessions with a gold label (and every bundled session).
         weak_heaps: per source, the weak-only sessions kept (the ``weak_caps`` smallest hashes).
-        pools: per (source, split) of dev/test, chaining material for the evaluation sessions.
+        pools: per (source, split), chaining material for the long sessions.
         loaded: sessions read per source.
         present: sources read, in order.
         split_assignments: per few-group source, group -> split.
@@ -365,7 +369,7 @@ class _Collected:
         else:
             heap = self.weak_heaps.setdefault(src, _Bounded(self.cfg.weak_caps.get(src, 0)))
             heap.push(unit_hash(s["session_id"], "weak"), s)
-        if split in ("dev", "test"):
+        if split in ("train", "dev", "test"):
             prio = (s.get("upstream_split") not in ("test", "bundled"), unit_hash(s["session_id"], "pool"))
             self.pools.setdefault((src, split), _Bounded(self.cfg.pool_cap)).push(prio, s)
 
@@ -465,7 +469,8 @@ def _write_sessions(out_dir: Path, got: _Collected) -> tuple[dict[str, str], dic
     cfg = got.cfg
     outputs = {"sessions.jsonl.gz": _write_sessions_gz(out_dir / "sessions.jsonl.gz", got.dataset_sessions)}
     eval_files: dict[str, dict[str, Any]] = {}
-    for split, fname, counts in (("test", "eval_sessions.jsonl", cfg.eval_counts), ("dev", "dev_sessions.jsonl", cfg.dev_counts)):
+    for split, fname, counts in (("test", "eval_sessions.jsonl", cfg.eval_counts), ("dev", "dev_sessions.jsonl", cfg.dev_counts),
+                                 ("train", "train_sessions.jsonl", cfg.train_counts)):
         split_pools = {src: got.pools[(src, sp)].items() for src, sp in list(got.pools) if sp == split}
         sessions = chain_mod.build_eval_sessions(split_pools, split, counts, seed=cfg.seed)
         outputs[fname] = _write_jsonl(out_dir / fname, sessions)

@@ -1,0 +1,243 @@
+"""The learned key-span extractor: keep or drop each token of a message (LLMLingua-2 at dialogue level).
+
+A message is cut into tokens (ASCII words with inner ``.-_'/:`` kept together, single CJK
+characters, single punctuation marks); each token gets hashed string features (the word, its
+shape, prefix and suffix, the words and shapes around it, CJK character bigrams, the rule file's
+entity kind it lies in, the keyword groups of its sentence: constraint, hard constraint, decision,
+confirmation; whether it is inside quotes or a JSON value, the message role) and a scikit-learn
+linear classifier (``predict_proba``; trained in ``training/spans.py`` on the slot spans of SGD,
+MultiWOZ and CrossWOZ and on the distilled key spans) gives its probability of lying in a key span.
+Runs of kept tokens (whitespace and single joining punctuation between them allowed) are the
+spans; trailing punctuation is trimmed, at most :data:`MAX_SPANS` (the most probable) are kept, in
+text order. Like the annotators, it reads at most the first and last :data:`HEAD_TAIL` characters.
+
+Uses:
+
+- :func:`ctxscore.compress.verify.key_spans` adds the spans of the registered extractor
+  (:func:`register`, :func:`registered`) to the entities every compressed form must keep; with
+  none registered (the default), the rules alone decide;
+- :meth:`SpanExtractor.facts` is a fact-ledger extractor (``FactContext.extractor``:
+  ``text -> [(slot, value)]``);
+- :meth:`SpanExtractor.keep_positions` gives character spans a compressor can select sentences by.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .rules import RuleConfig, default_config, sentences, typed_entity_spans
+
+#: Hashed feature space of the token classifier.
+N_FEATURES = 2 ** 15
+#: At most this many spans per message (the annotation guide's limit).
+MAX_SPANS = 8
+#: Characters read from the start and from the end of a long text.
+HEAD_TAIL = 900
+#: Keep threshold on a token's probability.
+THRESHOLD = 0.5
+
+_TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.\-_'’/:@][A-Za-z0-9_]+)*|[\u3400-\u9fff\uf900-\ufaff]|[^\s]")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_JOIN = frozenset("-/:.,'’&()（）·")
+_TRIM = ".,;:!?。，；：！？、)）]}\"'“”"
+_KW_GROUPS = ("constraint", "hard_constraint", "decision", "confirmation", "request", "failure")
+
+
+def tokenize(text: str) -> list[tuple[int, int]]:
+    """Character spans ``(start, end)`` of the tokens of ``text``, in order."""
+    return [m.span() for m in _TOKEN.finditer(text)]
+
+
+def _shape(tok: str) -> str:
+    if _CJK.match(tok):
+        return "Z"
+    if tok.isdigit():
+        return "d" if len(tok) < 3 else "D"
+    if tok.isalpha():
+        return "x" if tok.islower() else ("X" if tok.isupper() else "Xx")
+    if any(c.isdigit() for c in tok) and any(c.isalpha() for c in tok):
+        return "ad"
+    if tok[0].isalnum():
+        return "w"
+    return "p" + tok[0]
+
+
+def _window(text: str) -> str:
+    """The part of ``text`` the extractor reads (see :data:`HEAD_TAIL`): positions keep their offsets
+    because the middle is replaced by spaces."""
+    if len(text) <= 2 * HEAD_TAIL:
+        return text
+    return text[:HEAD_TAIL] + " " * (len(text) - 2 * HEAD_TAIL) + text[-HEAD_TAIL:]
+
+
+def _sentence_groups(text: str, config: RuleConfig) -> list[tuple[int, int, tuple[str, ...]]]:
+    """``(start, end, keyword groups present)`` of each sentence of ``text``."""
+    out, pos = [], 0
+    kw = config.keyword_regexes
+    for s in sentences(text):
+        start = text.find(s, pos)
+        if start < 0:
+            continue
+        pos = start + len(s)
+        out.append((start, pos, tuple(g for g in _KW_GROUPS if g in kw and kw[g].search(s))))
+    return out
+
+
+def token_features(text: str, toks: Sequence[tuple[int, int]], role: str = "", config: RuleConfig | None = None) -> list[list[str]]:
+    """Feature strings of each token (see the module docstring)."""
+    cfg = config or default_config()
+    words = [text[a:b] for a, b in toks]
+    low = [w.lower() for w in words]
+    shapes = [_shape(w) for w in words]
+    ents = typed_entity_spans(text, cfg)
+    sents = _sentence_groups(text, cfg)
+    ent_of = [""] * len(toks)
+    ent_start = [False] * len(toks)
+    e = 0
+    for i, (a, _) in enumerate(toks):
+        while e < len(ents) and ents[e][1] <= a:
+            e += 1
+        if e < len(ents) and ents[e][0] <= a < ents[e][1]:
+            ent_of[i], ent_start[i] = ents[e][2], ents[e][0] == a
+    groups: list[tuple[str, ...]] = [()] * len(toks)
+    s = 0
+    for i, (a, _) in enumerate(toks):
+        while s < len(sents) and sents[s][1] <= a:
+            s += 1
+        if s < len(sents) and sents[s][0] <= a:
+            groups[i] = sents[s][2]
+    quote = 0
+    out = []
+    n = len(toks)
+    for i in range(n):
+        w = low[i]
+        if words[i] in "\"“”「」《》`":
+            quote ^= 1
+        f = [f"w={w}", f"sh={shapes[i]}", f"p3={w[:3]}", f"s3={w[-3:]}", f"r={role}", f"rsh={role}{shapes[i]}",
+             f"ent={ent_of[i]}", f"entb={ent_start[i]}", f"q={quote}"]
+        for d in (-2, -1, 1, 2):
+            j = i + d
+            f.append(f"w{d}={low[j] if 0 <= j < n else '<s>'}")
+            f.append(f"sh{d}={shapes[j] if 0 <= j < n else '<s>'}")
+        f.append(f"b-={low[i - 1] if i else '<s>'}|{w}")
+        f.append(f"b+={w}|{low[i + 1] if i + 1 < n else '</s>'}")
+        f.append(f"e-={ent_of[i - 1] if i else ''}|{ent_of[i]}")
+        f += [f"g={g}" for g in groups[i]] or ["g=none"]
+        f += [f"gs={g}{shapes[i]}" for g in groups[i]]
+        if i and toks[i - 1][1] < toks[i][0] and "\n" in text[toks[i - 1][1]:toks[i][0]]:
+            f.append("line_start")
+        out.append(f)
+    return out
+
+
+class SpanExtractor:
+    """Key spans of a text from a fitted token classifier (see the module docstring).
+
+    Args:
+        model: fitted binary classifier with ``predict_proba`` over :data:`N_FEATURES` hashed features.
+        threshold: keep probability.
+        config: rule file for entity kinds and keyword groups (default: packaged).
+
+    Raises:
+        ValueError: ``threshold`` outside (0, 1).
+    """
+
+    def __init__(self, model: Any, threshold: float = THRESHOLD, config: RuleConfig | None = None) -> None:
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        self.model = model
+        self.threshold = threshold
+        self.config = config or default_config()
+        self._hasher: Any = None
+        self._lock = threading.Lock()
+        self._memo: dict[tuple[str, str], list[tuple[int, int]]] = {}
+
+    def _hash(self, feats: list[list[str]]) -> Any:
+        if self._hasher is None:
+            from sklearn.feature_extraction import FeatureHasher
+
+            self._hasher = FeatureHasher(n_features=N_FEATURES, input_type="string", alternate_sign=False)
+        return self._hasher.transform(feats)
+
+    def token_probs(self, text: str, role: str = "") -> tuple[list[tuple[int, int]], np.ndarray]:
+        """``(tokens, keep probability per token)`` of the part of ``text`` the extractor reads."""
+        win = _window(text)
+        toks = tokenize(win)
+        if not toks:
+            return [], np.zeros(0)
+        X = self._hash(token_features(win, toks, role, self.config))
+        return toks, np.asarray(self.model.predict_proba(X), dtype=np.float64)[:, 1]
+
+    def keep_positions(self, text: str, role: str = "") -> list[tuple[int, int]]:
+        """Character spans ``(start, end)`` of the key spans of ``text`` (at most :data:`MAX_SPANS`)."""
+        key = (role, text)
+        with self._lock:
+            got = self._memo.get(key)
+        if got is not None:
+            return list(got)
+        toks, p = self.token_probs(text, role)
+        runs = runs_of(text, toks, p >= self.threshold, p)
+        with self._lock:
+            if len(self._memo) > 4096:
+                self._memo.clear()
+            self._memo[key] = runs
+        return list(runs)
+
+    def spans(self, text: str, role: str = "") -> list[str]:
+        """The key spans of ``text`` as substrings, distinct, in text order."""
+        return list(dict.fromkeys(text[a:b] for a, b in self.keep_positions(text, role)))
+
+    def facts(self, text: str) -> list[tuple[str, str]]:
+        """A fact-ledger extractor: ``[("key span", span)]`` for each key span of ``text``."""
+        return [("key span", s) for s in self.spans(text)]
+
+
+def runs_of(text: str, toks: Sequence[tuple[int, int]], keep: np.ndarray, p: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal runs of kept tokens as character spans: a gap of whitespace, or one joining punctuation
+    token between two kept tokens, does not break a run; trailing punctuation is trimmed; the
+    :data:`MAX_SPANS` runs of highest mean probability are returned in text order."""
+    runs: list[tuple[int, int, float]] = []
+    i, n = 0, len(toks)
+    while i < n:
+        if not keep[i]:
+            i += 1
+            continue
+        j, probs = i, [p[i]]
+        while True:
+            if j + 1 < n and keep[j + 1] and "\n" not in text[toks[j][1]:toks[j + 1][0]]:
+                j += 1
+            elif (j + 2 < n and keep[j + 2] and text[toks[j + 1][0]:toks[j + 1][1]] in _JOIN
+                  and "\n" not in text[toks[j][1]:toks[j + 2][0]]):
+                j += 2
+            else:
+                break
+            probs.append(p[j])
+        a, b = toks[i][0], toks[j][1]
+        while b > a and text[b - 1] in _TRIM and not (text[b - 1] in ")）" and ("(" in text[a:b] or "（" in text[a:b])):
+            b -= 1
+        if b > a and text[a:b].strip():
+            runs.append((a, b, float(np.mean(probs))))
+        i = j + 1
+    best = sorted(runs, key=lambda r: -r[2])[:MAX_SPANS]
+    return sorted((a, b) for a, b, _ in best)
+
+
+# ---------------------------------------------------------------------------------------- registry
+_registered: Callable[[str], Sequence[str]] | None = None
+
+
+def register(extractor: Callable[[str], Sequence[str]] | None) -> None:
+    """Make ``extractor`` (``text -> spans``, e.g. :meth:`SpanExtractor.spans`) the one that
+    :func:`ctxscore.compress.verify.key_spans` consults (process-wide); ``None`` restores the rules alone."""
+    global _registered
+    _registered = extractor
+
+
+def registered() -> Callable[[str], Sequence[str]] | None:
+    """The registered extractor, or ``None`` (the default: rules only)."""
+    return _registered

@@ -1,0 +1,234 @@
+"""The learned page-in ranker, the key-span extractor, the outcome value head and the hard-constraint
+rule, on the bundled labelled set (real sessions, built into a temporary folder) with the tiny
+``hashing-64`` embedder: mining, fitting, packaging, loading, and the runtime paths that use them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ctxscore import ContextManager
+from ctxscore.compress.verify import key_spans
+from ctxscore.errors import ModelLoadError
+from ctxscore.messages import CATEGORIES, Message
+from ctxscore.scoring import spans as spans_mod
+from ctxscore.scoring.learned import HARD_CONSTRAINT_PROB, LearnedScorer
+from ctxscore.scoring.ranker import FEATURE_NAMES, RERANK_POOL, Ranker, SessionRows, pair_features, terms
+from ctxscore.scoring.spans import SpanExtractor, runs_of, tokenize
+from ctxscore.window.pagein import search
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "data" / "bundled" / "sessions.jsonl"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A scorer trained on the bundled set (hashing-64) with its ranker and span extractor, exported."""
+    if not BUNDLED.is_file():
+        pytest.skip("data/bundled/sessions.jsonl is absent")
+    from training import train
+    from training.data import build
+
+    root = tmp_path_factory.mktemp("ranker")
+    data = root / "processed"
+    build(out=data, use_corpora=False, progress=False)
+    out = root / "scorer"
+    rc = train.main(["--embedder", "hashing-64", "--lexical-dim", "64", "--no-mlflow", "--latency-n", "0",
+                     "--data", str(data), "--cache-dir", str(root / "cache"), "--feedback", str(root / "none.jsonl"),
+                     "--export", str(out)])
+    assert rc == 0
+    return data, out
+
+
+def test_train_sessions_are_built_from_the_train_split(trained):
+    data, _ = trained
+    lines = (data / "train_sessions.jsonl").read_text(encoding="utf-8").splitlines()
+    sessions = [json.loads(x) for x in lines]
+    assert sessions and all(s["split"] == "train" and s["session_id"].startswith("train/") for s in sessions)
+    held = {g for f in ("dev_sessions.jsonl", "eval_sessions.jsonl")
+            for x in (data / f).read_text(encoding="utf-8").splitlines() for g in json.loads(x)["groups"]}
+    assert not held & {g for s in sessions for g in s["groups"]}  # never a held-out group
+    manifest = json.loads((data / "manifest.json").read_text())
+    assert manifest["eval_files"]["train_sessions.jsonl"]["sessions"] == len(sessions)
+
+
+def test_exported_scorer_has_a_ranker_and_span_extractor(trained):
+    _, out = trained
+    cfg = json.loads((out / "config.json").read_text())
+    assert {"ranker.skops", "spans.skops"} <= set(cfg["files"])
+    assert cfg["ranker"]["features"] == list(FEATURE_NAMES)
+    extras = cfg["metrics"]["extras"]
+    # the learned order beats the fused one on the held-out bundled sessions
+    assert extras["ranker_eval_learned_src_mrr"] > extras["ranker_eval_fused_src_mrr"]
+    assert extras["spans_test_learned_char_f1"] > extras["spans_test_rules_char_f1"]
+    scorer = LearnedScorer.from_pretrained(out)
+    assert isinstance(scorer.ranker, Ranker) and isinstance(scorer.spans, SpanExtractor)
+    assert scorer.key_spans("My member number is HY74579789, no flights before 8am.")
+    total = sum(p.stat().st_size for p in out.iterdir())
+    assert total < 2_000_000
+
+
+def test_a_folder_without_the_optional_heads_still_loads(trained, tmp_path):
+    _, out = trained
+    scorer = LearnedScorer.from_pretrained(out)
+    scorer.ranker = scorer.spans = None
+    folder = scorer.save_pretrained(tmp_path / "plain")
+    assert not (folder / "ranker.skops").exists() and not (folder / "spans.skops").exists()
+    plain = LearnedScorer.from_pretrained(folder)
+    assert plain.ranker is None and plain.spans is None and plain.key_spans("ABC123 on May 3") == []
+
+
+def test_a_named_but_missing_ranker_is_refused(trained, tmp_path):
+    import shutil
+
+    _, out = trained
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    (bad / "ranker.skops").unlink()
+    with pytest.raises(ModelLoadError, match="ranker.skops is missing"):
+        LearnedScorer.from_pretrained(bad)
+    (bad / "ranker.skops").write_bytes((out / "spans.skops").read_bytes())
+    with pytest.raises(ModelLoadError, match="corrupt or was modified"):
+        LearnedScorer.from_pretrained(bad)
+
+
+def _session(data: Path) -> dict:
+    return json.loads((data / "eval_sessions.jsonl").read_text(encoding="utf-8").splitlines()[0])
+
+
+def test_page_in_search_uses_the_ranker(trained, monkeypatch):
+    data, out = trained
+    scorer = LearnedScorer.from_pretrained(out)
+    sess = _session(data)
+    cm = ContextManager(budget=4000, scorer=scorer)
+    keys = ("role", "content", "name", "tool_calls", "tool_call_id", "id")
+    cm.extend([{k: m[k] for k in keys if m.get(k) is not None} for m in sess["messages"]])
+    fact = sess["key_facts"][0]
+    hits = search(cm.store, cm.session_id, scorer, fact["probe"], 10)
+    fused = cm.store.search(cm.session_id, fact["probe"], k=RERANK_POOL,
+                            query_embedding=scorer.embed_texts([fact["probe"]])[0])
+    assert 0 < len(hits) <= 10
+    assert all(0.0 <= h.score <= 1.0 for h in hits)  # the ranker's probabilities
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert {h.id for h in hits} <= {h.id for h in fused}
+    assert cm.build(query=fact["probe"]).tokens > 0
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(scorer, "rerank", broken)
+    plain = search(cm.store, cm.session_id, scorer, fact["probe"], 10)
+    assert [h.id for h in plain] == [h.id for h in fused[:10]]  # the fused order when re-ranking fails
+
+
+def test_pair_features_shape_and_neutral_unknown_turns(trained):
+    rows = SessionRows()
+    texts = ["I need a train to Cambridge on Saturday.", "What time would you like to leave?", "After 10:00 please."]
+    for i, t in enumerate(texts):
+        rows.add(i, "user" if i != 1 else "assistant", t, None, {"probs": {"instruction": 1.0}, "value": 0.5})
+    from ctxscore.store.retrieval import Hit
+
+    hits = [Hit(id=f"m{i}", turn=i, score=1.0 / (i + 1), snippet="", lists=frozenset({"keyword"})) for i in range(3)]
+    hits.append(Hit(id="gone", turn=99, score=0.1, snippet=""))
+    X = pair_features("What time did the user want to leave for the train?", None, hits, rows, [0, 1, 2, -1])
+    assert X.shape == (4, len(FEATURE_NAMES)) and X.dtype == np.float32 and np.isfinite(X).all()
+    col = {n: i for i, n in enumerate(FEATURE_NAMES)}
+    assert X[2, col["type_match"]] == 1.0  # asks for a time, the message holds one
+    assert X[2, col["cover_prev"]] > 0  # the question before it names the time
+    assert X[3, col["role_user"]] == 0.0 and X[3, col["bm25"]] == 0.0
+    assert terms("Trains leaving") == ["train", "leav"]
+
+
+def test_span_runs_merge_joining_punctuation():
+    text = "Call 010-69771665 or visit 33 - 34 Saint Andrews Street."
+    toks = tokenize(text)
+    keep = np.array([text[a:b] not in ("Call", "or", "visit") for a, b in toks])
+    runs = runs_of(text, toks, keep, keep.astype(float))
+    assert [text[a:b] for a, b in runs] == ["010-69771665", "33 - 34 Saint Andrews Street"]
+
+
+def test_registered_extractor_adds_spans_to_the_verifier(trained):
+    _, out = trained
+    scorer = LearnedScorer.from_pretrained(out)
+    text = "The easiest place to fly out of is Washington and I will be flying to London."
+    base = key_spans(text)
+    try:
+        spans_mod.register(lambda t: ["fly out of is Washington", "not in the text"])
+        assert key_spans(text) == [*base, "fly out of is Washington"]
+        spans_mod.register(scorer.spans.spans)
+        assert set(base) <= set(key_spans(text))
+    finally:
+        spans_mod.register(None)
+    assert key_spans(text) == base and spans_mod.registered() is None
+    facts = scorer.spans.facts("Your reference number is LYIENP77.")
+    assert all(slot == "key span" and v in "Your reference number is LYIENP77." for slot, v in facts)
+
+
+def test_hard_constraints_are_instructions(trained):
+    _, out = trained
+    scorer = LearnedScorer.from_pretrained(out)
+    msgs = [Message(role="user", content="Never touch the production database; staging only.", turn=7),
+            Message(role="user", content="<returncode>0</returncode>\n<output>\nfields must be unique\n</output>", turn=8),
+            Message(role="user", content="不要动生产数据库，只能用测试环境。", turn=9)]
+    preds = scorer.predict(msgs)
+    assert preds[0].category == "instruction" and preds[0].probs["instruction"] >= HARD_CONSTRAINT_PROB
+    assert preds[2].category == "instruction"
+    assert abs(sum(preds[0].probs.values()) - 1.0) < 1e-9
+    assert list(scorer.hard_constraint_rows(msgs, scorer.features(msgs))) == [0, 2]  # not the tool observation
+
+
+def test_outcome_value_head_and_auc():
+    from sklearn.linear_model import Ridge
+
+    from training.outcomes import fit_value_head, outcome_labels, value_auc
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 6))
+    imp = Ridge().fit(X, X[:, 0])
+    y = (X[:, 1] > 0).astype(float)
+    head = fit_value_head(imp, X, y, 0.3)
+    np.testing.assert_allclose(head.predict(X[:5]), 0.7 * imp.predict(X[:5]) + 0.3 * head.estimators_[1].predict(X[:5]))
+    assert fit_value_head(imp, X, y, 0.0) is imp
+    with pytest.raises(ValueError):
+        fit_value_head(imp, X, y, 1.5)
+    auc = value_auc(head.predict(X), X[:, 0], y)
+    assert auc["learned"] > auc["rules"]
+    sess = {"messages": [{}] * 4, "key_facts": [{"source_index": 1}, {"source_index": 3}]}
+    assert outcome_labels(sess).tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_ranker_queries_round_trip_and_refill(trained, tmp_path):
+    from training import ranker as R
+
+    data, _ = trained
+    sess = _session(data)
+    n = len(sess["messages"])
+    emb = np.zeros((n, 8), dtype=np.float32)
+    queries = R.mine_set([sess], [emb], lambda texts: np.zeros((len(texts), 8), dtype=np.float32))
+    assert queries and all(q.X.shape == (len(q.turns), len(FEATURE_NAMES)) for q in queries)
+    assert any(q.label.any() for q in queries)
+    R.save_queries(queries, tmp_path / "q.npz")
+    back = R.load_queries(tmp_path / "q.npz")
+    assert [q.fact_id for q in back] == [q.fact_id for q in queries]
+    np.testing.assert_array_equal(back[0].X, queries[0].X)
+    preds = {sess["session_id"]: np.tile(np.array([0.1, 0.2, 0.3, 0.4, 0.9], np.float32), (n, 1))}
+    R.refill(back, preds)
+    assert (back[0].X[:, R.PRED_COLUMNS] == preds[sess["session_id"]][0]).all()
+    m = R.rank_metrics(back, None)
+    assert 0 <= m["src_mrr"] <= 1 and m["n"] == len(back)
+
+
+def test_search_log_line_when_reranking_fails(trained, caplog, monkeypatch):
+    data, out = trained
+    scorer = LearnedScorer.from_pretrained(out)
+    cm = ContextManager(budget=2000, scorer=scorer)
+    cm.add({"role": "user", "content": "Book the 8:15 train to Cambridge."})
+    monkeypatch.setattr(scorer.ranker, "rerank", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad")))
+    with caplog.at_level(logging.WARNING, logger="ctxscore"):
+        assert search(cm.store, cm.session_id, scorer, "which train?", 5)
+    assert "re-ranking failed" in caplog.text
+    assert set(CATEGORIES) >= {p.category for p in cm.predictions()}
