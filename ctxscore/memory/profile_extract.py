@@ -59,6 +59,7 @@ _TERM_ATTR = {t: a for t, a in _TERMS}
 _STOP = re.compile(r"[,.;!?，。；！？]|\b(?:and|but|because|so|since|as|if|when|for now|this time|anymore|please)\b|"
                    r"但是|因为|所以|了|吧|啊|呢|这次|最近")
 _WANT = re.compile(r"\b(?:i (?:want|need|would like|'d like)|give me|book me|我要|我想要|给我)\s*", re.I)
+_OTHER_PERSON = re.compile(r"老婆|老公|妻子|丈夫|孩子|儿子|女儿|妈|爸|朋友|同事|他|她|觉得|说|希望|不")
 _TRAILING = frozenset("the a an of in on at to for with from by".split())
 #: Phrases that point at an offer instead of naming a taste ("I don't want those tickets": a rejection).
 _DEICTIC = re.compile(r"^(?:those|that|this|these|it|them|one|any of|either|the one|这个|那个|这些|那些)\b", re.I)
@@ -163,6 +164,8 @@ def _preferences(sent: str) -> list[Statement]:
                 change=bool(lx.CHANGE.search(sent)))
     for rx, pol in ((lx.PREF_NEG, -1), (lx.PREF_POS, 1)):
         for m in rx.finditer(sent):
+            if _OTHER_PERSON.search(m.groupdict().get("gap") or ""):
+                continue  # 我老婆喜欢 ...: someone else's taste
             phrase = _object(sent[m.end():])
             if not phrase or _DEICTIC.match(phrase) or (len(phrase) < 2 and not re.match(r"[\u4e00-\u9fff]", phrase)):
                 continue

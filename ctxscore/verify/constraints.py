@@ -108,7 +108,10 @@ def _bounds(sentence: str, source: str) -> list[Rule]:
     found = vals.values_in(sentence)
     for v in found:
         if v.group in ("money", "people"):
-            cue = _MAX.search(sentence) and "max" or (_MIN.search(sentence) and "min")
+            clause = next((c for c in re.split(r"[,;，；]", sentence) if v.text in c), sentence)
+            if re.search(r"\d\s*[-~到至]\s*" + re.escape(v.text), clause):
+                continue  # the top of a range ("50-100元"): neither bound is tested
+            cue = _MAX.search(clause) and "max" or (_MIN.search(clause) and "min")
             per = _PER.search(sentence)
             if cue:
                 out.append(Rule(cue, sentence, source, bound=float(v.norm), group=v.group,

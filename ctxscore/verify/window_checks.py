@@ -34,6 +34,7 @@ OVERLAP = 0.5
 DUPLICATE_CHARS = 80
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _WORDS = re.compile(r"[a-z0-9']+|[\u4e00-\u9fff]")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
 _SENT = re.compile(r"(?<=[.!?;。！？；\n])")
 
 
@@ -195,6 +196,11 @@ def conclusion_checks(tr: Tracker, view: Any, shown: list[Shown], full: bool) ->
     return out
 
 
+def _distinct(value: str) -> bool:
+    """A value specific enough to look for in the window as text (three characters, or two with a digit)."""
+    return len(value) >= 3 or (len(value) == 2 and any(c.isdigit() for c in value))
+
+
 def _user_fact(f: Any, view: Any) -> bool:
     """A fact the user stated in text (the values the user corrects; code and tool arguments are not)."""
     i = view.history.ids.get(f.source)
@@ -210,11 +216,11 @@ def stale_checks(ledger: Any, view: Any, blob: str) -> list[Finding]:
     task = view.history.task_no
     for (t, slot), olds in ledger.was.items():
         cur = ledger.current.get((t, slot))
-        if t != task or cur is None or len(cur.value) < 3 or cur.value in blob or not _user_fact(cur, view):
+        if t != task or cur is None or not _distinct(cur.value) or cur.value in blob or not _user_fact(cur, view):
             continue
         for old in olds:
             prev = next((f for f in ledger.facts if f.task == t and f.slot == slot and f.value == old), None)
-            if len(old) >= 3 and old in blob and prev is not None and _user_fact(prev, view):
+            if _distinct(old) and old in blob and prev is not None and _user_fact(prev, view):
                 src = prev.source
                 out.append(Finding(FindingKind.STALE_FACT, Severity.WARNING,
                                    f"shows the superseded {slot} {old!r} but not the current {cur.value!r}",
@@ -231,7 +237,7 @@ def duplicate_checks(shown: list[Shown], view: Any) -> list[Finding]:
     h = view.history
     for s in shown:
         key = " ".join(s.content.split())
-        if len(key) < DUPLICATE_CHARS:
+        if len(key) + len(_CJK.findall(key)) < DUPLICATE_CHARS:  # a Chinese character counts twice
             continue
         first = seen.get(key)
         if first is None:
@@ -247,13 +253,14 @@ def profile_checks(profile: Any) -> list[Finding]:
     """Profile items that need clarification (module docstring)."""
     out = []
     for it in profile.items.values():
-        if it.status != "needs_clarification" or not it.evidence:
-            continue
-        ids = tuple(dict.fromkeys(e.message for e in reversed(it.evidence)))
         others = (it.conflict or {}).get("with")
+        if it.status != "needs_clarification" or not it.evidence or not isinstance(others, list):
+            continue  # one finding per conflict: on the item of the newer statement, which names the others
+        ids = (it.evidence[-1].message, *dict.fromkeys(e.message for o in others if o in profile.items
+                                                       for e in reversed(profile.items[o].evidence)))
         out.append(Finding(FindingKind.CONFLICTING_FACT, Severity.WARNING,
-                           f"profile item {it.describe()} conflicts with {others}; ask the user which holds", ids,
-                           Action.ASK_USER, details={"item": it.key, "with": others}))
+                           f"profile item {it.describe()} conflicts with {', '.join(others)}; ask the user which holds",
+                           ids, Action.ASK_USER, details={"item": it.key, "with": others}))
     return out
 
 

@@ -1,0 +1,219 @@
+"""Layered context (issue 14): context types, the user-profile memory, the verifier and the event log,
+on real bundled sessions and hand-made text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ctxscore import ContextManager
+from ctxscore.cli import main as cli_main
+from ctxscore.errors import StoreError
+from ctxscore.events import EventLog, rebuild, snapshots, verify_chain
+from ctxscore.memory.context_types import ContextType, RuleTypeClassifier
+from ctxscore.memory.ledger import FactLedger
+from ctxscore.memory.profile import ProfileLayer
+from ctxscore.memory.typed_sections import ContextTypes
+from ctxscore.messages import Message
+from ctxscore.store.sqlite import SQLiteStore
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "data" / "bundled" / "sessions.jsonl"
+
+
+def _bundled(prefix: str) -> dict:
+    for line in BUNDLED.read_text(encoding="utf-8").splitlines():
+        s = json.loads(line)
+        if s["session_id"].startswith(prefix):
+            return s
+    raise LookupError(prefix)
+
+
+def _profile(store: SQLiteStore, user: str, sid: str, msgs: list[dict], end: bool = True) -> ProfileLayer:
+    p = ProfileLayer(user, clock=lambda: 1.7e9)
+    cm = ContextManager(budget=4000, scorer="rules", store=store, session_id=sid, layers=[p])
+    for m in msgs:
+        cm.add(m)
+    if end:
+        p.end_session()
+    return p
+
+
+# -- context types --------------------------------------------------------------------------------
+def test_rule_types_on_real_session():
+    s = _bundled("bundled/travel-booking-en-01")
+    ct = ContextTypes(head=None)
+    cm = ContextManager(budget=1500, scorer="rules", layers=[ct])
+    for m in s["messages"]:
+        cm.add(m)
+    types = {e.msg.id: ct.type_of(e.msg.id).type for e in cm.history.entries}
+    roles = {e.msg.id: str(e.msg.role) for e in cm.history.entries}
+    assert all(types[i] == ContextType.INSTRUCTION for i, r in roles.items() if r == "system")
+    assert all(types[i] == ContextType.TOOL for i, r in roles.items() if r == "tool")
+    first_user = next(i for i, r in roles.items() if r == "user")
+    assert types[first_user] == ContextType.GOAL
+    assert set(ct.counts()) >= {"instruction", "tool", "goal", "task"}
+    w = cm.build()
+    assert w.tokens <= 1500
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("Please never book red-eye flights and never exceed $500.", ContextType.CONSTRAINT),
+    ("I'm vegetarian and I love Italian food.", ContextType.USER),
+    ("I need a flight from Boston to Denver next Friday.", ContextType.GOAL),
+    ("不要推荐苹果的手机，绝对不能超过三千元。", ContextType.CONSTRAINT),
+    ("我比较喜欢靠窗的座位。", ContextType.USER),
+])
+def test_rule_types_handmade(text, want):
+    first = want == ContextType.GOAL
+    from ctxscore.scoring.rules import hard_constraints  # noqa: PLC0415
+
+    got = RuleTypeClassifier().classify(Message(role="user", content=text), hard_constraints(text), first_user=first)
+    assert got.type == want, (text, got)
+
+
+# -- profile --------------------------------------------------------------------------------------
+PHONE = [
+    {"role": "user", "content": "I need a new phone under $800. Don't recommend Apple, I'm done with iOS for now."},
+    {"role": "assistant", "content": "How about the Pixel 8 or the Galaxy S23?"},
+    {"role": "user", "content": "Not the Galaxy, too big. And no Pixel, the battery is bad."},
+    {"role": "assistant", "content": "Would you like the OnePlus 12 then?"},
+    {"role": "user", "content": "Fine, I guess I'll take the OnePlus."},
+    {"role": "user", "content": "My wife Anna is a doctor and she hates phone calls after 9pm."},
+]
+
+
+def test_profile_brand_scoped_to_task_compromise_and_people():
+    p = _profile(SQLiteStore(":memory:"), "alice", "alice-1", PHONE, end=False)
+    apple = p.items["preference:brand:-apple"]
+    assert apple.polarity == -1 and apple.time_level == "current_task" and apple.scope.startswith("task 0")
+    assert apple.source == "explicit_statement" and [e.message for e in apple.evidence] == ["m0"]
+    decision = next(it for it in p.items.values() if it.profile_type == "decision")
+    assert decision.compromise and "OnePlus" in decision.value
+    assert not any(it.profile_type == "preference" and "oneplus" in it.value.lower() for it in p.items.values())
+    anna = p.people["anna"]
+    assert anna.relation == "wife" and anna.name == "Anna" and "doctor" in anna.notes[0]
+
+
+def test_profile_chinese_brand_preference():
+    p = _profile(SQLiteStore(":memory:"), "eve", "eve-1",
+                 [{"role": "user", "content": "别给我推荐苹果，最近不想用iOS了，帮我挑个手机。"}], end=False)
+    apple = p.items["preference:brand:-apple"]
+    assert apple.time_level == "current_task"
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("I always prefer a window seat on long flights.", "I prefer an aisle seat."),
+    ("我一般喜欢靠窗的座位。", "我喜欢靠过道的座位。"),
+])
+def test_profile_conflict_needs_clarification(first, second):
+    store = SQLiteStore(":memory:")
+    _profile(store, "carol", "carol-1", [{"role": "user", "content": first}])
+    p = _profile(store, "carol", "carol-2", [{"role": "user", "content": second}])
+    flagged = [it for it in p.items.values() if it.status == "needs_clarification"]
+    assert len(flagged) == 2  # both kept, neither overwritten
+    old = next(it for it in flagged if it.evidence[0].session == "carol-1")
+    assert old.conflict["evidence"][0]["text"] == first  # the old evidence was paged in
+
+
+def test_profile_stability_and_promotion_across_sessions():
+    store = SQLiteStore(":memory:")
+    promos = []
+    for k in range(3):
+        p = ProfileLayer("fay", clock=lambda k=k: 1.7e9 + k * 20 * 86400)
+        cm = ContextManager(budget=4000, scorer="rules", store=store, session_id=f"fay-{k}", layers=[p])
+        cm.add({"role": "user", "content": "I always prefer a window seat."})
+        promos += p.end_session()
+    it = p.items["preference:seat:window seat"]
+    assert it.occurrences == 3 and it.terms["occurrences"] == 1.0 and it.terms["duration"] == 1.0  # 40 days over the 30-day norm
+    assert it.stability == pytest.approx(sum(it.terms.values()))
+    assert [(x["from"], x["to"]) for x in promos] == [("session", "mid"), ("mid", "long")]
+    assert it.time_level == "long"
+
+
+def test_profile_never_visible_to_another_user():
+    store = SQLiteStore(":memory:")
+    _profile(store, "alice", "alice-1", PHONE)
+    bob = _profile(store, "bob", "bob-1", [{"role": "user", "content": "Hi, I need a laptop."}])
+    assert bob.items == {} or all("apple" not in k for k in bob.items)
+    assert bob.people == {}
+    cm = ContextManager(budget=4000, scorer="rules", store=store, session_id="bob-2",
+                        layers=[ProfileLayer("bob", clock=lambda: 1.7e9)])
+    cm.add({"role": "user", "content": "What do you know about me?"})
+    blob = json.dumps(cm.build().messages, ensure_ascii=False)
+    assert "Apple" not in blob and "Anna" not in blob and "OnePlus" not in blob
+    again = _profile(store, "alice", "alice-2", [{"role": "user", "content": "Hello again."}], end=False)
+    assert "anna" in again.people
+
+
+# -- verifier and drift cases -----------------------------------------------------------------------
+def test_drift_cases_precision_recall():
+    from eval.drift import load_cases, run_case, score  # noqa: PLC0415
+
+    cases = load_cases()
+    assert {c.get("language") for c in cases} == {"en", "zh"}
+    figures = score([run_case(c) for c in cases])
+    assert figures["clean_cases"] >= 4 and not figures["clean_with_findings"]
+    for lang in ("en", "zh"):
+        assert figures["languages"][lang]["precision"] >= 0.9 and figures["languages"][lang]["recall"] >= 0.9
+
+
+def test_verifier_on_real_session_has_typed_findings():
+    from ctxscore.replay import replay_verify  # noqa: PLC0415
+
+    s = _bundled("bundled/ecommerce-support-zh-01")
+    builds, full, cm = replay_verify(s["messages"], 1500, scorer="rules")
+    ids = {e.msg.id for e in cm.history.entries}
+    found = [f for b in builds for f in b.findings] + full
+    assert found
+    for f in found:
+        d = f.to_dict()
+        assert d["kind"] and d["severity"] and d["action"]
+        assert d["ids"] and set(d["ids"]) <= ids
+    cm.close()
+
+
+# -- event log ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("prefix", ["bundled/travel-booking-en-01", "bundled/ecommerce-support-zh-02",
+                                    "bundled/coding-agent-en-01"])
+def test_event_log_rebuild_equals_live_and_rollback(prefix):
+    s = _bundled(prefix)
+    store = SQLiteStore(":memory:")
+    led, prof = FactLedger(), ProfileLayer("u1", clock=lambda: 1.7e9)
+    log = EventLog(ledger=led, profile=prof, every=25)
+    cm = ContextManager(budget=1500, scorer="rules", store=store, session_id="x", layers=[led, prof, log])
+    for m in s["messages"]:
+        cm.add(m)
+        if m["role"] == "assistant":
+            cm.build()
+        assert rebuild(store, "x") == log.live_state()
+    snaps = snapshots(store, "x")
+    assert len(snaps) >= 2 and verify_chain(store, "x") == len(snaps)
+    assert rebuild(store, "x", snapshot=None) == log.live_state()  # from the events alone
+    mid = snaps[len(snaps) // 2]
+    assert log.rollback(cm, mid.key).key == mid.key
+    assert len(cm) == len(mid.state["messages"]) and log.live_state() == mid.state
+    with pytest.raises(StoreError):
+        log.rollback(cm, "no-such-snapshot")
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+def test_cli_profile_and_verify(tmp_path, capsys):
+    f = tmp_path / "phone.jsonl"
+    f.write_text("\n".join(json.dumps(m) for m in PHONE), encoding="utf-8")
+    assert cli_main(["profile", str(f), "--user", "alice"]) == 0
+    out = capsys.readouterr().out
+    assert "user alice" in out and "apple" in out and "compromise" in out and "person: Anna (wife)" in out
+    assert cli_main(["profile", str(f), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data[0]["items"] and data[0]["people"][0]["relation"] == "wife"
+    s = tmp_path / "s.jsonl"
+    s.write_text(json.dumps(_bundled("bundled/ecommerce-support-zh-01"), ensure_ascii=False), encoding="utf-8")
+    assert cli_main(["verify", str(s), "--budget", "1500", "--model", "rules"]) == 0
+    out = capsys.readouterr().out
+    assert "constraint_contradicted" in out and "full check" in out
+    assert cli_main(["verify", str(s), "--budget", "1500", "--model", "rules", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert "check" in lines[-1] and all("findings" in x for x in lines[:-1])
