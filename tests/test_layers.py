@@ -217,3 +217,29 @@ def test_cli_profile_and_verify(tmp_path, capsys):
     assert cli_main(["verify", str(s), "--budget", "1500", "--model", "rules", "--json"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert "check" in lines[-1] and all("findings" in x for x in lines[:-1])
+
+
+@pytest.mark.parametrize("text", [
+    # real user turns of the eval sessions that once gave wrong items
+    "清楚了，吃完我最爱吃的，下一顿去跟着我爱人去吃他喜欢吃的，帮我们找个人均消费是50-100元的餐馆。",
+    "好的呢，那这个餐馆的附近有可以溜达的景点吗，我同学特别热爱中国，更热爱中国的文化。",
+    "能不能给我们换成靠窗的连座？",
+    "I like the sound of that one.",
+    "No, I don't want to reserve it just yet.",
+    "and what I'm trying to accomplish with the command below.",
+])
+def test_profile_extraction_skips_non_statements(text):
+    from ctxscore.memory.profile_extract import statements  # noqa: PLC0415
+
+    assert not [s for s in statements(text) if s.profile_type in ("preference", "goal")]
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("我们都喜欢吃辣的", ("preference", "food", "吃辣的", 1)),
+    ("I'm vegetarian and I love Italian food.", ("preference", "diet", "vegetarian", 1)),
+    ("不能超过三千元，不要靠窗的座位。", ("preference", "seat", "window seat", -1)),
+])
+def test_profile_extraction_keeps_statements(text, key):
+    from ctxscore.memory.profile_extract import statements  # noqa: PLC0415
+
+    assert key in [(s.profile_type, s.attribute, s.subject, s.polarity) for s in statements(text)]

@@ -21,7 +21,7 @@ NEGATION = _rx(r"\b(?:not|no|never|none|nothing|nobody|without|don'?t|doesn'?t|d
 #: A prohibition: the negated verb phrase of a hard constraint ("don't recommend Apple", "不要退成余额").
 PROHIBITION = _rx(r"\b(?:don'?t|do not|never|must not|mustn'?t|should not|shouldn'?t|no more|not allowed to|"
                   r"cannot|can'?t|under no circumstances|avoid)\b\s*(?:ever\s+)?|(?<![a-z])no\s+(?=[a-z])|"
-                  r"不要|别|禁止|不得|千万别|绝对不|不能|不许|不准|不想要?|不考虑")
+                  r"不要|别|禁止|不得|千万别|绝对不|(?<!能)不能(?!不)|不许|不准|不想要?|不考虑")
 #: The user affirms what the assistant just said or offered.
 AFFIRM = _rx(r"^\W*(?:(?:oh|ah|well|um|hmm|great|alright)\W+)?(?:yes|yeah|yep|yup|sure|ok(?:ay)?|correct|right|exactly|perfect|great|fine|sounds (?:good|great|"
              r"perfect|fine)|that (?:works|will work|would work|sounds good|is (?:right|correct|fine))|(?:that )?works for me|that'?ll work|will do|that's (?:right|correct|fine|good|"
@@ -41,7 +41,7 @@ RESIGN = _rx(r"\b(?:i guess|fine,? (?:then|i'?ll)|whatever|if (?:that'?s|it'?s) 
 PREF_POS = _rx(r"\b(?:i (?:really |usually |always |generally |do )?(?:like|love|prefer|enjoy|adore)|i'?d (?:rather|prefer)|"
                r"i'?m (?:a (?:big |huge )?fan of|into)|my favou?rite (?:\w+ )?is|i usually (?:go for|take|get|book|pick)|"
                r"i always (?:go for|take|get|book|pick|fly|choose)|i'?m (?:a |an )?(?=vegetarian|vegan|pescatarian|halal|kosher))\s*|"
-               r"我(?P<gap>[^，。！？,.!?]{0,6}?)(?:很|比较|特别|非常|一直|一般|平时|通常|最)?(?:喜欢|爱|偏好|偏爱|习惯)")
+               r"我(?P<gap>[^，。！？,.!?]{0,6}?)(?:很|比较|特别|非常|一直|一般|平时|通常|最)?(?:喜欢|爱(?!人)|偏好|偏爱|习惯)")
 PREF_NEG = _rx(r"\b(?:i (?:really )?(?:don'?t|do not|never) (?:like|want|eat|drink|use|fly|enjoy)|i (?:hate|dislike|"
                r"can'?t stand)|i'?m (?:done with|tired of|sick of|not a fan of|allergic to)|"
                r"(?:don'?t|do not|never) (?:recommend|suggest|offer|show|give)(?: me)?|no more)\s+|"
@@ -62,7 +62,7 @@ RELATION = _rx(r"\bmy (?P<rel>wife|husband|partner|girlfriend|boyfriend|son|daug
                r"grandfather|grandma|grandpa|assistant|client|roommate|neighbou?r|aunt|uncle|cousin|team ?lead)\b"
                r"(?:,?\s+(?:named\s+|called\s+)?(?P<name>(?-i:[A-Z][a-z]+(?: [A-Z][a-z]+)?)))?|"
                r"我(?:的)?(?P<zrel>老婆|老公|妻子|丈夫|太太|先生|女朋友|男朋友|儿子|女儿|孩子|妈妈|母亲|爸爸|父亲|哥哥|姐姐|弟弟|妹妹|"
-               r"老板|领导|同事|朋友|室友|邻居|奶奶|爷爷|外婆|外公|客户|助理)(?:(?:叫|是)?(?P<zname>(?![一也都和要说在的是这那他她])[\u4e00-\u9fff]{2,3}?(?=[，,。.\s和也要想喜爱是说在的不]|$)))?")
+               r"老板|领导|同事|朋友|室友|邻居|奶奶|爷爷|外婆|外公|客户|助理)(?:(?:叫|是)?(?P<zname>(?![一也都和要说在的是这那他她特最很非比就还])[\u4e00-\u9fff]{2,3}?(?=[，,。.\s和也要想喜爱是说在的不]|$)))?")
 #: Basic facts about the user ("I'm 34", "I live in Leeds", "我是学生").
 BASIC = _rx(r"\b(?:i'?m (?P<age>\d{1,2}) (?:years old|yo)\b|i live in (?P<city>(?-i:[A-Z][a-z]+(?: [A-Z][a-z]+)?))|"
             r"i'?m an? (?P<job>student|teacher|doctor|nurse|developer|engineer|designer|lawyer|retiree|freelancer|"
