@@ -195,11 +195,17 @@ def _print_profile(rep: Any) -> None:
         print(f"  {(it.profile_type + '/' + it.attribute)[:24]:<24} {sign}{it.value[:27]:<27} {it.time_level:<12} "
               f"{(it.status + tag)[:19]:<19} {it.stability:>5.2f}  {t.get('occurrences', 0):>3.1f} "
               f"{t.get('duration', 0):>4.2f} {t.get('cross_scene', 0):>4.2f} {t.get('confirmation', 0):>4.2f}  "
-              f"{', '.join(e.message for e in it.evidence[:4])}")
+              f"{_evidence_ids(it.evidence, len(rep.sessions) > 1)}")
     for p in rep.layer.people.values():
         print(f"  person: {p.name or p.key} ({p.relation}): {' | '.join(p.notes[:2])[:100]}")
     for pr in rep.promotions:
         print(f"  promoted {pr['key']}: {pr['from']} -> {pr['to']} (stability {pr['stability']}, session {pr['session']})")
+
+
+def _evidence_ids(evidence: list[Any], sessions: bool, most: int = 4) -> str:
+    """``m0, m2`` or, over several sessions, ``alice-1:m0, alice-2:m2`` (the first ``most``, deduplicated)."""
+    ids = list(dict.fromkeys(f"{e.session}:{e.message}" if sessions else e.message for e in evidence))
+    return ", ".join(ids[:most]) + (f" (+{len(ids) - most})" if len(ids) > most else "")
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

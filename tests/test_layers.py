@@ -243,3 +243,18 @@ def test_profile_extraction_keeps_statements(text, key):
     from ctxscore.memory.profile_extract import statements  # noqa: PLC0415
 
     assert key in [(s.profile_type, s.attribute, s.subject, s.polarity) for s in statements(text)]
+
+
+def test_context_type_weak_labels_and_rules_on_handmade_gold():
+    pytest.importorskip("sklearn")
+    from training.context_types import evaluate, load_handmade, weak_type  # noqa: PLC0415
+
+    assert weak_type("", Message(role="system", content="Be brief."), (), False) == ("instruction", 0.95)
+    assert weak_type("swe:observation", Message(role="user", content="<returncode>0</returncode>"), (), False)[0] == "tool"
+    assert weak_type("sgd:user_intent", Message(role="user", content="Find me a cheap hotel."), (), True)[0] == "goal"
+    assert weak_type("sgd:user_inform", Message(role="user", content="In San Jose."), (), False)[0] == "constraint"
+    assert weak_type("sgd:system_offer", Message(role="assistant", content="How about Hotel Nia?"), (), False)[0] == "task"
+    gold = load_handmade()
+    assert {e["source"] for e in gold} == {"en", "zh"} and len({e["type"] for e in gold}) == 6
+    rules = evaluate(None, gold)["rules"]
+    assert rules["macro_f1"] >= 0.9 and set(rules["f1"]) == {e["type"] for e in gold}

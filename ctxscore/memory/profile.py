@@ -83,6 +83,23 @@ def _negated(text: str, term: str) -> bool:
     return i < 0 or bool(lx.NEGATION.search(low[max(0, i - 8): i]))
 
 
+def _spans(text: str, most: int = 5) -> list[str]:
+    """The entities of an offer, in order, without one that starts inside another ("08:15" then "15 has ...")."""
+    out: list[str] = []
+    end = -1
+    for s in extract_entities(text):
+        i = text.find(s)
+        if len(s) >= 40 or i < 0:
+            continue
+        if i < end:
+            continue
+        out.append(s)
+        end = i + len(s)
+        if len(out) == most:
+            break
+    return out
+
+
 class ProfileLayer(Layer):
     """The user-profile layer (see the module docstring).
 
@@ -246,7 +263,7 @@ class ProfileLayer(Layer):
         offer = self._turn.offer
         if offer is None:
             return
-        spans = [s for s in extract_entities(offer.msg.content[:1200]) if len(s) < 40][:5]
+        spans = _spans(offer.msg.content[:1200])
         value = ", ".join(spans) or " ".join(offer.msg.content.split())[:80]
         rejected = list(self._turn.rejections)
         compromise = bool(rejected) or bool(lx.RESIGN.search(e.msg.content))

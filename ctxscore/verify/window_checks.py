@@ -137,6 +137,18 @@ def _derivable(x: float, nums: list[float]) -> bool:
     return False
 
 
+def _own_amounts(tr: Tracker, mid: str, but: str) -> list[float]:
+    """The other amounts a conclusion message states ("$547 per person, $1,641 in total")."""
+    out = []
+    for v in tr.conclusions.get(mid, ()):
+        if v.group == "money" and v.norm != but:
+            try:
+                out.append(float(v.norm))
+            except ValueError:
+                continue
+    return out
+
+
 def _evidence(tr: Tracker, view: Any, shown: list[Shown]) -> tuple[set[str], Counter[str], list[float]]:
     """(normal forms shown by users, tools, the system and notes; normal forms the assistant's shown
     messages say, counted; the shown evidence numbers, for sums)."""
@@ -180,8 +192,8 @@ def conclusion_checks(tr: Tracker, view: Any, shown: list[Shown], full: bool) ->
         for v in tr.conclusions[mid]:
             if v.norm in evidence or said[v.norm] - (v.norm in own) > 0:
                 continue
-            if v.group == "money" and _derivable(float(v.norm), nums):
-                continue
+            if v.group == "money" and _derivable(float(v.norm), [*nums, *_own_amounts(tr, mid, v.norm)]):
+                continue  # a total of shown numbers, or of the message's own (checked on their own): 3 x $547
             srcs = [x for x in (*tr.sources.get((v.group, v.norm), []), *tr.number_sources.get(v.norm, []))
                     if x != mid and tr.order.get(x, 1 << 30) < tr.order[mid]
                     and (tr.roles.get(x) != "assistant" or not tr.uses_tools)]
