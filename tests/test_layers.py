@@ -258,3 +258,66 @@ def test_context_type_weak_labels_and_rules_on_handmade_gold():
     assert {e["source"] for e in gold} == {"en", "zh"} and len({e["type"] for e in gold}) == 6
     rules = evaluate(None, gold)["rules"]
     assert rules["macro_f1"] >= 0.9 and set(rules["f1"]) == {e["type"] for e in gold}
+
+
+# -- real corpus sessions (data/processed, built by `python -m training.data build`; skipped without it) ---
+EVAL_SESSIONS = REPO / "data" / "processed" / "eval_sessions.jsonl"
+
+
+def _eval_session(sid: str, most: int = 120) -> dict:
+    if not EVAL_SESSIONS.is_file():
+        pytest.skip(f"{EVAL_SESSIONS} not built (python -m training.data build)")
+    for line in EVAL_SESSIONS.open(encoding="utf-8"):
+        s = json.loads(line)
+        if s["session_id"] == sid:
+            return {**s, "messages": s["messages"][:most]}
+    pytest.skip(f"{sid} not in {EVAL_SESSIONS}")
+
+
+def _replay_events(messages: list[dict], rng, store: SQLiteStore, sid: str):
+    led, prof = FactLedger(), ProfileLayer("u1", clock=lambda: 1.7e9)
+    log = EventLog(ledger=led, profile=prof, every=rng.randint(5, 40))
+    cm = ContextManager(budget=rng.choice([600, 1500, 4000]), scorer="rules", store=store, session_id=sid,
+                        layers=[led, prof, log])
+    for m in messages:
+        cm.add(m)
+        if rng.random() < 0.3:
+            cm.build()
+        if rng.random() < 0.05:
+            log.checkpoint("manual")
+        assert rebuild(store, sid) == log.live_state()
+    return cm, log
+
+
+@pytest.mark.parametrize(("sid", "seed"), [("bundled/it-ops-en-02", 1), ("bundled/data-analysis-zh-03", 2),
+                                           ("test/tau_airline/000", 3), ("test/crosswoz/004", 4),
+                                           ("test/swe_mini/001", 5)])
+def test_event_log_property_random_builds_checkpoints_rollback(sid, seed):
+    """Random build points, snapshot intervals and manual checkpoints: the rebuilt state equals the live
+    one after every message; a rollback to a random snapshot restores its state, and replaying the
+    detached messages afterwards gives a log that still rebuilds to the live state."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    s = _bundled(sid) if sid.startswith("bundled/") else _eval_session(sid)
+    store = SQLiteStore(":memory:")
+    cm, log = _replay_events(s["messages"], rng, store, "p")
+    snaps = snapshots(store, "p")
+    assert snaps and verify_chain(store, "p") == len(snaps)
+    snap = rng.choice(snaps)
+    log.rollback(cm, snap.key)
+    assert log.live_state() == snap.state and rebuild(store, "p") == snap.state
+    for m in s["messages"][len(snap.state["messages"]):]:
+        cm.add(m)
+    assert rebuild(store, "p") == log.live_state() and len(cm) == len(s["messages"])
+
+
+def test_profile_on_real_tau_session():
+    s = _eval_session("test/tau_airline/000", most=10_000)
+    from ctxscore.replay import replay_profile  # noqa: PLC0415
+
+    rep = replay_profile("tau", [(s["session_id"], s["messages"])])
+    people = {p.relation: p for p in rep.layer.people.values()}
+    assert "friend" in people and people["friend"].name == "Ivan"
+    assert any(pr["key"] == "relationship:friend:ivan" and pr["to"] == "mid" for pr in rep.promotions)
+    assert all(it.evidence and it.evidence[0].session == s["session_id"] for it in rep.layer.items.values())
