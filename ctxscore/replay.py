@@ -58,7 +58,17 @@ class ProfileReplay:
 
 def replay_profile(user: str, sessions: Sequence[tuple[str, Sequence[dict[str, Any]]]], *, scorer: Any = "rules",
                    rules: Any = None, days_between: float = 1.0) -> ProfileReplay:
-    """Replay ``(session id, messages)`` pairs of one user (module docstring) and return the profile."""
+    """Replay ``(session id, messages)`` pairs of one user (module docstring) and return the profile.
+
+    Args:
+        user: the user id (the store scope ``user:<id>``).
+        sessions: ``(session id, OpenAI-style messages)`` in the order the user had them.
+        scorer, rules: as for :class:`~ctxscore.window.manager.ContextManager`.
+        days_between: days between two sessions on the replay clock (the duration term reads it).
+
+    Raises:
+        ctxscore.errors.InputError: a malformed message (the manager's own check).
+    """
     store = SQLiteStore(":memory:")
     clock = ReplayClock()
     out = ProfileReplay(user, [s for s, _ in sessions], ProfileLayer(user, clock=clock))
@@ -87,7 +97,17 @@ class BuildFindings:
 def replay_verify(messages: Sequence[dict[str, Any]], budget: int, *, scorer: Any = "auto", rules: Any = None,
                   encoding: str = "cl100k_base", policy: Policy | None = None, user: str = "default",
                   session_id: str = "verify") -> tuple[list[BuildFindings], list[Finding], ContextManager]:
-    """Replay one conversation (module docstring); returns the builds' findings, the full pass and the manager."""
+    """Replay one conversation (module docstring).
+
+    Args:
+        messages: OpenAI-style messages; budget: tokens of each build (> 0); the rest as for
+            :class:`~ctxscore.window.manager.ContextManager` (``user``: the profile's user id).
+
+    Returns:
+        ``(builds, full, manager)``: one :class:`BuildFindings` per build (before each assistant
+        message, then one at the end), the verifier's full pass after the last message, and the
+        manager (close it when done).
+    """
     ledger = FactLedger()
     profile = ProfileLayer(user)
     verifier = ContextVerifier(ledger=ledger, profile=profile)

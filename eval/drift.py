@@ -54,14 +54,17 @@ class CaseResult:
 
     @property
     def tp(self) -> set[tuple[str, str]]:
+        """Findings the case expects."""
         return self.found & self.expected
 
     @property
     def fp(self) -> set[tuple[str, str]]:
+        """Findings the case does not expect."""
         return self.found - self.expected
 
     @property
     def fn(self) -> set[tuple[str, str]]:
+        """Expected findings that did not come."""
         return self.expected - self.found
 
 

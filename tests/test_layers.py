@@ -321,3 +321,26 @@ def test_profile_on_real_tau_session():
     assert "friend" in people and people["friend"].name == "Ivan"
     assert any(pr["key"] == "relationship:friend:ivan" and pr["to"] == "mid" for pr in rep.promotions)
     assert all(it.evidence and it.evidence[0].session == s["session_id"] for it in rep.layer.items.values())
+
+
+def test_packaged_context_type_head_blends_no_worse_than_rules():
+    pytest.importorskip("sklearn")
+    from ctxscore.memory.context_types import DEFAULT_HEAD_DIR, load_default_head  # noqa: PLC0415
+    from training.context_types import evaluate, load_handmade  # noqa: PLC0415
+
+    head = load_default_head()
+    if head is None:
+        pytest.skip(f"no packaged head in {DEFAULT_HEAD_DIR}")
+    w = head.config["weight"]
+    assert 0 < w <= 0.5 and ContextTypes().head_weight == w
+    assert (DEFAULT_HEAD_DIR / "head.skops").stat().st_size < 200_000
+    fig = evaluate(head, load_handmade(), w)
+    assert fig["blend"]["macro_f1"] >= fig["rules"]["macro_f1"]
+    s = _bundled("bundled/coding-agent-zh-01")
+    ct = ContextTypes()
+    cm = ContextManager(budget=1500, scorer="rules", layers=[ct])
+    for m in s["messages"]:
+        cm.add(m)
+    for e in cm.history.entries:
+        if str(e.msg.role) in ("system", "tool"):
+            assert ct.type_of(e.msg.id).type == (ContextType.INSTRUCTION if str(e.msg.role) == "system" else ContextType.TOOL)
