@@ -344,3 +344,12 @@ def test_packaged_context_type_head_blends_no_worse_than_rules():
     for e in cm.history.entries:
         if str(e.msg.role) in ("system", "tool"):
             assert ct.type_of(e.msg.id).type == (ContextType.INSTRUCTION if str(e.msg.role) == "system" else ContextType.TOOL)
+
+
+def test_heldout_drift_cases_no_false_alarms():
+    """The held-out cases (README): recall is reported, not asserted; a clean case gives no finding."""
+    from eval.drift import REPO as DRIFT_REPO, load_cases, run_case, score  # noqa: PLC0415
+
+    figures = score([run_case(c) for c in load_cases(DRIFT_REPO / "data" / "drift" / "heldout")])
+    assert figures["cases"] == 20 and figures["clean_cases"] == 4 and not figures["clean_with_findings"]
+    assert figures["overall"]["precision"] >= 0.9 and figures["overall"]["recall"] >= 0.3
