@@ -61,12 +61,19 @@ _CONCLUSION = re.compile(r"(?i)\b(?:your|the) (?:reference|confirmation|reservat
 
 def _constraint_sentences(e: Entry) -> list[str]:
     """The hard constraints of a user or system message the rules are read from: the ones the window
-    pins (:attr:`Entry.constraints`) and sentences with a prohibition cue it does not ("don't recommend
-    Apple")."""
+    pins (:attr:`Entry.constraints`), sentences with a prohibition cue it does not ("don't recommend
+    Apple"), and a user's sentences with a bound on an amount ("Keep it under $300 a night")."""
     out = list(e.constraints)
     if len(e.msg.content) <= 4000:
-        out += [s for s in sentences(e.msg.content) if s not in out and len(s) <= 300 and _TELLS_NOT.search(s)]
+        out += [s for s in sentences(e.msg.content) if s not in out and len(s) <= 300 and (
+            _TELLS_NOT.search(s) or (e.msg.role == Role.USER and _BOUND.search(s)))]
     return out
+
+
+#: A bound on an amount in a user's sentence ("under $300", "no more than 500元", 每晚不超过500元).
+_BOUND = re.compile(r"(?i)\b(?:under|below|at most|no more than|not more than|less than|max(?:imum)?|up to)\s+"
+                    r"(?:[$€£¥]\s?\d|\d[\d,.]*\s?(?:dollars|euros|pounds|usd|eur|gbp|元|块))|(?:不超过|最多|以内|低于|别超过|"
+                    r"不能超过)\s*\d|\d+\s*(?:元|块)(?:以内|以下)")
 
 
 #: A prohibition addressed to the agent ("Please don't recommend Apple", "No red-eye flights", 别推荐苹果),
@@ -97,6 +104,11 @@ def is_observation(msg: Message) -> bool:
     return msg.role == Role.USER and bool(_OBSERVATION.search(msg.content[:300]))
 
 
+#: A tool output that reports a failure in its own words ("Job for nginx.service failed because ...").
+_FAILED_OUTPUT = re.compile(r"(?i)\b(?:failed because|failed to|exited with (?:an )?error|error code|permission denied|"
+                            r"connection refused|command not found|no such file or directory|unable to)\b")
+
+
 def tool_ok(msg: Message) -> bool:
     """A tool result (or an observation) that reports no error."""
     text = msg.content.strip()
@@ -105,7 +117,7 @@ def tool_ok(msg: Message) -> bool:
         return m.group(1) == "0"  # the command's own verdict
     head = text[:200]
     return not (head.lower().startswith("error") or _ERROR_JSON.search(head) or re.search(
-        r"(?i)^\s*(?:failed|exception|traceback)|失败|错误", head))
+        r"(?i)^\s*(?:failed|exception|traceback)|失败|错误", head) or _FAILED_OUTPUT.search(head))
 
 
 @dataclass
