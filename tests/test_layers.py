@@ -348,8 +348,22 @@ def test_packaged_context_type_head_blends_no_worse_than_rules():
 
 def test_heldout_drift_cases_no_false_alarms():
     """The held-out cases (README): recall is reported, not asserted; a clean case gives no finding."""
-    from eval.drift import REPO as DRIFT_REPO, load_cases, run_case, score  # noqa: PLC0415
+    from eval.drift import REPO as DRIFT_REPO  # noqa: PLC0415
+    from eval.drift import load_cases, run_case, score
 
     figures = score([run_case(c) for c in load_cases(DRIFT_REPO / "data" / "drift" / "heldout")])
     assert figures["cases"] == 20 and figures["clean_cases"] == 4 and not figures["clean_with_findings"]
     assert figures["overall"]["precision"] >= 0.9 and figures["overall"]["recall"] >= 0.3
+
+
+def test_verifier_rule_readings():
+    from ctxscore.verify import constraints as cons  # noqa: PLC0415
+    from ctxscore.verify.analysis import tool_ok  # noqa: PLC0415
+
+    assert cons.parse("Please don't suggest anything with peanuts, my son is allergic.", "m1")[0].terms == ("peanut",)
+    assert cons.parse("千万别推荐带花生的菜，我儿子花生过敏。", "m1")[0].terms == ("花生",)
+    r = cons.parse("Keep it under $300 a night.", "m1")[0]
+    assert (r.kind, r.bound, r.per) == ("max", 300.0, "per night")
+    assert not tool_ok(Message(role="tool", content="Job for nginx.service failed because the control process exited."))
+    assert tool_ok(Message(role="tool", content='{"status": "ok", "restarted": true}'))
+    assert tool_ok(Message(role="tool", content="<returncode>0</returncode>\n<output>\n8 passed, 0 failed\n</output>"))
