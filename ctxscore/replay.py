@@ -78,7 +78,8 @@ def replay_profile(user: str, sessions: Sequence[tuple[str, Sequence[dict[str, A
         cm = ContextManager(budget=1_000_000, scorer=scorer, rules=rules, store=store, session_id=sid, layers=[layer])
         for m in messages:
             cm.add(m)
-        out.promotions += layer.end_session()
+        layer.end_session()
+        out.promotions += layer.promotions  # at every task end of the session and at its end
         out.layer = layer
     return out
 

@@ -243,7 +243,11 @@ class ProfileLayer(Layer):
     def _statement(self, st: Statement, e: Entry, kind: str = "explicit_statement") -> None:
         """Add a statement: as evidence of its item, or as a new item, after the conflict check."""
         ev = self._evidence(e, st.quote, kind)
-        verdict, others = resolve(self, conflicting(self, st), st, ev)
+        # choices among offers are no stated taste: economy on one trip and business on another do not
+        # conflict; only statements are checked, against items some statement supports
+        found = [] if kind == "behaviour" else [it for it in conflicting(self, st)
+                                                 if any(x.kind != "behaviour" for x in it.evidence)]
+        verdict, others = resolve(self, found, st, ev)
         item = self.items.get(st.key)
         change = "evidence"
         if item is None or item.status not in ("active", "needs_clarification"):
