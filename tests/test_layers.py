@@ -367,3 +367,14 @@ def test_verifier_rule_readings():
     assert not tool_ok(Message(role="tool", content="Job for nginx.service failed because the control process exited."))
     assert tool_ok(Message(role="tool", content='{"status": "ok", "restarted": true}'))
     assert tool_ok(Message(role="tool", content="<returncode>0</returncode>\n<output>\n8 passed, 0 failed\n</output>"))
+
+
+def test_profile_choices_among_offers_do_not_conflict():
+    store = SQLiteStore(":memory:")
+    for k, cabin in enumerate(("economy class", "business class")):
+        p = _profile(store, "gil", f"gil-{k}", [
+            {"role": "user", "content": "I need a flight from Denver to Austin next Monday."},
+            {"role": "assistant", "content": f"SK{k}12 has a seat in {cabin} for $300. Shall I book it?"},
+            {"role": "user", "content": "Yes, book it."}])
+    cabins = [it for it in p.items.values() if it.attribute == "cabin"]
+    assert cabins and all(it.source == "behaviour" and it.status == "active" for it in cabins)
