@@ -114,7 +114,7 @@ PROPOSE = _rx(r"\b(?:i (?:would )?(?:recommend|suggest)|how about|what about|i f
 ATTRIBUTION = _rx(r"\b(?:as you (?:said|mentioned|requested|asked|confirmed|told me|wanted)|you (?:said|told me|mentioned|"
                   r"confirmed|requested|asked for|chose|agreed|selected|specified|indicated|wanted)|you'?ve (?:confirmed|"
                   r"said|chosen|agreed)|per your (?:request|confirmation|instructions)|since you (?:want|prefer|said|need)|"
-                  r"based on your (?:confirmation|request|preference))\b|(?:按照|根据)您的(?:要求|确认|说法|选择)|您(?:刚才)?(?:说过|说的|提到过|"
+                  r"based on your (?:confirmation|request|preference))\b|(?:按照|按|根据|依照)您的(?:要求|确认|说法|选择)|您(?:刚才)?(?:说过|说的|提到过|"
                   r"确认过|确认了|要求过|选择了|同意了|指定了)|如您所说")
 #: An assistant guess ("probably", "I assume").
 GUESS = _rx(r"\b(?:probably|i assume|i guess|likely|i think|perhaps|maybe|it seems|might be|presumably)\b|可能|估计|应该是|大概|也许")
