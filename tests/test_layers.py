@@ -378,3 +378,12 @@ def test_profile_choices_among_offers_do_not_conflict():
             {"role": "user", "content": "Yes, book it."}])
     cabins = [it for it in p.items.values() if it.attribute == "cabin"]
     assert cabins and all(it.source == "behaviour" and it.status == "active" for it in cabins)
+
+
+def test_ledger_chinese_change_verb_supersedes():
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+    for m in ({"role": "user", "content": "帮我订明天晚上6点莲花餐厅四个人的位子。"}, {"role": "assistant", "content": "好的"},
+              {"role": "user", "content": "时间改成晚上8点吧，我们会晚到。"}):
+        cm.add(m)
+    assert led.current[(0, "时间")].value == "晚上8点" and led.was[(0, "时间")] == ["晚上6点"]
