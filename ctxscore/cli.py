@@ -1,4 +1,4 @@
-"""Command line: ``ctxscore compress | score | inspect | serve``.
+"""Command line: ``ctxscore compress | score | inspect | serve | profile | verify``.
 
 Input files: JSONL with one OpenAI-style message per line (``role``, ``content``, optional ``id``,
 ``name``, ``tool_calls``, ``tool_call_id``), a JSON array of messages, or (``score``) the evaluation's
@@ -171,6 +171,98 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile_users(sessions: list[Conversation], user: str | None) -> dict[str, list[tuple[str, list[dict[str, Any]]]]]:
+    """User -> (session id, messages): ``--user`` takes every conversation as a session of that user; else a
+    plain message file is user ``default`` and each session of a session file is its own user."""
+    out: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
+    for n, sess in enumerate(sessions):
+        sid = sess.session_id or f"s{n}"
+        out.setdefault(user or sess.extra.get("user") or sess.session_id or "default", []).append((sid, sess.messages))
+    return out
+
+
+def _print_profile(rep: Any) -> None:
+    items = sorted(rep.layer.items.values(), key=lambda it: (it.status != "needs_clarification", it.profile_type, it.key))
+    print(f"user {rep.user}: {len(rep.sessions)} session(s), {len(items)} item(s), {len(rep.layer.people)} person(s), "
+          f"{len(rep.promotions)} promotion(s)")
+    if items:
+        print(f"  {'type/attribute':<24} {'value':<28} {'level':<12} {'status':<19} {'stab':>5}  "
+              f"{'occ':>3} {'dur':>4} {'scn':>4} {'conf':>4}  evidence")
+    for it in items:
+        t = it.terms
+        sign = "-" if it.polarity < 0 else ("+" if it.polarity > 0 else " ")
+        tag = " compromise" if it.compromise else ""
+        print(f"  {(it.profile_type + '/' + it.attribute)[:24]:<24} {sign}{it.value[:27]:<27} {it.time_level:<12} "
+              f"{(it.status + tag)[:19]:<19} {it.stability:>5.2f}  {t.get('occurrences', 0):>3.1f} "
+              f"{t.get('duration', 0):>4.2f} {t.get('cross_scene', 0):>4.2f} {t.get('confirmation', 0):>4.2f}  "
+              f"{_evidence_ids(it.evidence, len(rep.sessions) > 1)}")
+    for p in rep.layer.people.values():
+        print(f"  person: {p.name or p.key} ({p.relation}): {' | '.join(p.notes[:2])[:100]}")
+    for pr in rep.promotions:
+        print(f"  promoted {pr['key']}: {pr['from']} -> {pr['to']} (stability {pr['stability']}, session {pr['session']})")
+
+
+def _evidence_ids(evidence: list[Any], sessions: bool, most: int = 4) -> str:
+    """``m0, m2`` or, over several sessions, ``alice-1:m0, alice-2:m2`` (the first ``most``, deduplicated)."""
+    ids = list(dict.fromkeys(f"{e.session}:{e.message}" if sessions else e.message for e in evidence))
+    return ", ".join(ids[:most]) + (f" (+{len(ids) - most})" if len(ids) > most else "")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """``ctxscore profile``: the user profiles a file's sessions give, with stability scores and levels."""
+    from .replay import replay_profile  # noqa: PLC0415
+
+    users = _profile_users(read_sessions(args.file), args.user)
+    scorer = _scorer_arg(args.model)
+    reps = [replay_profile(u, ss, scorer=scorer, rules=args.rules, days_between=args.days_between)
+            for u, ss in users.items()]
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reps], ensure_ascii=False, indent=2))
+        return 0
+    for r in reps:
+        _print_profile(r)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``ctxscore verify``: replay a file and print the verifier's findings of each build, with message ids."""
+    from .replay import replay_verify  # noqa: PLC0415
+
+    sessions = read_sessions(args.file)
+    scorer = _scorer_arg(args.model)
+    policy = Policy(recent_turns=args.recent_turns) if args.recent_turns is not None else None
+    for n, sess in enumerate(sessions):
+        sid = sess.session_id or f"s{n}"
+        builds, full, cm = replay_verify(sess.messages, args.budget, scorer=scorer, rules=args.rules,
+                                         encoding=args.encoding, policy=policy, session_id=sid)
+        if args.json:
+            for b in builds:
+                print(json.dumps({"session": sid, "build": b.build, "before": b.before, "tokens": b.tokens,
+                                  "findings": [f.to_dict() for f in b.findings]}, ensure_ascii=False))
+            print(json.dumps({"session": sid, "check": [f.to_dict() for f in full]}, ensure_ascii=False))
+            continue
+        _print_verify(sid, builds, full, len(cm), args.budget)
+        cm.close()
+    return 0
+
+
+def _print_verify(sid: str, builds: list[Any], full: list[Any], n: int, budget: int) -> None:
+    print(f"session {sid}: {n} messages, {len(builds)} builds at {budget} tokens")
+    seen: set[tuple[str, str]] = set()
+    for b in builds:
+        new = [f for f in b.findings if f.key not in seen]
+        seen |= {f.key for f in b.findings}
+        if new:
+            where = f"before {b.before}" if b.before else "at the end"
+            print(f"build {b.build} ({where}, {b.tokens} tokens): {len(new)} new, {len(b.findings) - len(new)} still open")
+            for f in new:
+                print(f"  {f}")
+    extra = [f for f in full if f.key not in seen]
+    print(f"full check: {len(full)} finding(s), {len(extra)} not seen in a build" + (":" if extra else ""))
+    for f in extra:
+        print(f"  {f}")
+
+
 def _positive_int(s: str) -> int:
     try:
         v = int(s)
@@ -218,6 +310,23 @@ def build_parser() -> argparse.ArgumentParser:
     common(i)
     i.add_argument("--budget", type=_positive_int, required=True, help="token budget")
     i.set_defaults(func=cmd_inspect)
+
+    pr = sub.add_parser("profile", help="the user profile a file gives: items, stability scores, levels, people")
+    pr.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL")
+    pr.add_argument("--user", default=None, help="every conversation of the file is a session of this user "
+                    "(default: each session of a session file is its own user)")
+    pr.add_argument("--json", action="store_true", help="print the profiles as JSON")
+    pr.add_argument("--model", default="rules", help="scorer: 'rules' (default), 'auto' or a packaged scorer folder")
+    pr.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
+    pr.add_argument("--days-between", type=float, default=1.0,
+                    help="days between a user's sessions on the replay clock (files carry no timestamps; default 1)")
+    pr.set_defaults(func=cmd_profile)
+
+    vf = sub.add_parser("verify", help="replay a file and print the context verifier's findings of each build")
+    common(vf)
+    vf.add_argument("--budget", type=_positive_int, required=True, help="token budget of each build")
+    vf.add_argument("--json", action="store_true", help="one JSON line per build, then the full check")
+    vf.set_defaults(func=cmd_verify)
 
     v = sub.add_parser("serve", help="OpenAI-compatible proxy: clients send their full history, the upstream gets the window")
     v.add_argument("--upstream", required=True, help="upstream API base including /v1, e.g. https://api.openai.com/v1")

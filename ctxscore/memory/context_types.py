@@ -298,6 +298,7 @@ class TypeHead:
         out.mkdir(parents=True, exist_ok=True)
         sio.dump(self.estimator, out / HEAD_FILE)
         cfg = {"format_version": HEAD_FORMAT_VERSION, "labels": [str(t) for t in CONTEXT_TYPES],
+               "weight": float(self.config.get("weight", HEAD_WEIGHT)),
                "feature_spec": self.spec.to_dict(), "files": {HEAD_FILE: sha256_file(out / HEAD_FILE)},
                "metrics": dict(metrics or {})}
         (out / "config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -341,8 +342,9 @@ def load_default_head() -> TypeHead | None:
         return None
 
 
-#: Weight of the learned head in :func:`blend` (rules get ``1 - HEAD_WEIGHT``).
-HEAD_WEIGHT = 0.5
+#: Weight of the learned head in :func:`blend` (rules get ``1 - HEAD_WEIGHT``) when the head's config
+#: names none (a packaged head carries the weight chosen on the dev split, ``config["weight"]``).
+HEAD_WEIGHT = 0.3
 
 
 def blend(rule: TypePrediction, learned: Mapping[str, float] | None, weight: float = HEAD_WEIGHT) -> TypePrediction:

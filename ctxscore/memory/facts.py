@@ -53,6 +53,7 @@ give take check checking set change plan visit go going leave leaving arrive arr
 actually instead""".split())
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 _CJK_NAME = re.compile(r"([\u4e00-\u9fff]{2,6})(?:是|为|在|：|:)?\s*$")
+_CJK_CHANGE = re.compile(r"(?:改成|改为|换成|变成|改到|调到|调成|改)$")
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
 # The kind of entity, by the rule file's pattern name, when no word names it.
 _KIND = {
@@ -151,7 +152,9 @@ def _slot_name(before: str) -> str | None:
     """The naming words at the end of ``before`` (up to three content words), or ``None``."""
     m = _CJK_NAME.search(before)
     if m:
-        return m.group(1)
+        name = _CJK_CHANGE.sub("", m.group(1))  # 时间改成 8点: the slot is 时间, the value replaces it
+        name = re.sub(r"^[请把将]+", "", name)
+        return name if len(name) >= 2 else m.group(1)
     words = [w.lower() for w in _WORD.findall(before[-60:])]
     name: list[str] = []
     for w in reversed(words):

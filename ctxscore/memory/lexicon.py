@@ -16,13 +16,14 @@ def _rx(pattern: str) -> re.Pattern[str]:
 
 #: A negation inside a sentence (the verifier compares them before and after compression).
 NEGATION = _rx(r"\b(?:not|no|never|none|nothing|nobody|without|don'?t|doesn'?t|didn'?t|won'?t|can'?t|cannot|"
-               r"isn'?t|aren'?t|wasn'?t|shouldn'?t|mustn'?t|neither|nor)\b|不|别|没|无|禁止|勿|未|非")
+               r"isn'?t|aren'?t|wasn'?t|shouldn'?t|mustn'?t|neither|nor)\b|"
+               r"(?<![要是能好可对会行])不(?![错过少如同久断仅管然停客好])|别|没(?!问题)|无法|禁止|勿|未(?!来)")
 #: A prohibition: the negated verb phrase of a hard constraint ("don't recommend Apple", "不要退成余额").
 PROHIBITION = _rx(r"\b(?:don'?t|do not|never|must not|mustn'?t|should not|shouldn'?t|no more|not allowed to|"
                   r"cannot|can'?t|under no circumstances|avoid)\b\s*(?:ever\s+)?|(?<![a-z])no\s+(?=[a-z])|"
-                  r"不要|别|禁止|不得|千万别|绝对不|不能|不许|不准|不想要?|不考虑")
+                  r"不要|别|禁止|不得|千万别|绝对不|(?<!能)不能(?!不)|不许|不准|不想要?|不考虑")
 #: The user affirms what the assistant just said or offered.
-AFFIRM = _rx(r"^\W*(?:yes|yeah|yep|yup|sure|ok(?:ay)?|correct|right|exactly|perfect|great|fine|sounds (?:good|great|"
+AFFIRM = _rx(r"^\W*(?:(?:oh|ah|well|um|hmm|great|alright)\W+)?(?:yes|yeah|yep|yup|sure|ok(?:ay)?|correct|right|exactly|perfect|great|fine|sounds (?:good|great|"
              r"perfect|fine)|that (?:works|will work|would work|sounds good|is (?:right|correct|fine))|(?:that )?works for me|that'?ll work|will do|that's (?:right|correct|fine|good|"
              r"perfect|great)|go ahead|please do|do it|book it|confirm(?:ed)?|i confirm|proceed|let's do (?:it|that)|"
              r"i'll take (?:it|that|them)|that one)\b|^\W*(?:是的|对|好的?|可以|行|没错|确认|就这个|就这样|改吧|订吧|嗯)")
@@ -39,8 +40,8 @@ RESIGN = _rx(r"\b(?:i guess|fine,? (?:then|i'?ll)|whatever|if (?:that'?s|it'?s) 
 #: A first-person statement of what the user likes, wants in general, or avoids.
 PREF_POS = _rx(r"\b(?:i (?:really |usually |always |generally |do )?(?:like|love|prefer|enjoy|adore)|i'?d (?:rather|prefer)|"
                r"i'?m (?:a (?:big |huge )?fan of|into)|my favou?rite (?:\w+ )?is|i usually (?:go for|take|get|book|pick)|"
-               r"i always (?:go for|take|get|book|pick|fly|choose))\s+|"
-               r"我(?:很|比较|特别|非常|一直|一般|平时|通常|最)?(?:喜欢|爱|偏好|偏爱|习惯)")
+               r"i always (?:go for|take|get|book|pick|fly|choose)|i'?m (?:a |an )?(?=vegetarian|vegan|pescatarian|halal|kosher))\s*|"
+               r"我(?P<gap>[^，。！？,.!?]{0,6}?)(?:很|比较|特别|非常|一直|一般|平时|通常|最)?(?:喜欢|爱(?!人)|偏好|偏爱|习惯)")
 PREF_NEG = _rx(r"\b(?:i (?:really )?(?:don'?t|do not|never) (?:like|want|eat|drink|use|fly|enjoy)|i (?:hate|dislike|"
                r"can'?t stand)|i'?m (?:done with|tired of|sick of|not a fan of|allergic to)|"
                r"(?:don'?t|do not|never) (?:recommend|suggest|offer|show|give)(?: me)?|no more)\s+|"
@@ -61,7 +62,7 @@ RELATION = _rx(r"\bmy (?P<rel>wife|husband|partner|girlfriend|boyfriend|son|daug
                r"grandfather|grandma|grandpa|assistant|client|roommate|neighbou?r|aunt|uncle|cousin|team ?lead)\b"
                r"(?:,?\s+(?:named\s+|called\s+)?(?P<name>(?-i:[A-Z][a-z]+(?: [A-Z][a-z]+)?)))?|"
                r"我(?:的)?(?P<zrel>老婆|老公|妻子|丈夫|太太|先生|女朋友|男朋友|儿子|女儿|孩子|妈妈|母亲|爸爸|父亲|哥哥|姐姐|弟弟|妹妹|"
-               r"老板|领导|同事|朋友|室友|邻居|奶奶|爷爷|外婆|外公|客户|助理)(?:(?:叫|是)?(?P<zname>[\u4e00-\u9fff]{2,3}?(?=[，,。.\s和也要想喜爱是说在的不]|$)))?")
+               r"老板|领导|同事|朋友|室友|邻居|奶奶|爷爷|外婆|外公|客户|助理)(?:(?:叫|是)?(?P<zname>(?![一也都和要说在的是这那他她特最很非比就还])[\u4e00-\u9fff]{2,3}?(?=[，,。.\s和也要想喜爱是说在的不]|$)))?")
 #: Basic facts about the user ("I'm 34", "I live in Leeds", "我是学生").
 BASIC = _rx(r"\b(?:i'?m (?P<age>\d{1,2}) (?:years old|yo)\b|i live in (?P<city>(?-i:[A-Z][a-z]+(?: [A-Z][a-z]+)?))|"
             r"i'?m an? (?P<job>student|teacher|doctor|nurse|developer|engineer|designer|lawyer|retiree|freelancer|"
@@ -80,7 +81,7 @@ DECISION_STYLE = _rx(r"\b(?:i (?:always|usually) (?:pick|choose|go with|take) th
                      r"shortest|closest|best[- ]rated|earliest|latest)|price (?:matters|is what matters) most)\b|"
                      r"我(?:一般|通常|总是)?(?:都)?(?:选|挑)(?P<zwhat>最便宜|最快|最近|评分最高|最早)")
 #: The user states a goal or asks for something (a request or an intent).
-INTENT = _rx(r"\b(?:i (?:want|need|would like|'d like) (?:to|a|an|the|some)|i'?m looking for|can you|could you|"
+INTENT = _rx(r"\b(?:i(?:'d| would)? (?:also |really |just |still )?(?:want|need|like) (?:to|a|an|the|some)|i'?m looking for|can you|could you|"
              r"would you|please|help me|find me|book me|get me|show me|i'?m hoping|looking to|i plan to|"
              r"your task is)\b|帮我|我想|我要|想要|需要|请|麻烦|能不能|可以帮|给我找|推荐")
 #: A plan or a list of steps ("First, ... then ...", "1. ... 2. ...", "THOUGHT:").
@@ -101,6 +102,10 @@ ACTION = _rx(r"\b(?:i'?ll (?:book|reserve|cancel|change|modify|update|order|buy|
              r"scheduled|submitted|applied)|i am (?:booking|reserving|cancell?ing|changing|ordering)|i'?m (?:booking|"
              r"reserving|cancell?ing|changing|ordering)|booking (?:you|it|the)|your (?:\w+ )?(?:is|has been) "
              r"(?:booked|reserved|confirmed|scheduled))\b|(?:我)?(?:已|已经|马上|这就|现在)?(?:为您|帮您|给您)(?:预订|预定|订|改|修改|取消|下单|购买|提交|办理)")
+#: The assistant offers something and asks whether the user takes it.
+OFFER = _rx(r"\b(?:would you like|shall i|should i|do you want|does that work|is that (?:ok|okay|fine|alright)|"
+            r"how about|what about|i (?:can|could) (?:book|offer|reserve)|please confirm|can you confirm|"
+            r"confirm (?:that|the|your)|would that work|sound good)\b|要不要|可以吗|好吗|行吗|您看|确认一下|对吗|怎么样")
 #: The assistant recommends or proposes something.
 PROPOSE = _rx(r"\b(?:i (?:would )?(?:recommend|suggest)|how about|what about|i found|there is|there'?s|we have|"
               r"you (?:could|might|can) (?:try|take|go with)|my (?:top )?pick is|option|would you like)\b|"
@@ -109,7 +114,7 @@ PROPOSE = _rx(r"\b(?:i (?:would )?(?:recommend|suggest)|how about|what about|i f
 ATTRIBUTION = _rx(r"\b(?:as you (?:said|mentioned|requested|asked|confirmed|told me|wanted)|you (?:said|told me|mentioned|"
                   r"confirmed|requested|asked for|chose|agreed|selected|specified|indicated|wanted)|you'?ve (?:confirmed|"
                   r"said|chosen|agreed)|per your (?:request|confirmation|instructions)|since you (?:want|prefer|said|need)|"
-                  r"based on your (?:confirmation|request|preference))\b|(?:按照|根据)您的(?:要求|确认|说法|选择)|您(?:刚才)?(?:说过|说的|提到过|"
+                  r"based on your (?:confirmation|request|preference))\b|(?:按照|按|根据|依照)您的(?:要求|确认|说法|选择)|您(?:刚才)?(?:说过|说的|提到过|"
                   r"确认过|确认了|要求过|选择了|同意了|指定了)|如您所说")
 #: An assistant guess ("probably", "I assume").
 GUESS = _rx(r"\b(?:probably|i assume|i guess|likely|i think|perhaps|maybe|it seems|might be|presumably)\b|可能|估计|应该是|大概|也许")

@@ -40,6 +40,7 @@ what the user said about them.
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,10 @@ from .profile_model import LEVELS, Evidence, Person, ProfileItem, StabilityPolic
 from .profile_section import ProfileSection
 
 DEFAULT_SHARE = 0.05
+#: An affirmation that hands over information ("Sure, it's noah_fischer_5705") is no decision.
+_INFO = re.compile(r"(?i)\b(?:it'?s|my|is)\b.{0,30}(?:\d{3,}|@|_)|\d{5,}")
+#: Attributes a free choice is evidence for (what one chooses the same way again).
+_BEHAVIOUR_ATTRIBUTES = frozenset({"seat", "cabin", "brand", "diet"})
 
 @dataclass
 class _Turn:
@@ -69,6 +74,30 @@ class _Turn:
     offer: Entry | None = None
     rejections: list[str] = field(default_factory=list)
     tasks_seen: list[int] = field(default_factory=list)
+
+
+def _negated(text: str, term: str) -> bool:
+    """``term`` appears in ``text`` only right after a negation ("not the window seat", 不辣)."""
+    low = text.lower()
+    i = low.find(term)
+    return i < 0 or bool(lx.NEGATION.search(low[max(0, i - 8): i]))
+
+
+def _spans(text: str, most: int = 5) -> list[str]:
+    """The entities of an offer, in order, without one that starts inside another ("08:15" then "15 has ...")."""
+    out: list[str] = []
+    end = -1
+    for s in extract_entities(text):
+        i = text.find(s)
+        if len(s) >= 40 or i < 0:
+            continue
+        if i < end:
+            continue
+        out.append(s)
+        end = i + len(s)
+        if len(out) == most:
+            break
+    return out
 
 
 class ProfileLayer(Layer):
@@ -166,7 +195,8 @@ class ProfileLayer(Layer):
             if e.msg.role == Role.USER:
                 self._user(e)
             elif e.msg.role == Role.ASSISTANT and e.msg.content.strip():
-                self._turn.offer = e
+                offer = lx.OFFER.search(e.msg.content) or lx.PROPOSE.search(e.msg.content)
+                self._turn.offer = e if offer else None
         self.flush()
 
     def end_session(self) -> list[dict[str, Any]]:
@@ -194,7 +224,8 @@ class ProfileLayer(Layer):
             self._turn.scene = scene_of(text)
         if self._turn.offer is not None and len(text) < 200 and lx.REJECT.search(text):
             self._turn.rejections.append(e.msg.id or "")
-        elif self._turn.offer is not None and len(text) < 160 and lx.AFFIRM.search(text):
+        elif self._turn.offer is not None and len(text) < 160 and lx.AFFIRM.search(text) and not _INFO.search(text) \
+                and not lx.CLOSING.search(text):
             self._decision(e)
         for st in statements(text):
             if st.profile_type == "relationship":
@@ -212,7 +243,11 @@ class ProfileLayer(Layer):
     def _statement(self, st: Statement, e: Entry, kind: str = "explicit_statement") -> None:
         """Add a statement: as evidence of its item, or as a new item, after the conflict check."""
         ev = self._evidence(e, st.quote, kind)
-        verdict, others = resolve(self, conflicting(self, st), st, ev)
+        # choices among offers are no stated taste: economy on one trip and business on another do not
+        # conflict; only statements are checked, against items some statement supports
+        found = [] if kind == "behaviour" else [it for it in conflicting(self, st)
+                                                 if any(x.kind != "behaviour" for x in it.evidence)]
+        verdict, others = resolve(self, found, st, ev)
         item = self.items.get(st.key)
         change = "evidence"
         if item is None or item.status not in ("active", "needs_clarification"):
@@ -232,7 +267,7 @@ class ProfileLayer(Layer):
         offer = self._turn.offer
         if offer is None:
             return
-        spans = [s for s in extract_entities(offer.msg.content[:1200]) if len(s) < 40][:5]
+        spans = _spans(offer.msg.content[:1200])
         value = ", ".join(spans) or " ".join(offer.msg.content.split())[:80]
         rejected = list(self._turn.rejections)
         compromise = bool(rejected) or bool(lx.RESIGN.search(e.msg.content))
@@ -248,7 +283,8 @@ class ProfileLayer(Layer):
         self._confirm(offer, e)
         if not compromise:  # a free choice is behaviour evidence for what it is about; a compromise is not
             for attr, subj in terms_in(offer.msg.content):
-                self._statement(Statement("preference", attr, subj, 1, offer.msg.content[:240]), e, "behaviour")
+                if attr in _BEHAVIOUR_ATTRIBUTES and not _negated(offer.msg.content, subj):
+                    self._statement(Statement("preference", attr, subj, 1, offer.msg.content[:240]), e, "behaviour")
 
     def _confirm(self, offer: Entry, e: Entry) -> None:
         """An affirmation of an assistant message restating an item confirms the item."""
@@ -292,7 +328,7 @@ class ProfileLayer(Layer):
                 it.status = "expired"
                 self._changed(it, "expired")
                 continue
-            it.time_level, it.promoted_at = after, self.consolidations
+            it.time_level, it.promoted_at = after, self._token()
             rec = {"key": it.key, "from": before, "to": after, "stability": round(it.stability, 3),
                    "session": getattr(self, "session_id", ""), "consolidation": self.consolidations}
             done.append(rec)
@@ -309,13 +345,17 @@ class ProfileLayer(Layer):
                 return "session"
             mine = all(e.session == getattr(self, "session_id", "") and e.task in finished for e in it.evidence)
             return "expired" if mine else it.time_level
-        if it.promoted_at == self.consolidations:
-            return it.time_level
+        if it.promoted_at == self._token():
+            return it.time_level  # one level per consolidation
         if it.time_level == "session" and it.stability >= self.policy.mid and it.occurrences >= self.policy.min_occurrences_mid:
             return "mid"
-        if it.time_level == "mid" and it.stability >= self.policy.long and it.promoted_at < self.consolidations:
+        if it.time_level == "mid" and it.stability >= self.policy.long:
             return "long"
         return it.time_level
+
+    def _token(self) -> str:
+        """The current consolidation, ``session#count``."""
+        return f"{self.session_id}#{self.consolidations}"
 
     # -- storage and views ------------------------------------------------------------------------
     def flush(self) -> None:

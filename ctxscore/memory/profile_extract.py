@@ -59,9 +59,14 @@ _TERM_ATTR = {t: a for t, a in _TERMS}
 _STOP = re.compile(r"[,.;!?，。；！？]|\b(?:and|but|because|so|since|as|if|when|for now|this time|anymore|please)\b|"
                    r"但是|因为|所以|了|吧|啊|呢|这次|最近")
 _WANT = re.compile(r"\b(?:i (?:want|need|would like|'d like)|give me|book me|我要|我想要|给我)\s*", re.I)
+_OTHER_PERSON = re.compile(r"老婆|老公|妻子|丈夫|孩子|儿子|女儿|妈|爸|朋友|同事|同学|室友|老板|领导|客户|爱人|家人|他|她|觉得|说|希望|不")
 _TRAILING = frozenset("the a an of in on at to for with from by".split())
 #: Phrases that point at an offer instead of naming a taste ("I don't want those tickets": a rejection).
-_DEICTIC = re.compile(r"^(?:those|that|this|these|it|them|one|any of|either|the one|这个|那个|这些|那些)\b", re.I)
+_DEICTIC = re.compile(r"^(?:those|that|this|these|it|them|one|any of|either|the one|the sound of|sound of|now|yet|"
+                      r"(?:to )?(?:reserve|book|buy|order|cancel|change|do|go|make|get)\b|这个|那个|这些|那些)\b|"
+                      r"^[\u4e00-\u9fff]?的$", re.I)
+#: A goal phrase about the conversation itself ("what I'm trying to accomplish with the command below").
+_META_GOAL = re.compile(r"(?i)\b(?:command|code|script|error|output|below|above|this message)\b")
 _ARTICLE = re.compile(r"^(?:the|a|an|some|any|my|to|with|of|about|using|use|recommend|suggest|offer|show|give)\s+", re.I)
 
 #: Kinds of situation, by the words of a task's first user message and its tool names.
@@ -163,6 +168,8 @@ def _preferences(sent: str) -> list[Statement]:
                 change=bool(lx.CHANGE.search(sent)))
     for rx, pol in ((lx.PREF_NEG, -1), (lx.PREF_POS, 1)):
         for m in rx.finditer(sent):
+            if _OTHER_PERSON.search(m.groupdict().get("gap") or ""):
+                continue  # 我老婆喜欢 ...: someone else's taste
             phrase = _object(sent[m.end():])
             if not phrase or _DEICTIC.match(phrase) or (len(phrase) < 2 and not re.match(r"[\u4e00-\u9fff]", phrase)):
                 continue
@@ -200,6 +207,8 @@ def _others(sent: str) -> list[Statement]:
         m = rx.search(sent)
         if m:
             phrase = _object(sent[m.end():]) or m.group(0)
+            if ptype == "goal" and _META_GOAL.search(sent[m.end(): m.end() + 80]):
+                continue  # a goal of the request at hand, not of the user's life
             out.append(Statement(ptype, "general", normalise(f"{m.group(0).strip()} {phrase}".strip()), 1, sent[:240], **cues))
     m = lx.DECISION_STYLE.search(sent)
     if m:

@@ -92,7 +92,7 @@ class ProfileItem:
     compromise: bool = False
     stability: float = 0.0
     terms: dict[str, float] = field(default_factory=dict)
-    promoted_at: int = -1  # consolidation count when the item last changed level
+    promoted_at: str = ""  # the consolidation (``session#count``) that last changed its level
 
     @property
     def family(self) -> str:

@@ -61,22 +61,25 @@ class ContextTypes(Layer):
     Args:
         head: the learned head; ``"default"`` (the packaged one when present, else rules only), ``None``
             (rules only) or a :class:`~ctxscore.memory.context_types.TypeHead`.
-        head_weight: weight of the head against the rules, in [0, 1].
+        head_weight: weight of the head against the rules, in [0, 1]; ``None``: the weight the head was
+            packaged with (chosen on the dev split), else :data:`~ctxscore.memory.context_types.HEAD_WEIGHT`.
         share: the fraction of the budget each section may use, in (0, 1].
 
     Raises:
         ConfigError: ``share`` or ``head_weight`` out of range.
     """
 
-    def __init__(self, head: TypeHead | str | None = "default", head_weight: float = HEAD_WEIGHT,
+    def __init__(self, head: TypeHead | str | None = "default", head_weight: float | None = None,
                  share: float = DEFAULT_SHARE) -> None:
         if not 0 < share <= 1:
             raise ConfigError(f"ContextTypes share must be in (0, 1], got {share}")
-        if not 0 <= head_weight <= 1:
+        if head_weight is not None and not 0 <= head_weight <= 1:
             raise ConfigError(f"ContextTypes head_weight must be in [0, 1], got {head_weight}")
         self.head = load_default_head() if head == "default" else head
         if isinstance(self.head, str):
             raise ConfigError(f"head must be 'default', None or a TypeHead, got {head!r}")
+        if head_weight is None:
+            head_weight = float(self.head.config.get("weight", HEAD_WEIGHT)) if self.head is not None else HEAD_WEIGHT
         self.head_weight = head_weight
         self.share = share
         self.rules = RuleTypeClassifier()

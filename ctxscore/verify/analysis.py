@@ -45,9 +45,7 @@ _PAST_ACTION = re.compile(r"(?i)\b(?:i'?ve|i have|has been|have been|is now|are 
                           r"upgraded|added|removed|returned|exchanged)\b|已(?:经)?(?:为您|帮您)?(?:预订|取消|修改|更新|退款|提交|改好)")
 _CORRECTION = re.compile(r"(?i)\b(?:actually|instead|change (?:it |that )?to|make it|i meant|rather|correction|"
                          r"switch to|not anymore)\b|改成|改为|换成|更正|其实|不对")
-_OFFER = re.compile(r"(?i)\b(?:would you like|shall i|should i|do you want|does that work|is that (?:ok|okay|fine|alright)|"
-                    r"how about|what about|i (?:can|could) (?:book|offer|reserve)|please confirm|can you confirm|"
-                    r"confirm (?:that|the|your))\b|要不要|可以吗|好吗|行吗|您看|确认一下|对吗")
+_OFFER = lx.OFFER
 _CONFIRM_WORD = re.compile(r"(?i)\b(?:yes|yeah|yep|sure|ok(?:ay)?|confirm\w*|go ahead|proceed|please do|do it|correct|"
                            r"that'?s right|sounds good)\b|是的|确认|可以|好的|对|行|没问题|改吧|订吧|办吧")
 _NOT_ACTION = re.compile(r"(?i)^(?:think|calculat\w*|transfer_to_human\w*|final_answer)$")
@@ -59,6 +57,31 @@ _IMPERATIVE = re.compile(r"(?i)^\s*(?:please|go ahead|let'?s|can you|could you|i
 _NON_WRITE = re.compile(r"(?i)human|agent|think|calculat|search|get_|find|list|lookup|check|verify|read")
 _CONCLUSION = re.compile(r"(?i)\b(?:your|the) (?:reference|confirmation|reservation|booking|order|ticket|refund|total|"
                          r"balance|tracking|return|exchange)\b|单号|订单号|总共|合计|退款|金额|共计")
+
+
+def _constraint_sentences(e: Entry) -> list[str]:
+    """The hard constraints of a user or system message the rules are read from: the ones the window
+    pins (:attr:`Entry.constraints`), sentences with a prohibition cue it does not ("don't recommend
+    Apple"), and a user's sentences with a bound on an amount ("Keep it under $300 a night")."""
+    out = list(e.constraints)
+    if len(e.msg.content) <= 4000:
+        out += [s for s in sentences(e.msg.content) if s not in out and len(s) <= 300 and (
+            _TELLS_NOT.search(s) or (e.msg.role == Role.USER and _BOUND.search(s)))]
+    return out
+
+
+#: A bound on an amount in a user's sentence ("under $300", "no more than 500元", 每晚不超过500元).
+_BOUND = re.compile(r"(?i)\b(?:under|below|at most|no more than|not more than|less than|max(?:imum)?|up to)\s+"
+                    r"(?:[$€£¥]\s?\d|\d[\d,.]*\s?(?:dollars|euros|pounds|usd|eur|gbp|元|块))|(?:不超过|最多|以内|低于|别超过|"
+                    r"不能超过)\s*\d|\d+\s*(?:元|块)(?:以内|以下)")
+
+
+#: A prohibition addressed to the agent ("Please don't recommend Apple", "No red-eye flights", 别推荐苹果),
+#: not a statement about the user ("I don't remember the ID", "No, it would be the 5th").
+_TELLS_NOT = re.compile(r"(?i)^\W*(?:please,? )?(?:don'?t|do not|never|avoid)\b|^\W*no\b(?!,|\s+(?:it|i|thanks|thank|that|"
+                        r"this|problem|worries|need|we|you|he|she|they|one|not|more|longer)\b)|\b(?:please|you must|you "
+                        r"should|make sure (?:to|you)) (?:not|don'?t|do not|never|avoid)\b|(?:^|[，,。；;])\s*(?:请|千万|一定)?"
+                        r"(?:不要|别|禁止|不许|不准|千万别)")
 
 
 def _short_args(arguments: str) -> str:
@@ -81,6 +104,11 @@ def is_observation(msg: Message) -> bool:
     return msg.role == Role.USER and bool(_OBSERVATION.search(msg.content[:300]))
 
 
+#: A tool output that reports a failure in its own words ("Job for nginx.service failed because ...").
+_FAILED_OUTPUT = re.compile(r"(?i)\b(?:failed because|failed to|exited with (?:an )?error|error code|permission denied|"
+                            r"connection refused|command not found|no such file or directory|unable to)\b")
+
+
 def tool_ok(msg: Message) -> bool:
     """A tool result (or an observation) that reports no error."""
     text = msg.content.strip()
@@ -89,7 +117,7 @@ def tool_ok(msg: Message) -> bool:
         return m.group(1) == "0"  # the command's own verdict
     head = text[:200]
     return not (head.lower().startswith("error") or _ERROR_JSON.search(head) or re.search(
-        r"(?i)^\s*(?:failed|exception|traceback)|失败|错误", head))
+        r"(?i)^\s*(?:failed|exception|traceback)|失败|错误", head) or _FAILED_OUTPUT.search(head))
 
 
 @dataclass
@@ -154,7 +182,7 @@ class Tracker:
             self.constraints.setdefault(key, []).extend((msg.turn or 0, s) for s in e.constraints)
         found: list[Finding] = []
         if msg.role == Role.SYSTEM:
-            self.system_rules += [r for s in e.constraints for r in cons.parse(s, mid)]
+            self.system_rules += [r for s in _constraint_sentences(e) for r in cons.parse(s, mid)]
         elif msg.role == Role.TOOL or is_observation(msg):
             self.uses_tools = True
             t.results.append((mid, tool_ok(msg), msg.name or self.call_names.get(msg.tool_call_id or "", "")))
@@ -169,7 +197,7 @@ class Tracker:
     def _user(self, e: Entry, t: TaskTrack, vals: list[Value]) -> None:
         mid, text = e.msg.id or "", e.msg.content
         if _CORRECTION.search(text[:300]):  # "actually, make it 3 people": one new value replaces the others
-            for g in {v.group for v in vals}:
+            for g in {v.group for v in vals} - {"place"}:  # a place has many roles (origin, destination)
                 new = [v for v in vals if v.group == g]
                 if len(new) == 1:
                     t.superseded.setdefault(g, set()).update(n for n in t.user.get(g, {}) if n not in new[0].norms)
@@ -187,7 +215,7 @@ class Tracker:
                     t.endorsed.setdefault(v.group, {})[n] = t.offer[0]
                     self.session_user.setdefault((v.group, n), t.offer[0])
         t.offer = None
-        t.rules += [r for s in e.constraints for r in cons.parse(s, mid)]
+        t.rules += [r for s in _constraint_sentences(e) for r in cons.parse(s, mid)]
         t.goal = t.goal or mid
         t.last_user, t.results, t.calls = e.msg, [], []
         stated = {(v.group, n) for v in vals for n in v.norms}
@@ -314,8 +342,10 @@ class Tracker:
             end = re.search(r"[.!?。！？]", text[m.end():])
             if end is not None and text[m.end() + end.start()] in "?？":
                 continue  # a question asks for the confirmation, it does not claim it
-            clause = re.split(r"[,;.!?，。；！？]", text[m.end(): m.end() + 160])[0]
-            for v in values_in(clause, self.config):
+            rest = text[m.end(): m.end() + (end.start() if end is not None else 200)]
+            for v in values_in(rest, self.config):
+                if v.group == "id":
+                    continue  # a reference the assistant reports is no claim about what the user said
                 key = (v.group, v.norm)
                 if key in self.session_user or v.norm in t.endorsed.get(v.group, {}):
                     continue

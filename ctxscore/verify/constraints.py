@@ -38,16 +38,18 @@ _FIXED = re.compile(r"(?i)no later than|no earlier than|not later than|not earli
 _ANCHOR = re.compile(r"(?i)\b(?:arriv\w*|land\w*|depart\w*|leav\w*|return\w*|check.?in|check.?out|pick.?up|deliver\w*)\b|"
                      r"到达|抵达|到|出发|起飞|离开|送达|取件")
 #: A bound per unit ("$800 per person", "每晚300元"): only values given per the same unit are compared.
-_PER = re.compile(r"(?i)\bper (?:person|night|ticket|head|day|room|item|passenger)\b|\beach\b|/(?:night|person|day)|"
+_PER = re.compile(r"(?i)\b(?:per|a|an) (?:person|night|ticket|head|day|room|item|passenger)\b|\beach\b|/(?:night|person|day)|"
                   r"人均|每人|每晚|一晚|每张|每间|每天|每件")
 _PER_KIND = {"人均": "per person", "每人": "per person", "每晚": "per night", "一晚": "per night", "每张": "per ticket",
              "每间": "per room", "每天": "per day", "每件": "per item", "/night": "per night", "/person": "per person",
              "/day": "per day", "per head": "per person", "per passenger": "per person"}
+_WITH = re.compile(r"(?i)\b(?:anything|something|nothing|dishes|food|meals?|items?|products?)\s+(?:with|containing|"
+                   r"that contains?|made with)\s+([a-z]{3,})")
 _STOPWORDS = frozenset("""a an the any me us my our your it them this that these those to for of in on at with by from and or be
 ever recommend suggest offer show give book use buy choose pick select include add send get make put change do modify
 please just again more anything something any one ones option options""".split())
 _ZH_VERBS = re.compile(r"^(?:给我|帮我|为我|再|推荐|介绍|退成|退到|退回|用|选|订|买|发|改成|换成|安排|使用|提供|要|重启|切换|删除|修改|"
-                       r"更改|透露|发送|分享|泄露|动|碰|关闭|停止|执行)+")
+                       r"更改|透露|发送|分享|泄露|动|碰|关闭|停止|执行|带有|带|含有|含|加)+")
 _ZH_SPLIT = re.compile(r"或者|或|和|与|、|，|,|以及|及")
 #: Brand aliases by maker ("apple" -> iPhone, iOS ...): a prohibited maker covers its products.
 _PRODUCTS: dict[str, list[str]] = {}
@@ -86,6 +88,11 @@ def _terms(phrase: str) -> tuple[str, ...]:
     out = [w.lower() for w in re.findall(r"\b(?-i:[A-Z][A-Za-z]+)", phrase) if w.lower() not in _STOPWORDS]
     if not out:
         out = [subj for attr, subj in terms_in(phrase) if attr != "lodging"]
+    if not out:  # "anything with peanuts", "dishes containing pork": the named ingredient
+        m = _WITH.search(phrase)
+        if m and m.group(1).lower() not in _STOPWORDS:
+            w = m.group(1).lower()
+            out = [w[:-1] if w.endswith("s") and not w.endswith("ss") and len(w) > 4 else w]
     if not out and re.search(r"[\u4e00-\u9fff]", phrase[:3]):
         for chunk in _ZH_SPLIT.split(phrase):
             chunk = _ZH_VERBS.sub("", chunk.strip())
@@ -103,16 +110,25 @@ def _minutes(norm: str) -> int:
     return int(h) * 60 + int(m)
 
 
+def _per_kind(text: str) -> str:
+    """The unit of a per-unit match, spelled one way ("a night", "/night", 每晚 -> "per night")."""
+    t = re.sub(r"^(?:a|an) ", "per ", text.lower())
+    return _PER_KIND.get(t, t)
+
+
 def _bounds(sentence: str, source: str) -> list[Rule]:
     out = []
     found = vals.values_in(sentence)
     for v in found:
         if v.group in ("money", "people"):
-            cue = _MAX.search(sentence) and "max" or (_MIN.search(sentence) and "min")
+            clause = next((c for c in re.split(r"[,;，；]", sentence) if v.text in c), sentence)
+            if re.search(r"\d\s*[-~到至]\s*" + re.escape(v.text), clause):
+                continue  # the top of a range ("50-100元"): neither bound is tested
+            cue = _MAX.search(clause) and "max" or (_MIN.search(clause) and "min")
             per = _PER.search(sentence)
             if cue:
                 out.append(Rule(cue, sentence, source, bound=float(v.norm), group=v.group,
-                                per=_PER_KIND.get(per.group(0).lower(), per.group(0).lower()) if per else ""))
+                                per=_per_kind(per.group(0)) if per else ""))
         elif v.group == "time":
             clause = next((c for c in re.split(r"[,;，；]|\band\b", sentence) if v.text in c), sentence)
             kind = "before" if _BEFORE.search(clause) else ("after" if _AFTER.search(clause) else "")
@@ -182,7 +198,7 @@ def _per_unit(text: str, value_text: str, per: str) -> bool:
     before = text[max(0, i - 6): i]
     for m in (*_PER.finditer(after), *(x for x in _PER.finditer(before) if re.match(r"[\u4e00-\u9fff]", x.group(0)))):
         if m.start() <= 3 or re.match(r"[\u4e00-\u9fff]", m.group(0)):
-            return _PER_KIND.get(m.group(0).lower(), m.group(0).lower()) == per
+            return _per_kind(m.group(0)) == per
     return False
 
 

@@ -38,6 +38,9 @@ _DATE_KINDS = frozenset({"datetime_iso", "date_slash", "date_words", "date_zh", 
 _TIME_KINDS = frozenset({"time", "time_zh"})
 _ID_KINDS = frozenset({"id_mixed", "long_number", "email"})
 _ISO_DATETIME = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
+_CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
+_GLUED_ID = re.compile(r"(?<![A-Za-z0-9_])(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9_-]{3,}(?![A-Za-z0-9_])"
+                       r"|(?<!\d)\d{8,}(?!\d)")
 _SLASH = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{2,4})\b")
 _PEOPLE = re.compile(r"(?i)\b(\d+|one|two|three|four|five|six|seven|eight|nine|ten|a couple of)\s+(?:people|persons?|"
                      r"adults?|guests?|passengers?|travell?ers|tickets?|seats?)\b|([0-9一两二三四五六七八九十]+)\s*(?:个人|位|人|张票)")
@@ -170,6 +173,9 @@ def values_in(text: str, config: RuleConfig | None = None) -> list[Value]:
         v = _span_value(text[s:e], kind)
         if v is not None:
             out.setdefault((v.group, v.norm), v)
+    if _CJK_CHAR.search(text):  # ids glued to Chinese text (确认号KJ20250611) escape the entity patterns' \\b
+        for m in _GLUED_ID.finditer(text):
+            out.setdefault(("id", m.group(0).lower()), Value("id", m.group(0).lower(), m.group(0)))
     for m in _PEOPLE.finditer(text):
         raw = (m.group(1) or m.group(2) or "").lower()
         n = str(_NUMBER_WORDS.get(raw, raw)) if not raw.isdigit() else str(int(raw))

@@ -34,6 +34,7 @@ OVERLAP = 0.5
 DUPLICATE_CHARS = 80
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _WORDS = re.compile(r"[a-z0-9']+|[\u4e00-\u9fff]")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
 _SENT = re.compile(r"(?<=[.!?;。！？；\n])")
 
 
@@ -136,6 +137,18 @@ def _derivable(x: float, nums: list[float]) -> bool:
     return False
 
 
+def _own_amounts(tr: Tracker, mid: str, but: str) -> list[float]:
+    """The other amounts a conclusion message states ("$547 per person, $1,641 in total")."""
+    out = []
+    for v in tr.conclusions.get(mid, ()):
+        if v.group == "money" and v.norm != but:
+            try:
+                out.append(float(v.norm))
+            except ValueError:
+                continue
+    return out
+
+
 def _evidence(tr: Tracker, view: Any, shown: list[Shown]) -> tuple[set[str], Counter[str], list[float]]:
     """(normal forms shown by users, tools, the system and notes; normal forms the assistant's shown
     messages say, counted; the shown evidence numbers, for sums)."""
@@ -179,8 +192,8 @@ def conclusion_checks(tr: Tracker, view: Any, shown: list[Shown], full: bool) ->
         for v in tr.conclusions[mid]:
             if v.norm in evidence or said[v.norm] - (v.norm in own) > 0:
                 continue
-            if v.group == "money" and _derivable(float(v.norm), nums):
-                continue
+            if v.group == "money" and _derivable(float(v.norm), [*nums, *_own_amounts(tr, mid, v.norm)]):
+                continue  # a total of shown numbers, or of the message's own (checked on their own): 3 x $547
             srcs = [x for x in (*tr.sources.get((v.group, v.norm), []), *tr.number_sources.get(v.norm, []))
                     if x != mid and tr.order.get(x, 1 << 30) < tr.order[mid]
                     and (tr.roles.get(x) != "assistant" or not tr.uses_tools)]
@@ -193,6 +206,11 @@ def conclusion_checks(tr: Tracker, view: Any, shown: list[Shown], full: bool) ->
                                    f"states {v.text!r}, which no tool result or user message gave", (mid,),
                                    Action.RECHECK, details={"value": v.text, "group": v.group}))
     return out
+
+
+def _distinct(value: str) -> bool:
+    """A value specific enough to look for in the window as text (three characters, or two with a digit)."""
+    return len(value) >= 3 or (len(value) == 2 and any(c.isdigit() for c in value))
 
 
 def _user_fact(f: Any, view: Any) -> bool:
@@ -210,11 +228,11 @@ def stale_checks(ledger: Any, view: Any, blob: str) -> list[Finding]:
     task = view.history.task_no
     for (t, slot), olds in ledger.was.items():
         cur = ledger.current.get((t, slot))
-        if t != task or cur is None or len(cur.value) < 3 or cur.value in blob or not _user_fact(cur, view):
+        if t != task or cur is None or not _distinct(cur.value) or cur.value in blob or not _user_fact(cur, view):
             continue
         for old in olds:
             prev = next((f for f in ledger.facts if f.task == t and f.slot == slot and f.value == old), None)
-            if len(old) >= 3 and old in blob and prev is not None and _user_fact(prev, view):
+            if _distinct(old) and old in blob and prev is not None and _user_fact(prev, view):
                 src = prev.source
                 out.append(Finding(FindingKind.STALE_FACT, Severity.WARNING,
                                    f"shows the superseded {slot} {old!r} but not the current {cur.value!r}",
@@ -231,7 +249,7 @@ def duplicate_checks(shown: list[Shown], view: Any) -> list[Finding]:
     h = view.history
     for s in shown:
         key = " ".join(s.content.split())
-        if len(key) < DUPLICATE_CHARS:
+        if len(key) + len(_CJK.findall(key)) < DUPLICATE_CHARS:  # a Chinese character counts twice
             continue
         first = seen.get(key)
         if first is None:
@@ -247,13 +265,14 @@ def profile_checks(profile: Any) -> list[Finding]:
     """Profile items that need clarification (module docstring)."""
     out = []
     for it in profile.items.values():
-        if it.status != "needs_clarification" or not it.evidence:
-            continue
-        ids = tuple(dict.fromkeys(e.message for e in reversed(it.evidence)))
         others = (it.conflict or {}).get("with")
+        if it.status != "needs_clarification" or not it.evidence or not isinstance(others, list):
+            continue  # one finding per conflict: on the item of the newer statement, which names the others
+        ids = (it.evidence[-1].message, *dict.fromkeys(e.message for o in others if o in profile.items
+                                                       for e in reversed(profile.items[o].evidence)))
         out.append(Finding(FindingKind.CONFLICTING_FACT, Severity.WARNING,
-                           f"profile item {it.describe()} conflicts with {others}; ask the user which holds", ids,
-                           Action.ASK_USER, details={"item": it.key, "with": others}))
+                           f"profile item {it.describe()} conflicts with {', '.join(others)}; ask the user which holds",
+                           ids, Action.ASK_USER, details={"item": it.key, "with": others}))
     return out
 
 

@@ -1,0 +1,389 @@
+"""Layered context (issue 14): context types, the user-profile memory, the verifier and the event log,
+on real bundled sessions and hand-made text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ctxscore import ContextManager
+from ctxscore.cli import main as cli_main
+from ctxscore.errors import StoreError
+from ctxscore.events import EventLog, rebuild, snapshots, verify_chain
+from ctxscore.memory.context_types import ContextType, RuleTypeClassifier
+from ctxscore.memory.ledger import FactLedger
+from ctxscore.memory.profile import ProfileLayer
+from ctxscore.memory.typed_sections import ContextTypes
+from ctxscore.messages import Message
+from ctxscore.store.sqlite import SQLiteStore
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "data" / "bundled" / "sessions.jsonl"
+
+
+def _bundled(prefix: str) -> dict:
+    for line in BUNDLED.read_text(encoding="utf-8").splitlines():
+        s = json.loads(line)
+        if s["session_id"].startswith(prefix):
+            return s
+    raise LookupError(prefix)
+
+
+def _profile(store: SQLiteStore, user: str, sid: str, msgs: list[dict], end: bool = True) -> ProfileLayer:
+    p = ProfileLayer(user, clock=lambda: 1.7e9)
+    cm = ContextManager(budget=4000, scorer="rules", store=store, session_id=sid, layers=[p])
+    for m in msgs:
+        cm.add(m)
+    if end:
+        p.end_session()
+    return p
+
+
+# -- context types --------------------------------------------------------------------------------
+def test_rule_types_on_real_session():
+    s = _bundled("bundled/travel-booking-en-01")
+    ct = ContextTypes(head=None)
+    cm = ContextManager(budget=1500, scorer="rules", layers=[ct])
+    for m in s["messages"]:
+        cm.add(m)
+    types = {e.msg.id: ct.type_of(e.msg.id).type for e in cm.history.entries}
+    roles = {e.msg.id: str(e.msg.role) for e in cm.history.entries}
+    assert all(types[i] == ContextType.INSTRUCTION for i, r in roles.items() if r == "system")
+    assert all(types[i] == ContextType.TOOL for i, r in roles.items() if r == "tool")
+    first_user = next(i for i, r in roles.items() if r == "user")
+    assert types[first_user] == ContextType.GOAL
+    assert set(ct.counts()) >= {"instruction", "tool", "goal", "task"}
+    w = cm.build()
+    assert w.tokens <= 1500
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("Please never book red-eye flights and never exceed $500.", ContextType.CONSTRAINT),
+    ("I'm vegetarian and I love Italian food.", ContextType.USER),
+    ("I need a flight from Boston to Denver next Friday.", ContextType.GOAL),
+    ("不要推荐苹果的手机，绝对不能超过三千元。", ContextType.CONSTRAINT),
+    ("我比较喜欢靠窗的座位。", ContextType.USER),
+])
+def test_rule_types_handmade(text, want):
+    first = want == ContextType.GOAL
+    from ctxscore.scoring.rules import hard_constraints  # noqa: PLC0415
+
+    got = RuleTypeClassifier().classify(Message(role="user", content=text), hard_constraints(text), first_user=first)
+    assert got.type == want, (text, got)
+
+
+# -- profile --------------------------------------------------------------------------------------
+PHONE = [
+    {"role": "user", "content": "I need a new phone under $800. Don't recommend Apple, I'm done with iOS for now."},
+    {"role": "assistant", "content": "How about the Pixel 8 or the Galaxy S23?"},
+    {"role": "user", "content": "Not the Galaxy, too big. And no Pixel, the battery is bad."},
+    {"role": "assistant", "content": "Would you like the OnePlus 12 then?"},
+    {"role": "user", "content": "Fine, I guess I'll take the OnePlus."},
+    {"role": "user", "content": "My wife Anna is a doctor and she hates phone calls after 9pm."},
+]
+
+
+def test_profile_brand_scoped_to_task_compromise_and_people():
+    p = _profile(SQLiteStore(":memory:"), "alice", "alice-1", PHONE, end=False)
+    apple = p.items["preference:brand:-apple"]
+    assert apple.polarity == -1 and apple.time_level == "current_task" and apple.scope.startswith("task 0")
+    assert apple.source == "explicit_statement" and [e.message for e in apple.evidence] == ["m0"]
+    decision = next(it for it in p.items.values() if it.profile_type == "decision")
+    assert decision.compromise and "OnePlus" in decision.value
+    assert not any(it.profile_type == "preference" and "oneplus" in it.value.lower() for it in p.items.values())
+    anna = p.people["anna"]
+    assert anna.relation == "wife" and anna.name == "Anna" and "doctor" in anna.notes[0]
+
+
+def test_profile_chinese_brand_preference():
+    p = _profile(SQLiteStore(":memory:"), "eve", "eve-1",
+                 [{"role": "user", "content": "别给我推荐苹果，最近不想用iOS了，帮我挑个手机。"}], end=False)
+    apple = p.items["preference:brand:-apple"]
+    assert apple.time_level == "current_task"
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("I always prefer a window seat on long flights.", "I prefer an aisle seat."),
+    ("我一般喜欢靠窗的座位。", "我喜欢靠过道的座位。"),
+])
+def test_profile_conflict_needs_clarification(first, second):
+    store = SQLiteStore(":memory:")
+    _profile(store, "carol", "carol-1", [{"role": "user", "content": first}])
+    p = _profile(store, "carol", "carol-2", [{"role": "user", "content": second}])
+    flagged = [it for it in p.items.values() if it.status == "needs_clarification"]
+    assert len(flagged) == 2  # both kept, neither overwritten
+    old = next(it for it in flagged if it.evidence[0].session == "carol-1")
+    assert old.conflict["evidence"][0]["text"] == first  # the old evidence was paged in
+
+
+def test_profile_stability_and_promotion_across_sessions():
+    store = SQLiteStore(":memory:")
+    promos = []
+    for k in range(3):
+        p = ProfileLayer("fay", clock=lambda k=k: 1.7e9 + k * 20 * 86400)
+        cm = ContextManager(budget=4000, scorer="rules", store=store, session_id=f"fay-{k}", layers=[p])
+        cm.add({"role": "user", "content": "I always prefer a window seat."})
+        promos += p.end_session()
+    it = p.items["preference:seat:window seat"]
+    assert it.occurrences == 3 and it.terms["occurrences"] == 1.0 and it.terms["duration"] == 1.0  # 40 days over the 30-day norm
+    assert it.stability == pytest.approx(sum(it.terms.values()))
+    assert [(x["from"], x["to"]) for x in promos] == [("session", "mid"), ("mid", "long")]
+    assert it.time_level == "long"
+
+
+def test_profile_never_visible_to_another_user():
+    store = SQLiteStore(":memory:")
+    _profile(store, "alice", "alice-1", PHONE)
+    bob = _profile(store, "bob", "bob-1", [{"role": "user", "content": "Hi, I need a laptop."}])
+    assert bob.items == {} or all("apple" not in k for k in bob.items)
+    assert bob.people == {}
+    cm = ContextManager(budget=4000, scorer="rules", store=store, session_id="bob-2",
+                        layers=[ProfileLayer("bob", clock=lambda: 1.7e9)])
+    cm.add({"role": "user", "content": "What do you know about me?"})
+    blob = json.dumps(cm.build().messages, ensure_ascii=False)
+    assert "Apple" not in blob and "Anna" not in blob and "OnePlus" not in blob
+    again = _profile(store, "alice", "alice-2", [{"role": "user", "content": "Hello again."}], end=False)
+    assert "anna" in again.people
+
+
+# -- verifier and drift cases -----------------------------------------------------------------------
+def test_drift_cases_precision_recall():
+    from eval.drift import load_cases, run_case, score  # noqa: PLC0415
+
+    cases = load_cases()
+    assert {c.get("language") for c in cases} == {"en", "zh"}
+    figures = score([run_case(c) for c in cases])
+    assert figures["clean_cases"] >= 4 and not figures["clean_with_findings"]
+    for lang in ("en", "zh"):
+        assert figures["languages"][lang]["precision"] >= 0.9 and figures["languages"][lang]["recall"] >= 0.9
+
+
+def test_verifier_on_real_session_has_typed_findings():
+    from ctxscore.replay import replay_verify  # noqa: PLC0415
+
+    s = _bundled("bundled/ecommerce-support-zh-01")
+    builds, full, cm = replay_verify(s["messages"], 1500, scorer="rules")
+    ids = {e.msg.id for e in cm.history.entries}
+    found = [f for b in builds for f in b.findings] + full
+    assert found
+    for f in found:
+        d = f.to_dict()
+        assert d["kind"] and d["severity"] and d["action"]
+        assert d["ids"] and set(d["ids"]) <= ids
+    cm.close()
+
+
+# -- event log ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("prefix", ["bundled/travel-booking-en-01", "bundled/ecommerce-support-zh-02",
+                                    "bundled/coding-agent-en-01"])
+def test_event_log_rebuild_equals_live_and_rollback(prefix):
+    s = _bundled(prefix)
+    store = SQLiteStore(":memory:")
+    led, prof = FactLedger(), ProfileLayer("u1", clock=lambda: 1.7e9)
+    log = EventLog(ledger=led, profile=prof, every=25)
+    cm = ContextManager(budget=1500, scorer="rules", store=store, session_id="x", layers=[led, prof, log])
+    for m in s["messages"]:
+        cm.add(m)
+        if m["role"] == "assistant":
+            cm.build()
+        assert rebuild(store, "x") == log.live_state()
+    snaps = snapshots(store, "x")
+    assert len(snaps) >= 2 and verify_chain(store, "x") == len(snaps)
+    assert rebuild(store, "x", snapshot=None) == log.live_state()  # from the events alone
+    mid = snaps[len(snaps) // 2]
+    assert log.rollback(cm, mid.key).key == mid.key
+    assert len(cm) == len(mid.state["messages"]) and log.live_state() == mid.state
+    with pytest.raises(StoreError):
+        log.rollback(cm, "no-such-snapshot")
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+def test_cli_profile_and_verify(tmp_path, capsys):
+    f = tmp_path / "phone.jsonl"
+    f.write_text("\n".join(json.dumps(m) for m in PHONE), encoding="utf-8")
+    assert cli_main(["profile", str(f), "--user", "alice"]) == 0
+    out = capsys.readouterr().out
+    assert "user alice" in out and "apple" in out and "compromise" in out and "person: Anna (wife)" in out
+    assert cli_main(["profile", str(f), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data[0]["items"] and data[0]["people"][0]["relation"] == "wife"
+    s = tmp_path / "s.jsonl"
+    s.write_text(json.dumps(_bundled("bundled/ecommerce-support-zh-01"), ensure_ascii=False), encoding="utf-8")
+    assert cli_main(["verify", str(s), "--budget", "1500", "--model", "rules"]) == 0
+    out = capsys.readouterr().out
+    assert "constraint_contradicted" in out and "full check" in out
+    assert cli_main(["verify", str(s), "--budget", "1500", "--model", "rules", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert "check" in lines[-1] and all("findings" in x for x in lines[:-1])
+
+
+@pytest.mark.parametrize("text", [
+    # real user turns of the eval sessions that once gave wrong items
+    "清楚了，吃完我最爱吃的，下一顿去跟着我爱人去吃他喜欢吃的，帮我们找个人均消费是50-100元的餐馆。",
+    "好的呢，那这个餐馆的附近有可以溜达的景点吗，我同学特别热爱中国，更热爱中国的文化。",
+    "能不能给我们换成靠窗的连座？",
+    "I like the sound of that one.",
+    "No, I don't want to reserve it just yet.",
+    "and what I'm trying to accomplish with the command below.",
+])
+def test_profile_extraction_skips_non_statements(text):
+    from ctxscore.memory.profile_extract import statements  # noqa: PLC0415
+
+    assert not [s for s in statements(text) if s.profile_type in ("preference", "goal")]
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("我们都喜欢吃辣的", ("preference", "food", "吃辣的", 1)),
+    ("I'm vegetarian and I love Italian food.", ("preference", "diet", "vegetarian", 1)),
+    ("不能超过三千元，不要靠窗的座位。", ("preference", "seat", "window seat", -1)),
+])
+def test_profile_extraction_keeps_statements(text, key):
+    from ctxscore.memory.profile_extract import statements  # noqa: PLC0415
+
+    assert key in [(s.profile_type, s.attribute, s.subject, s.polarity) for s in statements(text)]
+
+
+def test_context_type_weak_labels_and_rules_on_handmade_gold():
+    pytest.importorskip("sklearn")
+    from training.context_types import evaluate, load_handmade, weak_type  # noqa: PLC0415
+
+    assert weak_type("", Message(role="system", content="Be brief."), (), False) == ("instruction", 0.95)
+    assert weak_type("swe:observation", Message(role="user", content="<returncode>0</returncode>"), (), False)[0] == "tool"
+    assert weak_type("sgd:user_intent", Message(role="user", content="Find me a cheap hotel."), (), True)[0] == "goal"
+    assert weak_type("sgd:user_inform", Message(role="user", content="In San Jose."), (), False)[0] == "constraint"
+    assert weak_type("sgd:system_offer", Message(role="assistant", content="How about Hotel Nia?"), (), False)[0] == "task"
+    gold = load_handmade()
+    assert {e["source"] for e in gold} == {"en", "zh"} and len({e["type"] for e in gold}) == 6
+    rules = evaluate(None, gold)["rules"]
+    assert rules["macro_f1"] >= 0.9 and set(rules["f1"]) == {e["type"] for e in gold}
+
+
+# -- real corpus sessions (data/processed, built by `python -m training.data build`; skipped without it) ---
+EVAL_SESSIONS = REPO / "data" / "processed" / "eval_sessions.jsonl"
+
+
+def _eval_session(sid: str, most: int = 120) -> dict:
+    if not EVAL_SESSIONS.is_file():
+        pytest.skip(f"{EVAL_SESSIONS} not built (python -m training.data build)")
+    for line in EVAL_SESSIONS.open(encoding="utf-8"):
+        s = json.loads(line)
+        if s["session_id"] == sid:
+            return {**s, "messages": s["messages"][:most]}
+    pytest.skip(f"{sid} not in {EVAL_SESSIONS}")
+
+
+def _replay_events(messages: list[dict], rng, store: SQLiteStore, sid: str):
+    led, prof = FactLedger(), ProfileLayer("u1", clock=lambda: 1.7e9)
+    log = EventLog(ledger=led, profile=prof, every=rng.randint(5, 40))
+    cm = ContextManager(budget=rng.choice([600, 1500, 4000]), scorer="rules", store=store, session_id=sid,
+                        layers=[led, prof, log])
+    for m in messages:
+        cm.add(m)
+        if rng.random() < 0.3:
+            cm.build()
+        if rng.random() < 0.05:
+            log.checkpoint("manual")
+        assert rebuild(store, sid) == log.live_state()
+    return cm, log
+
+
+@pytest.mark.parametrize(("sid", "seed"), [("bundled/it-ops-en-02", 1), ("bundled/data-analysis-zh-03", 2),
+                                           ("test/tau_airline/000", 3), ("test/crosswoz/004", 4),
+                                           ("test/swe_mini/001", 5)])
+def test_event_log_property_random_builds_checkpoints_rollback(sid, seed):
+    """Random build points, snapshot intervals and manual checkpoints: the rebuilt state equals the live
+    one after every message; a rollback to a random snapshot restores its state, and replaying the
+    detached messages afterwards gives a log that still rebuilds to the live state."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    s = _bundled(sid) if sid.startswith("bundled/") else _eval_session(sid)
+    store = SQLiteStore(":memory:")
+    cm, log = _replay_events(s["messages"], rng, store, "p")
+    snaps = snapshots(store, "p")
+    assert snaps and verify_chain(store, "p") == len(snaps)
+    snap = rng.choice(snaps)
+    log.rollback(cm, snap.key)
+    assert log.live_state() == snap.state and rebuild(store, "p") == snap.state
+    for m in s["messages"][len(snap.state["messages"]):]:
+        cm.add(m)
+    assert rebuild(store, "p") == log.live_state() and len(cm) == len(s["messages"])
+
+
+def test_profile_on_real_tau_session():
+    s = _eval_session("test/tau_airline/000", most=10_000)
+    from ctxscore.replay import replay_profile  # noqa: PLC0415
+
+    rep = replay_profile("tau", [(s["session_id"], s["messages"])])
+    people = {p.relation: p for p in rep.layer.people.values()}
+    assert "friend" in people and people["friend"].name == "Ivan"
+    assert any(pr["key"] == "relationship:friend:ivan" and pr["to"] == "mid" for pr in rep.promotions)
+    assert all(it.evidence and it.evidence[0].session == s["session_id"] for it in rep.layer.items.values())
+
+
+def test_packaged_context_type_head_blends_no_worse_than_rules():
+    pytest.importorskip("sklearn")
+    from ctxscore.memory.context_types import DEFAULT_HEAD_DIR, load_default_head  # noqa: PLC0415
+    from training.context_types import evaluate, load_handmade  # noqa: PLC0415
+
+    head = load_default_head()
+    if head is None:
+        pytest.skip(f"no packaged head in {DEFAULT_HEAD_DIR}")
+    w = head.config["weight"]
+    assert 0 < w <= 0.5 and ContextTypes().head_weight == w
+    assert (DEFAULT_HEAD_DIR / "head.skops").stat().st_size < 200_000
+    fig = evaluate(head, load_handmade(), w)
+    assert fig["blend"]["macro_f1"] >= fig["rules"]["macro_f1"]
+    s = _bundled("bundled/coding-agent-zh-01")
+    ct = ContextTypes()
+    cm = ContextManager(budget=1500, scorer="rules", layers=[ct])
+    for m in s["messages"]:
+        cm.add(m)
+    for e in cm.history.entries:
+        if str(e.msg.role) in ("system", "tool"):
+            assert ct.type_of(e.msg.id).type == (ContextType.INSTRUCTION if str(e.msg.role) == "system" else ContextType.TOOL)
+
+
+def test_heldout_drift_cases_no_false_alarms():
+    """The held-out cases (README): recall is reported, not asserted; a clean case gives no finding."""
+    from eval.drift import REPO as DRIFT_REPO  # noqa: PLC0415
+    from eval.drift import load_cases, run_case, score
+
+    figures = score([run_case(c) for c in load_cases(DRIFT_REPO / "data" / "drift" / "heldout")])
+    assert figures["cases"] == 20 and figures["clean_cases"] == 4 and not figures["clean_with_findings"]
+    assert figures["overall"]["precision"] >= 0.9 and figures["overall"]["recall"] >= 0.3
+
+
+def test_verifier_rule_readings():
+    from ctxscore.verify import constraints as cons  # noqa: PLC0415
+    from ctxscore.verify.analysis import tool_ok  # noqa: PLC0415
+
+    assert cons.parse("Please don't suggest anything with peanuts, my son is allergic.", "m1")[0].terms == ("peanut",)
+    assert cons.parse("千万别推荐带花生的菜，我儿子花生过敏。", "m1")[0].terms == ("花生",)
+    r = cons.parse("Keep it under $300 a night.", "m1")[0]
+    assert (r.kind, r.bound, r.per) == ("max", 300.0, "per night")
+    assert not tool_ok(Message(role="tool", content="Job for nginx.service failed because the control process exited."))
+    assert tool_ok(Message(role="tool", content='{"status": "ok", "restarted": true}'))
+    assert tool_ok(Message(role="tool", content="<returncode>0</returncode>\n<output>\n8 passed, 0 failed\n</output>"))
+
+
+def test_profile_choices_among_offers_do_not_conflict():
+    store = SQLiteStore(":memory:")
+    for k, cabin in enumerate(("economy class", "business class")):
+        p = _profile(store, "gil", f"gil-{k}", [
+            {"role": "user", "content": "I need a flight from Denver to Austin next Monday."},
+            {"role": "assistant", "content": f"SK{k}12 has a seat in {cabin} for $300. Shall I book it?"},
+            {"role": "user", "content": "Yes, book it."}])
+    cabins = [it for it in p.items.values() if it.attribute == "cabin"]
+    assert cabins and all(it.source == "behaviour" and it.status == "active" for it in cabins)
+
+
+def test_ledger_chinese_change_verb_supersedes():
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+    for m in ({"role": "user", "content": "帮我订明天晚上6点莲花餐厅四个人的位子。"}, {"role": "assistant", "content": "好的"},
+              {"role": "user", "content": "时间改成晚上8点吧，我们会晚到。"}):
+        cm.add(m)
+    assert led.current[(0, "时间")].value == "晚上8点" and led.was[(0, "时间")] == ["晚上6点"]
