@@ -16,7 +16,7 @@ pytest.importorskip("mlflow")
 from ctxscore.scoring.package import DEFAULT_MODEL_DIR  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED_FILES = ("config.json", "classifier.skops", "regressor.skops", "rules.toml")
+SHIPPED_FILES = ("config.json", "classifier.skops", "regressor.skops", "rules.toml", "ranker.skops", "spans.skops")
 
 
 def test_fresh_store_gets_the_shipped_scorer_as_champion(tmp_path):
