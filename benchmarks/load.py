@@ -131,9 +131,11 @@ def worker_main(idx: int, conns: list[Connection], pg_url: str, redis_url: str, 
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
             phases: dict[str, float] = {}
+            n_msgs = 0
             try:
                 body = json.loads(raw)
                 sid, msgs = body["session"], body["messages"]
+                n_msgs = len(msgs)
                 with sessions.turn(sid) as cm:
                     t1 = time.perf_counter()
                     cm.sync(msgs)
@@ -147,7 +149,7 @@ def worker_main(idx: int, conns: list[Connection], pg_url: str, redis_url: str, 
                 out, err = json.dumps({"error": str(exc)}).encode(), f"{type(exc).__name__}: {exc}"
             dt = time.perf_counter() - t0
             conn.send_bytes(out)
-            stats.append({"ms": dt * 1000, "cpu_ms": (time.process_time() - c0) * 1000, "error": err,
+            stats.append({"ms": dt * 1000, "cpu_ms": (time.process_time() - c0) * 1000, "error": err, "n": n_msgs,
                           **{k: v * 1000 for k, v in phases.items()}})
     if store is not None:
         store.close()
@@ -286,6 +288,7 @@ def summary(args: argparse.Namespace, stats: list[dict[str, Any]], results: list
         "cpu_ms_per_request": round(statistics.fmean(s["cpu_ms"] for s in stats), 2),
         "phase_p50_ms": {k: round(pct([s[k] for s in stats if k in s], 50), 2) for k in phases},
         "phase_p95_ms": {k: round(pct([s[k] for s in stats if k in s], 95), 2) for k in phases},
+        "added_ms_up_to_300_messages": {q: round(pct([s["ms"] for s in stats if s["n"] <= 300], q), 2) for q in (50, 95)},
         "managers": managers,
         "messages_at_end": sum(len(m) for m in sessions.values()) // len(sessions),
         "request_kb_p50": round(pct([r["bytes"] / 1024 for rs in results for r in rs], 50), 1),
@@ -301,7 +304,7 @@ def main() -> int:
     tau = (root / "tau_bench" / "historical_trajectories" / "gpt-4o-airline.json").is_file()
     trajs = tau_trajectories(root) if tau else bundled_trajectories()
     run = uuid.uuid4().hex[:8]
-    pg_url = f"{args.pg}{'&' if '?' in args.pg else '?'}schema=load_{run}"
+    pg_url = f"{args.pg}{'&' if '?' in args.pg else '?'}schema=load_{run}" if args.pg else "memory"
     prefix = f"ctxload-{run}"
     sids = [f"s{k:02d}" for k in range(args.sessions)]
     sessions = {sid: session_messages(trajs, 7 * k, args.turns) for k, sid in enumerate(sids)}
