@@ -50,12 +50,14 @@ def rss_mb(_state: Any, _item: Any) -> float:
 
 
 def time_eval(sessions: list, cfg: EvalConfig, engine: Engine) -> tuple[float, dict[str, Any]]:
+    """Run the evaluation on ``engine``; returns (wall seconds, the run summary)."""
     t0 = time.perf_counter()
     res = run_eval(sessions, cfg, engine=engine)
     return time.perf_counter() - t0, res.summary
 
 
 def eval_part(args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluation throughput on the local engine and on Ray with 1 and 2 workers, and the identity check."""
     path = DEFAULT_OUT / "eval_sessions.jsonl"
     sessions = load_sessions(path if path.is_file() else DEFAULT_BUNDLED, args.sessions)
     scorer, model, skip = resolve_learned("default", use_mlflow=False)
@@ -82,6 +84,7 @@ def eval_part(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def embed_part(args: argparse.Namespace) -> dict[str, Any]:
+    """Embedding throughput on the local engine and on Ray with 1 and 2 workers, vectors compared bit for bit."""
     from ctxscore.scoring.embedders import embedder_available, get_embedder
     from training.data import load_dataset_dict
     from training.embed_cache import EngineEmbedder
@@ -112,6 +115,7 @@ def embed_part(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
+    """Run both parts and print the figures (JSON); exit status 1 when an engine gave other results."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=8, help="evaluation sessions (default 8)")
     ap.add_argument("--texts", type=int, default=2000, help="texts to embed (default 2000)")
