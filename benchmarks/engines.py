@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from eval.budgets import parse_budgets  # noqa: E402
 from eval.models import resolve_learned  # noqa: E402
-from eval.runner import EvalConfig, run_eval  # noqa: E402
+from eval.runner import EvalConfig, _worker_setup, replay_session, run_eval  # noqa: E402
 from eval.sessions import load_sessions  # noqa: E402
 from training.engine import Engine, LocalEngine, make_engine  # noqa: E402
 from training.paths import DEFAULT_BUNDLED, DEFAULT_OUT  # noqa: E402
@@ -56,6 +56,17 @@ def time_eval(sessions: list, cfg: EvalConfig, engine: Engine) -> tuple[float, d
     return time.perf_counter() - t0, res.summary
 
 
+def warm_rate(sessions: list, cfg: EvalConfig, engine: Engine) -> float:
+    """Sessions per second of the replay alone on workers already started (each has loaded the
+    scorer and replayed one session before the timing), without run_eval's aggregation."""
+    policies = [p for p in cfg.policies if p != "learned" or cfg.learned_scorer is not None]
+    setup = _worker_setup(cfg, policies, engine)
+    list(engine.imap(replay_session, sessions[: engine.workers], setup))  # start the workers
+    t0 = time.perf_counter()
+    list(engine.imap(replay_session, sessions, setup))
+    return len(sessions) / (time.perf_counter() - t0)
+
+
 def eval_part(args: argparse.Namespace) -> dict[str, Any]:
     """Evaluation throughput on the local engine and on Ray with 1 and 2 workers, and the identity check."""
     path = DEFAULT_OUT / "eval_sessions.jsonl"
@@ -78,6 +89,7 @@ def eval_part(args: argparse.Namespace) -> dict[str, Any]:
         out[f"ray{w}_s"] = round(wall, 1)
         out[f"ray{w}_sessions_per_s"] = round(len(sessions) / wall, 3)
         out[f"ray{w}_identical"] = figures(got["results"]) == figures(local["results"])
+        out[f"ray{w}_warm_sessions_per_s"] = round(warm_rate(sessions, cfg, engine), 3)
         out[f"ray{w}_worker_rss_mb"] = round(max(engine.map(rss_mb, [0] * w)), 0) if w else None
         engine.close()
     return out
