@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from eval.budgets import parse_budgets  # noqa: E402
 from eval.models import resolve_learned  # noqa: E402
-from eval.runner import EvalConfig, run_eval  # noqa: E402
+from eval.runner import EvalConfig, _worker_setup, replay_session, run_eval  # noqa: E402
 from eval.sessions import load_sessions  # noqa: E402
 from training.engine import Engine, LocalEngine, make_engine  # noqa: E402
 from training.paths import DEFAULT_BUNDLED, DEFAULT_OUT  # noqa: E402
@@ -50,12 +50,25 @@ def rss_mb(_state: Any, _item: Any) -> float:
 
 
 def time_eval(sessions: list, cfg: EvalConfig, engine: Engine) -> tuple[float, dict[str, Any]]:
+    """Run the evaluation on ``engine``; returns (wall seconds, the run summary)."""
     t0 = time.perf_counter()
     res = run_eval(sessions, cfg, engine=engine)
     return time.perf_counter() - t0, res.summary
 
 
+def warm_rate(sessions: list, cfg: EvalConfig, engine: Engine) -> float:
+    """Sessions per second of the replay alone on workers already started (each has loaded the
+    scorer and replayed one session before the timing), without run_eval's aggregation."""
+    policies = [p for p in cfg.policies if p != "learned" or cfg.learned_scorer is not None]
+    setup = _worker_setup(cfg, policies, engine)
+    list(engine.imap(replay_session, sessions[: engine.workers], setup))  # start the workers
+    t0 = time.perf_counter()
+    list(engine.imap(replay_session, sessions, setup))
+    return len(sessions) / (time.perf_counter() - t0)
+
+
 def eval_part(args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluation throughput on the local engine and on Ray with 1 and 2 workers, and the identity check."""
     path = DEFAULT_OUT / "eval_sessions.jsonl"
     sessions = load_sessions(path if path.is_file() else DEFAULT_BUNDLED, args.sessions)
     scorer, model, skip = resolve_learned("default", use_mlflow=False)
@@ -76,12 +89,14 @@ def eval_part(args: argparse.Namespace) -> dict[str, Any]:
         out[f"ray{w}_s"] = round(wall, 1)
         out[f"ray{w}_sessions_per_s"] = round(len(sessions) / wall, 3)
         out[f"ray{w}_identical"] = figures(got["results"]) == figures(local["results"])
+        out[f"ray{w}_warm_sessions_per_s"] = round(warm_rate(sessions, cfg, engine), 3)
         out[f"ray{w}_worker_rss_mb"] = round(max(engine.map(rss_mb, [0] * w)), 0) if w else None
         engine.close()
     return out
 
 
 def embed_part(args: argparse.Namespace) -> dict[str, Any]:
+    """Embedding throughput on the local engine and on Ray with 1 and 2 workers, vectors compared bit for bit."""
     from ctxscore.scoring.embedders import embedder_available, get_embedder
     from training.data import load_dataset_dict
     from training.embed_cache import EngineEmbedder
@@ -93,7 +108,7 @@ def embed_part(args: argparse.Namespace) -> dict[str, Any]:
     except FileNotFoundError:
         texts = [m["content"] for line in DEFAULT_BUNDLED.read_text(encoding="utf-8").splitlines()
                  for m in json.loads(line)["messages"] if m.get("content")][: args.texts]
-    local = get_embedder(model_id, shared=False)
+    local = get_embedder(model_id, shared=False, memo_size=0)  # a memo would change the batches the model sees
     local.embed(texts[:8])  # load the model before timing
     t0 = time.perf_counter()
     want = local.embed(texts)
@@ -112,14 +127,18 @@ def embed_part(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
+    """Run both parts and print the figures (JSON); exit status 1 when an engine gave other results."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=8, help="evaluation sessions (default 8)")
     ap.add_argument("--texts", type=int, default=2000, help="texts to embed (default 2000)")
     ap.add_argument("--skip-embed", action="store_true", help="only the evaluation")
+    ap.add_argument("--skip-eval", action="store_true", help="only the embedding")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
-    out = {"cores": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2), "eval": eval_part(args)}
+    out: dict[str, Any] = {"cores": os.cpu_count(), "load_average": round(os.getloadavg()[0], 2)}
+    if not args.skip_eval:
+        out["eval"] = eval_part(args)
     if not args.skip_embed:
         out["embed"] = embed_part(args)
     out["load_average_end"] = round(os.getloadavg()[0], 2)

@@ -88,6 +88,7 @@ def request_points(messages: list[dict]) -> list[int]:
 
 
 def last_user(messages: list[dict]) -> str | None:
+    """The last non-empty user message of the history (the query of ``build``), or None."""
     for m in reversed(messages):
         if m["role"] == "user" and isinstance(m.get("content"), str) and m["content"].strip():
             return m["content"]
@@ -97,6 +98,8 @@ def last_user(messages: list[dict]) -> str | None:
 # -- the worker (a proxy process) -------------------------------------------------------------------
 def worker_main(idx: int, conns: list[Connection], pg_url: str, redis_url: str, prefix: str, scorer_name: str,
                 budget: int, ready: Any) -> None:
+    """One proxy-like worker process: answers the requests of its pipes (sync + build inside the
+    session's turn) until every client has sent ``stop``, then sends back its per-request figures."""
     from ctxscore import ContextManager
     from ctxscore.store import open_store
     from ctxscore.store.redis_state import RedisHotState, SharedSessions
@@ -131,9 +134,11 @@ def worker_main(idx: int, conns: list[Connection], pg_url: str, redis_url: str, 
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
             phases: dict[str, float] = {}
+            n_msgs = 0
             try:
                 body = json.loads(raw)
                 sid, msgs = body["session"], body["messages"]
+                n_msgs = len(msgs)
                 with sessions.turn(sid) as cm:
                     t1 = time.perf_counter()
                     cm.sync(msgs)
@@ -147,7 +152,7 @@ def worker_main(idx: int, conns: list[Connection], pg_url: str, redis_url: str, 
                 out, err = json.dumps({"error": str(exc)}).encode(), f"{type(exc).__name__}: {exc}"
             dt = time.perf_counter() - t0
             conn.send_bytes(out)
-            stats.append({"ms": dt * 1000, "cpu_ms": (time.process_time() - c0) * 1000, "error": err,
+            stats.append({"ms": dt * 1000, "cpu_ms": (time.process_time() - c0) * 1000, "error": err, "n": n_msgs,
                           **{k: v * 1000 for k, v in phases.items()}})
     if store is not None:
         store.close()
@@ -157,9 +162,11 @@ class _MemorySessions:
     """The baseline of ``--store memory``: one in-memory manager per session, no lock, no sharing."""
 
     def __init__(self, budget: int, scorer: Any) -> None:
+        """No sessions yet; ``budget`` and ``scorer`` are those of every manager made."""
         self.budget, self.scorer, self.cms, self.stats = budget, scorer, {}, {"opened": 0, "refreshed": 0, "current": 0}
 
     def turn(self, sid: str) -> Any:
+        """The session's manager (made on first use), as a context manager like ``SharedSessions.turn``."""
         import contextlib
 
         from ctxscore import ContextManager
@@ -175,6 +182,8 @@ class _MemorySessions:
 # -- the clients ----------------------------------------------------------------------------------
 def client(k: int, sid: str, messages: list[dict], pipes: list[Connection], llm_s: float,
            out: list[dict[str, Any]], errors: list[str], sticky: bool = False) -> None:
+    """One agent session: sends the history before each assistant message, round robin over the
+    workers (or to one worker when ``sticky``), records the round trip and waits ``llm_s``."""
     parts = [json.dumps(m, ensure_ascii=False) for m in messages]  # each message serialised once
     head = f'{{"session": {json.dumps(sid)}, "messages": ['
     for j, end in enumerate(request_points(messages)):
@@ -191,6 +200,7 @@ def client(k: int, sid: str, messages: list[dict], pipes: list[Connection], llm_
 
 
 def pct(xs: list[float], q: int) -> float:
+    """The ``q``-th percentile of ``xs`` (inclusive method; 0.0 for no values)."""
     return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)
 
 
@@ -215,6 +225,7 @@ def storage(pg_url: str, redis_url: str, prefix: str, sessions: list[str]) -> di
 
 
 def parse_args() -> argparse.Namespace:
+    """The command-line options (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=16, help="concurrent sessions (default 16)")
     ap.add_argument("--turns", type=int, default=300, help="requests per session (default 300)")
@@ -272,6 +283,7 @@ def stop_workers(procs: list, pairs: list) -> tuple[list[dict[str, Any]], dict[s
 
 def summary(args: argparse.Namespace, stats: list[dict[str, Any]], results: list[list[dict[str, Any]]],
             errors: list[str], wall: float, managers: dict[str, int], sessions: dict[str, list[dict]]) -> dict[str, Any]:
+    """The run's figures: throughput, added latency, round trips, CPU, phases, manager counts."""
     ms = [s["ms"] for s in stats]
     rtt = [r["rtt_ms"] for rs in results for r in rs]
     phases = ("turn_in", "sync", "build")
@@ -286,6 +298,7 @@ def summary(args: argparse.Namespace, stats: list[dict[str, Any]], results: list
         "cpu_ms_per_request": round(statistics.fmean(s["cpu_ms"] for s in stats), 2),
         "phase_p50_ms": {k: round(pct([s[k] for s in stats if k in s], 50), 2) for k in phases},
         "phase_p95_ms": {k: round(pct([s[k] for s in stats if k in s], 95), 2) for k in phases},
+        "added_ms_up_to_300_messages": {q: round(pct([s["ms"] for s in stats if s["n"] <= 300], q), 2) for q in (50, 95)},
         "managers": managers,
         "messages_at_end": sum(len(m) for m in sessions.values()) // len(sessions),
         "request_kb_p50": round(pct([r["bytes"] / 1024 for rs in results for r in rs], 50), 1),
@@ -293,6 +306,7 @@ def summary(args: argparse.Namespace, stats: list[dict[str, Any]], results: list
 
 
 def main() -> int:
+    """Run the benchmark and print its figures (JSON); exit status 1 when any request failed."""
     args = parse_args()
     if args.store == "postgres" and (not args.pg or not args.redis):
         print("error: give --pg and --redis (or set CTXSCORE_PG_DSN and CTXSCORE_REDIS_URL)", file=sys.stderr)
@@ -301,7 +315,7 @@ def main() -> int:
     tau = (root / "tau_bench" / "historical_trajectories" / "gpt-4o-airline.json").is_file()
     trajs = tau_trajectories(root) if tau else bundled_trajectories()
     run = uuid.uuid4().hex[:8]
-    pg_url = f"{args.pg}{'&' if '?' in args.pg else '?'}schema=load_{run}"
+    pg_url = f"{args.pg}{'&' if '?' in args.pg else '?'}schema=load_{run}" if args.pg else "memory"
     prefix = f"ctxload-{run}"
     sids = [f"s{k:02d}" for k in range(args.sessions)]
     sessions = {sid: session_messages(trajs, 7 * k, args.turns) for k, sid in enumerate(sids)}

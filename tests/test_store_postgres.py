@@ -223,3 +223,35 @@ def test_pgvector_ranks_in_the_server_when_present(pg_url):
     s.add("s", [rec("x", "first", e[0]), rec("y", "second", e[1] * 0.5 + e[0] * 0.1)])
     assert [h.id for h in s.search("s", "zzz", query_embedding=e[1])][:1] == ["y"]
     s.close()
+
+
+def test_searches_while_other_threads_append(pg_url):
+    s = PostgresStore(pg_url, pool_max=4)
+    errors: list[BaseException] = []
+
+    def write(t: int) -> None:
+        try:
+            for i in range(25):
+                s.add("s", [rec(None, f"booking reference R{t}{i:03d} for the hotel in city {i}")])
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    def read() -> None:
+        try:
+            for _ in range(25):
+                s.search("s", "which booking reference for the hotel?")
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(2)] + [threading.Thread(target=read) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    got = [(h.id, h.score) for h in s.search("s", "which booking reference for the hotel?", k=20)]
+    fresh = PostgresStore(pg_url)  # its own index, read in one go
+    assert [(h.id, h.score) for h in fresh.search("s", "which booking reference for the hotel?", k=20)] == got
+    assert len(s._indexes["s"].messages) == 50 == s.count("s")
+    s.close()
+    fresh.close()

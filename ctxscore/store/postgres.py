@@ -168,7 +168,7 @@ class PostgresStore:
         self.schema = schema
         self.timeout = timeout
         self._cache_size = max(0, int(session_cache))
-        self._indexes: OrderedDict[str, tuple[int, int, SessionIndex]] = OrderedDict()  # session -> (epoch, seq, index)
+        self._indexes: OrderedDict[str, SessionIndex] = OrderedDict()  # LRU of the sessions' search indexes
         self._ilock = threading.Lock()
         self._closed = False
         self._last_used: dict[int, float] = {}
@@ -310,7 +310,8 @@ class PostgresStore:
                 stems_ctx, n_ctx = stem_index(context)
                 blob = None if rec.embedding is None else np.asarray(rec.embedding, dtype=np.float32).tobytes()
                 row = [session_id, mid, turn, msg.role, text, exact, None if indexed == text else indexed, context,
-                       trigram_tokens(indexed) + trigram_tokens(context), stems, stems_ctx, n_text + n_ctx,
+                       trigram_tokens(indexed) + trigram_tokens(context), " ".join(stems), " ".join(stems_ctx),
+                       n_text + n_ctx,
                        json.dumps(msg.to_openai(), ensure_ascii=False),
                        None if rec.prediction is None else json.dumps(rec.prediction, ensure_ascii=False), blob]
                 if self.pgvector:
@@ -410,38 +411,42 @@ class PostgresStore:
         return self._read("count messages", lambda conn: conn.execute(
             "SELECT count(*) FROM ctx_messages WHERE session_id = %s", (session_id,)).fetchone()[0])
 
-    def _session_index(self, conn: Any, session_id: str) -> SessionIndex:
-        """The session's search index: read once, then only the rows added since (by any writer);
-        read again whole when messages left the session (its epoch changed)."""
+    @contextmanager
+    def _session_index(self, conn: Any, session_id: str) -> Iterator[SessionIndex]:
+        """The session's search index, up to date and locked for the caller: read once, then only
+        the rows added since (by any writer); read again whole when messages left the session (its
+        epoch changed)."""
         with self._ilock:
-            cached = self._indexes.get(session_id)
-        seen = cached[1] if cached else 0
-        rows = conn.execute(
-            "SELECT s.epoch, m.seq, m.id, m.turn, m.text, m.itext, m.context, m.ntok, m.stems, m.stems_ctx, "
-            "m.stem_ntok, m.embedding FROM ctx_sessions s LEFT JOIN ctx_messages m "
-            "ON m.session_id = s.session_id AND m.seq > %s WHERE s.session_id = %s ORDER BY m.seq",
-            (seen, session_id)).fetchall()
-        if not rows:
-            return SessionIndex()
-        epoch = rows[0][0]
-        if cached is not None and cached[0] != epoch:  # messages moved out: read the session again
-            with self._ilock:
-                self._indexes.pop(session_id, None)
-            return self._session_index(conn, session_id)
-        index = cached[2] if cached else SessionIndex()
-        new = [indexed_message(mid, turn, text, itext if itext is not None else text, context, ntok, stems, sctx, sn,
-                               None if blob is None else np.frombuffer(blob, dtype=np.float32))
-               for _, seq, mid, turn, text, itext, context, ntok, stems, sctx, sn, blob in rows if seq is not None]
-        if new:
-            index.extend(new)
-            seen = max(r[1] for r in rows if r[1] is not None)
-        if self._cache_size:
-            with self._ilock:
-                self._indexes[session_id] = (epoch, seen, index)
+            index = self._indexes.get(session_id)
+            if index is None:
+                index = SessionIndex()
+                if self._cache_size:
+                    self._indexes[session_id] = index
+                    while len(self._indexes) > self._cache_size:
+                        self._indexes.popitem(last=False)
+            else:
                 self._indexes.move_to_end(session_id)
-                while len(self._indexes) > self._cache_size:
-                    self._indexes.popitem(last=False)
-        return index
+        with index.lock:
+            while True:
+                rows = conn.execute(
+                    "SELECT s.epoch, m.seq, m.id, m.turn, m.text, m.itext, m.context, m.ntok, m.stems, m.stems_ctx, "
+                    "m.stem_ntok, m.embedding FROM ctx_sessions s LEFT JOIN ctx_messages m "
+                    "ON m.session_id = s.session_id AND m.seq > %s WHERE s.session_id = %s ORDER BY m.seq",
+                    (index.seen, session_id)).fetchall()
+                if not rows or index.epoch in (None, rows[0][0]):
+                    break
+                index.reset()  # messages moved out: read the session again
+            if rows:
+                index.epoch = rows[0][0]
+                new = [indexed_message(mid, turn, text, itext if itext is not None else text, context, ntok,
+                                       stems.split(), sctx.split(), sn,
+                                       None if blob is None else np.frombuffer(blob, dtype=np.float32))
+                       for _, seq, mid, turn, text, itext, context, ntok, stems, sctx, sn, blob in rows
+                       if seq is not None]
+                if new:
+                    index.extend(new)
+                    index.seen = max(r[1] for r in rows if r[1] is not None)
+            yield index
 
     def search(self, session_id: str, query: str, k: int = 10, *, query_embedding: np.ndarray | None = None,
                only: Callable[[str], bool] | None = None, limit: int = 100) -> list[Hit]:
@@ -468,25 +473,26 @@ class PostgresStore:
         def ranked(conn: Any) -> tuple[list[RankedList], dict[str, float]]:
             lists: list[RankedList] = []
             similarity: dict[str, float] = {}
-            index = self._session_index(conn, session_id)
-            if fts_terms:
-                lists.append(index.keyword(fts_terms, limit))
-            if stems:
-                lists.append(index.stem(stems, limit))
-            for term in short_terms:
-                lists.append(index.short(term, limit))
-            if query_embedding is not None:
-                q = np.asarray(query_embedding, dtype=np.float32)
-                if self.pgvector:
-                    rows = conn.execute(
-                        "SELECT id, turn, substr(text, 1, 120), -(embedding_v <#> %s::vector) AS sim FROM ctx_messages "
-                        "WHERE session_id = %s AND embedding_v IS NOT NULL ORDER BY embedding_v <#> %s::vector, seq "
-                        "LIMIT %s", (_vector_literal(q), session_id, _vector_literal(q), limit)).fetchall()
-                    lists.append(("vector", [(r[0], r[1], r[2]) for r in rows]))
-                    similarity = {r[0]: float(r[3]) for r in rows}
-                else:
-                    vec_list, similarity = index.vector(q, limit)
-                    lists.append(vec_list)
+            with self._session_index(conn, session_id) as index:
+                if fts_terms:
+                    lists.append(index.keyword(fts_terms, limit))
+                if stems:
+                    lists.append(index.stem(stems, limit))
+                for term in short_terms:
+                    lists.append(index.short(term, limit))
+                vec = index.vector(np.asarray(query_embedding, dtype=np.float32), limit) \
+                    if query_embedding is not None and not self.pgvector else None
+            if vec is not None:
+                lists.append(vec[0])
+                similarity = vec[1]
+            elif query_embedding is not None:
+                q = _vector_literal(np.asarray(query_embedding, dtype=np.float32))  # pgvector ranks in the server
+                rows = conn.execute(
+                    "SELECT id, turn, substr(text, 1, 120), -(embedding_v <#> %s::vector) AS sim FROM ctx_messages "
+                    "WHERE session_id = %s AND embedding_v IS NOT NULL ORDER BY embedding_v <#> %s::vector, seq "
+                    "LIMIT %s", (q, session_id, q, limit)).fetchall()
+                lists.append(("vector", [(r[0], r[1], r[2]) for r in rows]))
+                similarity = {r[0]: float(r[3]) for r in rows}
             return lists, similarity
 
         lists, similarity = self._read("search", ranked)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -159,9 +160,18 @@ class SessionIndex:
 
     Attributes:
         messages: the indexed messages, in insertion order.
+        lock: held by a store while it extends the index or ranks with it (threads share stores).
     """
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the index (the store reads the session again)."""
+        #: The store's marks: the epoch of the session it was read at and the last row read.
+        self.epoch: int | None = None
+        self.seen = 0
         self.messages: list[IndexedMessage] = []
         self._matrix: np.ndarray | None = None
         self._matrix_ids: list[str] = []

@@ -15,8 +15,8 @@ CREATE TABLE ctx_sessions (
 -- character, which PostgreSQL text cannot hold, is stored as U+FFFD there and the exact text as
 -- JSON in text_exact); itext is the part of a long text that is indexed (NULL: all of it); ntok is
 -- the document length of the keyword ranking (trigrams of the indexed text + context); stems and
--- stems_ctx are the words of SQLite's Porter-stemmed index that a query can match, stem_ntok that
--- index's document length (ctxscore.store.stemming); message is the original OpenAI-style message
+-- stems_ctx are the words of SQLite's Porter-stemmed index that a query can match (space-separated),
+-- stem_ntok that index's document length (ctxscore.store.stemming); message is the original OpenAI-style message
 -- as JSON text, prediction the scorer's output as JSON text.
 CREATE TABLE ctx_messages (
     seq        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -29,8 +29,8 @@ CREATE TABLE ctx_messages (
     itext      text,
     context    text NOT NULL DEFAULT '',
     ntok       integer NOT NULL,
-    stems      text[] NOT NULL,
-    stems_ctx  text[] NOT NULL,
+    stems      text NOT NULL,
+    stems_ctx  text NOT NULL,
     stem_ntok  integer NOT NULL,
     message    text NOT NULL,
     prediction text,
