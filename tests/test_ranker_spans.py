@@ -232,3 +232,29 @@ def test_search_log_line_when_reranking_fails(trained, caplog, monkeypatch):
         assert search(cm.store, cm.session_id, scorer, "which train?", 5)
     assert "re-ranking failed" in caplog.text
     assert set(CATEGORIES) >= {p.category for p in cm.predictions()}
+
+
+def test_ranker_rows_follow_a_truncated_session():
+    """After ContextManager.truncate (an event log's rollback, a sync rebase) the turns are reused by new
+    messages: the ranker must read them, not serve the detached ones at those turns."""
+    from sklearn.linear_model import LogisticRegression
+
+    from ctxscore.store.retrieval import Hit
+
+    rng = np.random.default_rng(0)
+    model = LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10)
+    ranker = Ranker(model)
+    cm = ContextManager(budget=2000, scorer="rules", session_id="s")
+    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": f"old message {i} about the hotel"}
+               for i in range(6)])
+    assert [r.text for r in ranker.session_rows(cm.store, "s").rows][3] == "old message 3 about the hotel"
+    cm.truncate(3)
+    cm.add({"role": "assistant", "content": "NEW train to cambridge at 09:15"})
+    new = cm.store.load("s")[3]
+    hit = Hit(id=new.id, turn=3, score=0.0, snippet=new.text[:120])
+    rows = ranker.session_rows(cm.store, "s", [hit])
+    assert [r.text for r in rows.rows] == [m.text for m in cm.store.load("s")]
+    assert rows.rows[3].text == "NEW train to cambridge at 09:15"
+    ranked = ranker.rerank("train to cambridge", None, [hit], cm.store, "s")
+    assert [h.id for h in ranked] == [new.id]
+    cm.close()

@@ -159,13 +159,14 @@ class SessionRows:
 
     config: RuleConfig = field(default_factory=default_config)
     rows: list[Row] = field(default_factory=list)
+    ids: list[str | None] = field(default_factory=list)
     df: Counter[str] = field(default_factory=Counter)
     postings: dict[str, list[int]] = field(default_factory=dict)
     total_len: int = 0
 
     def add(self, turn: int, role: str, text: str, embedding: np.ndarray | None, prediction: dict[str, Any] | None,
-            tool_calls: bool = False) -> None:
-        """Append the message at ``turn`` (must be ``len(rows)``).
+            tool_calls: bool = False, message_id: str | None = None) -> None:
+        """Append the message at ``turn`` (must be ``len(rows)``; ``message_id``: its id, kept in :attr:`ids`).
 
         Raises:
             ValueError: ``turn`` is not the next turn.
@@ -183,10 +184,22 @@ class SessionRows:
         emb = None if embedding is None else np.asarray(embedding, dtype=np.float32)
         self.rows.append(Row(turn, role, text, emb, probs, float(value) if value is not None else 0.0, tool_calls,
                              tf, sum(tf.values()), types, len(spans)))
+        self.ids.append(message_id)
         for t in tf:
             self.df[t] += 1
             self.postings.setdefault(t, []).append(turn)
         self.total_len += sum(tf.values())
+
+
+def _stale(view: SessionRows, hits: Sequence[Hit]) -> bool:
+    """True when a hit names a turn ``view`` holds with another message (another id, or a text that does
+    not begin with the hit's snippet): the session was detached and re-grown since it was read."""
+    for h in hits:
+        if 0 <= h.turn < len(view.rows):
+            kept = view.ids[h.turn]
+            if (kept is not None and kept != h.id) or not view.rows[h.turn].text.startswith(h.snippet):
+                return True
+    return False
 
 
 def _bm25_row(r: Row, qterms: dict[str, float], avg: float) -> float:
@@ -356,12 +369,17 @@ class Ranker:
         order = sorted(range(len(hits)), key=lambda j: (-p[j], j))
         return [replace(hits[j], score=float(p[j])) for j in order]
 
-    def session_rows(self, store: Any, session_id: str) -> SessionRows:
-        """The rows of a session, read from ``store`` (only the turns not read before)."""
+    def session_rows(self, store: Any, session_id: str, hits: Sequence[Hit] = ()) -> SessionRows:
+        """The rows of a session, read from ``store`` (only the turns not read before).
+
+        The rows read before are read again from the start when the session was rebased or truncated
+        since (``store.detach``: by this manager, another one or another process): a new row whose turn
+        is not the next one, or one of ``hits`` whose id or text differs from the row kept at its turn.
+        """
         with self._lock:
             per_store = self._views.setdefault(store, {})
             view = per_store.get(session_id)
-            if view is None:
+            if view is None or _stale(view, hits):
                 view = per_store[session_id] = SessionRows()
             new = store.load(session_id, after_turn=len(view.rows) - 1)
             for row in new:
@@ -370,7 +388,8 @@ class Ranker:
                     new = store.load(session_id, after_turn=-1)
                     break
             for row in new:
-                view.add(row.turn, row.message.role, row.text, row.embedding, row.prediction, bool(row.message.tool_calls))
+                view.add(row.turn, row.message.role, row.text, row.embedding, row.prediction,
+                         bool(row.message.tool_calls), row.id)
             return view
 
     def rerank(self, query: str, query_embedding: np.ndarray | None, hits: Sequence[Hit], store: Any,
@@ -378,6 +397,6 @@ class Ranker:
         """Re-order the store's hits for ``query`` (see the module docstring)."""
         if not hits:
             return []
-        rows = self.session_rows(store, session_id)
+        rows = self.session_rows(store, session_id, hits)
         by_turn = {h.id: h.turn if 0 <= h.turn < len(rows.rows) else -1 for h in hits}
         return self.order(query, query_embedding, hits, rows, [by_turn[h.id] for h in hits])
