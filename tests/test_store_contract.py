@@ -354,6 +354,18 @@ def test_query_syntax_is_inert(store_url):
     s.close()
 
 
+def test_embeddings_of_another_size_are_left_out_of_the_vector_list(store_url):
+    """An embedder changed mid-session leaves embeddings of two sizes: a query ranks those of its own size."""
+    s = open_store(store_url)
+    e4 = np.array([1, 0, 0, 0], np.float32)
+    e3 = np.array([0, 1, 0], np.float32)
+    s.add("s", [rec("m0", "older note", embedding=e3), rec("m1", "newer note", embedding=e4)])
+    hits = s.search("s", "zzz-unmatched", query_embedding=e4)
+    assert [h.id for h in hits] == ["m1"] and hits[0].similarity == pytest.approx(1.0)
+    assert [h.id for h in s.search("s", "zzz-unmatched", query_embedding=e3)] == ["m0"]
+    s.close()
+
+
 def _damage(store_url: str, message_id: str) -> None:
     if store_url.startswith("postgresql://"):
         import psycopg

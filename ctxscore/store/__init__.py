@@ -68,7 +68,12 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
 
     if isinstance(store, HotStore):
         raise ConfigError("the store already keeps its hot state in Redis")
-    return HotStore(store, redis if isinstance(redis, RedisHotState) else RedisHotState(redis))
+    try:
+        hot = redis if isinstance(redis, RedisHotState) else RedisHotState(redis)
+    except BaseException:
+        store.close()  # a store opened here is not left with its connections open
+        raise
+    return HotStore(store, hot)
 
 
 def _without_redis(url: str) -> str:

@@ -230,10 +230,12 @@ class SessionIndex:
 
     def vector(self, query_embedding: np.ndarray, limit: int) -> tuple[RankedList, dict[str, float]]:
         """The vector list and each listed message's similarity to the query."""
-        if self._matrix is None:
-            with_vec = [m for m in self.messages if m.embedding is not None]
+        dim = np.shape(query_embedding)
+        if self._matrix is None or self._matrix.shape[1:] != dim:
+            # only the embeddings of the query's size (an embedder changed mid-session leaves others)
+            with_vec = [m for m in self.messages if m.embedding is not None and m.embedding.shape == dim]
             self._matrix_ids = [m.id for m in with_vec]
-            self._matrix = np.stack([m.embedding for m in with_vec]) if with_vec else np.zeros((0, 0), np.float32)
+            self._matrix = np.stack([m.embedding for m in with_vec]) if with_vec else np.zeros((0, *dim), np.float32)
             self._by_id = {m.id: m for m in with_vec}
         if not self._matrix_ids:
             return ("vector", []), {}

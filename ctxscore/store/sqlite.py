@@ -323,8 +323,9 @@ class SQLiteStore:
                     "ORDER BY turn DESC LIMIT ?", (session_id, like_pattern(term), limit)).fetchall()))
             if query_embedding is not None:
                 vecs = self._session_vectors(db, session_id)
-                if vecs:
-                    ids = list(vecs)
+                dim = np.shape(query_embedding)  # only the embeddings of the query's size (an embedder changed)
+                ids = [i for i, v in vecs.items() if v.shape == dim]
+                if ids:
                     ranked = vector_ranking(ids, np.stack([vecs[i] for i in ids]), query_embedding, limit)
                     top = [i for i, _ in ranked]
                     similarity = dict(ranked)
