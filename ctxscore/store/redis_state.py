@@ -76,13 +76,17 @@ class RedisHotState:
         ttl_s: seconds a session's hot state lives after its last write.
         lock_timeout_s: seconds after which a lock held by a dead worker expires.
         lock_wait_s: seconds :meth:`lock` waits for another worker's turn before :class:`StoreError`.
+        renew_s: when set, the locks this object holds are renewed (every ``lock_timeout_s / 3``)
+            for up to this many seconds, so a turn that legitimately lasts longer than
+            ``lock_timeout_s`` (a proxy waiting for the model) keeps its lock, while a dead process
+            still loses it after ``lock_timeout_s``; ``None`` (default): no renewal.
 
     Raises:
         ConfigError: redis-py is not installed, or a bad argument.
     """
 
     def __init__(self, client: Any, *, prefix: str = "ctxscore", ttl_s: float = DEFAULT_TTL_S,
-                 lock_timeout_s: float = 60.0, lock_wait_s: float = 30.0) -> None:
+                 lock_timeout_s: float = 60.0, lock_wait_s: float = 30.0, renew_s: float | None = None) -> None:
         if _redis is None:
             raise ConfigError("the Redis hot state needs redis-py; install it with `pip install 'ctxscore[redis]'` "
                               "(or `pip install redis`)")
@@ -102,6 +106,13 @@ class RedisHotState:
         self.prefix = prefix
         self.ttl_ms = int(ttl_s * 1000)
         self.lock_timeout_s, self.lock_wait_s = lock_timeout_s, lock_wait_s
+        if renew_s is not None and not renew_s > 0:
+            raise ConfigError(f"renew_s must be positive seconds or None, got {renew_s}")
+        self.renew_s = renew_s
+        self._held: dict[Any, float] = {}  # lock -> renew until (monotonic)
+        self._held_lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
+        self._closing = threading.Event()
 
     # -- keys -----------------------------------------------------------------------------------
     def _key(self, session_id: str, part: str) -> str:
@@ -222,9 +233,13 @@ class RedisHotState:
         if not got:
             raise StoreError(f"session {session_id!r} is busy: another worker held it for more than "
                              f"{self.lock_wait_s} s; retry")
+        if self.renew_s is not None:
+            self._keep(lk)
         try:
             yield
         finally:
+            with self._held_lock:
+                self._held.pop(lk, None)
             try:
                 lk.release()
             except _redis.exceptions.LockError:
@@ -236,8 +251,29 @@ class RedisHotState:
                 log.warning("cannot release the lock of session %r (%s); it expires in %s s", session_id, exc,
                             self.lock_timeout_s)
 
+    def _keep(self, lk: Any) -> None:
+        """Renew ``lk`` until it is released (or for ``renew_s``); starts the renewing thread."""
+        with self._held_lock:
+            self._held[lk] = time.monotonic() + float(self.renew_s or 0)
+            if self._renewer is None or not self._renewer.is_alive():
+                self._renewer = threading.Thread(target=self._renew, name="ctxscore-lock-renewer", daemon=True)
+                self._renewer.start()
+
+    def _renew(self) -> None:
+        """The renewing thread: every ``lock_timeout_s / 3`` resets the timeout of the locks held."""
+        while not self._closing.wait(self.lock_timeout_s / 3):
+            now = time.monotonic()
+            with self._held_lock:
+                held = [lk for lk, until in self._held.items() if until > now]
+            for lk in held:
+                try:
+                    lk.reacquire()
+                except (_redis.exceptions.LockError, _redis.RedisError):
+                    pass  # released meanwhile, or Redis away: the lock then expires as without renewal
+
     def close(self) -> None:
-        """Close the client when this object made it from a URL."""
+        """Stop renewing locks; close the client when this object made it from a URL."""
+        self._closing.set()
         if self._own:
             self.client.close()
 
@@ -406,6 +442,7 @@ class _Kept:
     counter: SharedTokenCounter
     version: int | None
     tierlog: int = 0  # entries of the session's tier log already applied
+    how: str = "opened"  # how the current turn's manager was brought up to date
 
 
 class SharedSessions:
@@ -469,6 +506,7 @@ class SharedSessions:
             kept = self._kept.get(session_id)
         if kept is not None and version is not None and kept.version == version:
             self.stats["current"] += 1
+            kept.how = "current"
             return kept
         if kept is not None and version is not None:  # another worker wrote: catch up
             kept.cm.state.catch_up()
@@ -477,6 +515,7 @@ class SharedSessions:
                 apply_tiers(kept.cm, change, partial=True)
             kept.version = version
             self.stats["refreshed"] += 1
+            kept.how = "refreshed"
             return kept
         if kept is not None:
             kept.cm.close()
@@ -496,6 +535,14 @@ class SharedSessions:
             while len(self._kept) > self.max_sessions:
                 self._kept.popitem(last=False)  # the store is shared: not closed
         return kept
+
+    def brought(self, session_id: str) -> str | None:
+        """How this worker's manager of ``session_id`` was brought up to date by its last turn:
+        ``"current"`` (nothing written elsewhere), ``"refreshed"`` (another worker's messages and
+        tiers applied), ``"opened"`` (read from the store), or ``None`` (not kept)."""
+        with self._lock:
+            kept = self._kept.get(session_id)
+        return None if kept is None else kept.how
 
     def _publish(self, session_id: str, kept: _Kept) -> None:
         try:
