@@ -687,6 +687,8 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
         return SharedProxySessions(shared, max_sessions)
     if manager_factory is not None:
         return Sessions(manager_factory, max_sessions)
+    if isinstance(store, str) and "://" in store and not store.startswith("sqlite:///") and not _is_server_url(store):
+        raise ConfigError(f"unsupported store URL {store!r}; use a SQLite path, sqlite:///path or postgresql://...")
     if _is_server_url(store):  # one PostgreSQL store (one connection pool) for every session
         from ..store import open_store  # noqa: PLC0415
 

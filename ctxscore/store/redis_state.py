@@ -144,6 +144,26 @@ class RedisHotState:
             v, n = self.client.hmget(self._key(session_id, "meta"), ["version", "messages"])
         return (None if v is None else int(v)), (None if n is None else int(n))
 
+    def state(self, session_id: str) -> tuple[int | None, int | None, int]:
+        """(version, message count, detaches) of the session in one round trip: ``detaches`` counts
+        the rebases (:meth:`HotStore.detach`) since the hot state was written, so a worker whose
+        manager saw fewer reads the session again instead of appending to a replaced history."""
+        with self._guard("read the session version"):
+            v, n, d = self.client.hmget(self._key(session_id, "meta"), ["version", "messages", "detached"])
+        return (None if v is None else int(v)), (None if n is None else int(n)), (0 if d is None else int(d))
+
+    def detached(self, session_id: str, messages: int) -> None:
+        """Record a rebase: the session now holds ``messages`` messages (the rest moved away); bumps
+        the version and the detach count, so every other worker reopens the session."""
+        meta = self._key(session_id, "meta")
+        with self._guard("record a rebase"):
+            p = self.client.pipeline(transaction=True)
+            p.hincrby(meta, "version", 1)
+            p.hincrby(meta, "detached", 1)
+            p.hset(meta, "messages", messages)
+            p.pexpire(meta, self.ttl_ms)
+            p.execute()
+
     def messages(self, session_id: str) -> int | None:
         """The session's message count as the last write recorded it, or ``None`` when unknown."""
         with self._guard("read the message count"):
@@ -300,6 +320,8 @@ class HotStore:
         self.store, self.hot = store, hot
         #: Message counts of the sessions whose lock this process holds (no other writer can add).
         self.held: dict[str, int | None] = {}
+        #: Rebases (:meth:`detach`) of the sessions held, during the current turn.
+        self.rebases: dict[str, int] = {}
 
     def _after_write(self, session_id: str, **kw: Any) -> None:
         try:
@@ -328,12 +350,21 @@ class HotStore:
             self._after_write(session_id, tiers=dict(pairs))
 
     def detach(self, session_id: str, from_turn: int) -> str:
-        """:meth:`Store.detach`, then drop the hot state of the session (its messages changed)."""
+        """:meth:`Store.detach`, then record the rebase in the hot state (every other worker's
+        manager of the session is then reopened from the store; the hot state is dropped when Redis
+        cannot record it)."""
         target = self.store.detach(session_id, from_turn)
+        if session_id in self.held:
+            self.held[session_id] = from_turn
+            self.rebases[session_id] = self.rebases.get(session_id, 0) + 1
         try:
-            self.hot.forget(session_id)
+            self.hot.detached(session_id, from_turn)
         except StoreError as exc:
             log.warning("%s", exc)
+            try:
+                self.hot.forget(session_id)
+            except StoreError:
+                pass
         return target
 
     def get(self, session_id: str, message_id: str) -> StoredMessage | None:
@@ -442,6 +473,7 @@ class _Kept:
     counter: SharedTokenCounter
     version: int | None
     tierlog: int = 0  # entries of the session's tier log already applied
+    detached: int = 0  # rebases of the session this manager has seen
     how: str = "opened"  # how the current turn's manager was brought up to date
 
 
@@ -492,18 +524,22 @@ class SharedSessions:
                 fails; nothing of the turn has run then.
         """
         with self.hot.lock(session_id):
-            version, count = self.hot.meta(session_id)
+            version, count, detached = self.hot.state(session_id)
             self.store.held[session_id] = count
             try:
-                kept = self._current(session_id, version)
+                kept = self._current(session_id, version, detached)
                 yield kept.cm
+                kept.detached += self.store.rebases.pop(session_id, 0)  # this worker's own rebases
                 self._publish(session_id, kept)
             finally:
                 self.store.held.pop(session_id, None)
+                self.store.rebases.pop(session_id, None)
 
-    def _current(self, session_id: str, version: int | None) -> _Kept:
+    def _current(self, session_id: str, version: int | None, detached: int = 0) -> _Kept:
         with self._lock:
             kept = self._kept.get(session_id)
+        if kept is not None and kept.detached != detached:  # another worker rebased: read it again
+            kept = None
         if kept is not None and version is not None and kept.version == version:
             self.stats["current"] += 1
             kept.how = "current"
@@ -517,8 +553,6 @@ class SharedSessions:
             self.stats["refreshed"] += 1
             kept.how = "refreshed"
             return kept
-        if kept is not None:
-            kept.cm.close()
         counter = SharedTokenCounter(self.encoding, self.hot.token_counts(session_id, self.encoding))
         cm = self.manager(store=self.store, session_id=session_id, counter=counter, **self.manager_kwargs)
         if version is None:  # no hot state (expired, or never written): publish this manager's
@@ -527,7 +561,7 @@ class SharedSessions:
             self.store.held[session_id] = len(cm)
         else:
             apply_tiers(cm, self.hot.tiers(session_id))
-        kept = _Kept(cm, counter, version, self.hot.tier_log_length(session_id))
+        kept = _Kept(cm, counter, version, self.hot.tier_log_length(session_id), detached=detached)
         self.stats["opened"] += 1
         with self._lock:
             self._kept[session_id] = kept
