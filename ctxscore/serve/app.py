@@ -28,7 +28,8 @@ received (the messages of the client's full history) vs forwarded (the messages 
 the proxy's own time per request (p50 / p95 ms, upstream time excluded).
 
 Responses carry ``X-Ctxscore-Session``, ``X-Ctxscore-Tokens-Received``, ``X-Ctxscore-Tokens-Forwarded``
-and, when the window had any, ``X-Ctxscore-Warnings`` (the kinds, comma-separated: for example
+(non-streamed answers) ``X-Ctxscore-Proxy-Ms`` (the proxy's own milliseconds for the request, upstream
+excluded) and, when the window had any, ``X-Ctxscore-Warnings`` (the kinds, comma-separated: for example
 ``pinned_over_budget`` when the pinned instructions alone exceed the budget; the window is then
 forwarded anyway, over budget, and the warning is logged).
 """
@@ -543,7 +544,8 @@ class Proxy:
             await release()  # a shared session's turn ends here (its lock released): counted
             spent += time.perf_counter() - t1
         st.overhead_ms.append(spent * 1000.0)
-        return Response(r.content, status_code=r.status_code, headers={**self.headers_down(r.headers), **ctx})
+        return Response(r.content, status_code=r.status_code, headers={**self.headers_down(r.headers), **ctx,
+                                                                        "x-ctxscore-proxy-ms": f"{spent * 1000.0:.3f}"})
 
     async def _stream(self, request: Request, sess: _Session, fwd: dict[str, Any], ctx: dict[str, str],
                       spent: float, release: _Release) -> Response:
