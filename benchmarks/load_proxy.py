@@ -191,6 +191,7 @@ def run_proxy(args: Any, sessions: dict[str, list[dict]], pg_url: str | None) ->
                            "llm_ms": args.llm_ms, "budget": args.budget, "cores": os.cpu_count(), "phases": []}
     try:
         out["phases"].append(phase("memory", sessions, upstream, args, [], 1))
+        print(json.dumps(out["phases"][-1]), file=sys.stderr, flush=True)  # each phase as soon as it ends
         if pg_url:
             out["phases"].append(phase("postgres+redis", sessions, upstream, args,
                                        ["--store", pg_url, "--redis", args.redis], args.workers))

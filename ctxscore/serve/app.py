@@ -21,14 +21,19 @@ window that fits the budget.
    finds it in place (a client that goes on with another choice, or edits the reply, is followed:
    the sync rebases). Tool calls and their results stay one unit in every window.
 
+With ``store="postgresql://..."`` and ``redis="redis://..."`` (``ctxscore serve --store ... --redis
+...``) the sessions are shared by every proxy process given the same two URLs: each request runs
+inside :meth:`~ctxscore.store.redis_state.SharedSessions.turn` (the session's Redis lock from the
+sync to the recorded reply; see :class:`SharedProxySessions`).
+
 Other ``/v1/...`` routes (``GET /v1/models``, embeddings ...) are passed through as they are.
 ``GET /v1/ctxscore/stats`` (and ``/v1/ctxscore/stats/{session_id}``) give per session the tokens
 received (the messages of the client's full history) vs forwarded (the messages of the window; the
 ``tools`` definitions, sent as they are, are in neither), requests, sync modes, upstream errors and
 the proxy's own time per request (p50 / p95 ms, upstream time excluded).
 
-Responses carry ``X-Ctxscore-Session``, ``X-Ctxscore-Tokens-Received``, ``X-Ctxscore-Tokens-Forwarded``
-(non-streamed answers) ``X-Ctxscore-Proxy-Ms`` (the proxy's own milliseconds for the request, upstream
+Responses carry ``X-Ctxscore-Session``, ``X-Ctxscore-Tokens-Received``, ``X-Ctxscore-Tokens-Forwarded``,
+on non-streamed answers ``X-Ctxscore-Proxy-Ms`` (the proxy's own milliseconds for the request, upstream
 excluded) and, when the window had any, ``X-Ctxscore-Warnings`` (the kinds, comma-separated: for example
 ``pinned_over_budget`` when the pinned instructions alone exceed the budget; the window is then
 forwarded anyway, over budget, and the warning is logged).
