@@ -212,3 +212,29 @@ def test_a_postgres_store_without_redis_keeps_the_sessions_there(pg_url):
             assert "shared" not in stats(srv)
     assert stored(pg_url, "pg-only") == [("system", SYSTEM), ("user", user_turn(1)),
                                          ("assistant", r.choices[0].message.content)]
+
+
+def test_serve_cli_refuses_redis_without_a_server_store(capsys, tmp_path):
+    from ctxscore.cli import main
+
+    rc = main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--budget", "1000", "--model", "rules",
+               "--store", str(tmp_path / "s.db"), "--redis", "redis://127.0.0.1:6390/0"])
+    assert rc == 2 and "needs a server store" in capsys.readouterr().err
+
+
+def test_a_turn_longer_than_the_lock_timeout_keeps_its_lock_when_renewed(redis_server_url, redis_prefix):
+    from ctxscore.errors import StoreError
+
+    mine = RedisHotState(redis_server_url, prefix=redis_prefix, lock_timeout_s=0.3, renew_s=10.0)
+    other = RedisHotState(redis_server_url, prefix=redis_prefix, lock_timeout_s=0.3, lock_wait_s=0.2)
+    try:
+        with mine.lock("long"):
+            time.sleep(1.0)  # a slow model answer: three lock timeouts
+            with pytest.raises(StoreError, match="busy"):
+                with other.lock("long"):
+                    pass
+        with other.lock("long"):  # released at the end of the turn
+            pass
+    finally:
+        mine.close()
+        other.close()
