@@ -175,17 +175,20 @@ def test_a_rebase_through_one_proxy_is_followed_by_the_other(shared):
             msgs += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": user_turn(i + 2)}]
         edited = msgs[:2] + [{"role": "assistant", "content": "An edited answer."},
                              {"role": "user", "content": "A new direction."}]
-        cb.chat.completions.create(model="m", messages=edited)  # b rebases the session
-        cont = [*edited, {"role": "assistant", "content": "Fine."}, {"role": "user", "content": "And then?"}]
-        r = ca.chat.completions.create(model="m", messages=cont)  # a had the old branch: it must follow
+        rb = cb.chat.completions.create(model="m", messages=edited)  # b rebases the session
+        cont = [*edited, rb.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "And then?"}]
+        r = ca.chat.completions.create(model="m", messages=cont)  # a had the old branch: it must follow b's
         last = up.chat_requests()[-1]["messages"]
+        modes_a, modes_b = stats(a, "edit")["sync_modes"], stats(b, "edit")["sync_modes"]
     contents = [m["content"] for m in last]
     assert "An edited answer." in contents and "A new direction." in contents
     assert user_turn(3) not in contents and user_turn(4) not in contents  # the replaced branch is gone
     rows = stored(pg_url, "edit")
-    assert [c for _, c in rows[:6]] == [SYSTEM, user_turn(1), "An edited answer.", "A new direction.", "Fine.",
-                                        "And then?"]
+    assert [c for _, c in rows[:6]] == [SYSTEM, user_turn(1), "An edited answer.", "A new direction.",
+                                        rb.choices[0].message.content or "", "And then?"]
     assert len(rows) == 7 and rows[6][0] == "assistant" and r.choices[0].message.tool_calls  # a's reply recorded
+    # a read b's rebased session from the store: it appended, it did not rebase (and re-score) again
+    assert modes_b.get("rebased") == 1 and "rebased" not in modes_a, (modes_a, modes_b)
 
 
 def test_bad_shared_settings_are_config_errors(pg_url, tmp_path):
