@@ -4,14 +4,17 @@ The durable store (PostgreSQL) keeps every message with its prediction and tier;
 a worker needs to continue a session it did not serve last, cheaply and consistently (extra
 ``redis``: ``pip install 'ctxscore[redis]'``):
 
-- a per-session **version**, bumped by every write (messages added, tiers changed), so a worker
-  knows whether the manager it keeps for a session is current;
+- a per-session **version**, bumped by every write (messages added, tiers changed, a rebase), so a
+  worker knows whether the manager it keeps for a session is current, and a count of the session's
+  rebases (:meth:`HotStore.detach`), so a worker whose manager holds a replaced branch reads the
+  session again instead of appending to it;
 - the session's **tiers** (message id -> tier), so a worker whose manager is behind applies the
   other workers' compaction without reading the session again;
 - **token counts** of the texts counted in the session (messages and compressed forms, per
   encoding), so a worker that never saw the session builds its history without re-tokenising;
 - a per-session **lock** (redis-py ``Lock``, with a timeout so a dead worker cannot hold it) around
-  one turn, so two workers never interleave one session's turns.
+  one turn, so two workers never interleave one session's turns (``renew_s``: renewed while a long
+  turn runs, e.g. a proxy waiting for the model).
 
 Predictions are not duplicated in Redis: they are stored with each message, so a worker that never
 saw a session reads them with the messages and never re-scores (``tests/test_redis_state.py``
