@@ -1,8 +1,12 @@
-"""Load benchmark of the server backends: N concurrent agent sessions through proxy-like workers
-sharing PostgreSQL (the store) and Redis (hot state and the per-session lock).
+"""Load benchmark of the server backends: N concurrent agent sessions through proxy workers sharing
+PostgreSQL (the store) and Redis (hot state and the per-session lock).
 
-No OpenAI-compatible proxy exists in this repository yet, so the benchmark plays its part with the
-library API, the way such a proxy would use it: ``--workers`` processes (default: one per core),
+``--mode proxy`` sends them through the real proxy (``ctxscore serve`` on loopback, in memory and
+then ``--workers`` processes with ``--store postgresql://... --redis redis://...``, a fake upstream
+taking ``--llm-ms`` per answer): :mod:`benchmarks.load_proxy` describes it.
+
+``--mode library`` (the default) plays the proxy's part with the library API, the way the proxy
+uses it: ``--workers`` processes (default: one per core),
 each a :class:`ctxscore.store.redis_state.SharedSessions` over one PostgreSQL store and one Redis;
 every request is the OpenAI-style JSON body an agent sends before each assistant message (the
 whole history so far), and the worker parses it, runs ``sync`` + ``build(query=<last user
@@ -22,7 +26,8 @@ Sessions: real tau-bench airline trajectories chained (``$CTXSCORE_CORPORA``, de
 Usage::
 
     CTXSCORE_PG_DSN=postgresql://... CTXSCORE_REDIS_URL=redis://... python benchmarks/load.py \\
-        [--sessions 16] [--turns 300] [--workers 2] [--scorer rules|learned] [--llm-ms 200] [--budget 16000]
+        [--mode library|proxy] [--sessions 16] [--turns 300] [--workers 2] [--scorer rules|learned] \
+        [--llm-ms 200] [--budget 16000]
 """
 
 from __future__ import annotations
@@ -241,6 +246,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--store", choices=("postgres", "memory"), default="postgres",
                     help="postgres (with Redis; default) or memory: the baseline, each worker's sessions in an "
                          "in-memory SQLite store (sticky routing), i.e. what the runtime alone costs here")
+    ap.add_argument("--mode", choices=("library", "proxy"), default="library",
+                    help="library: workers calling SharedSessions directly (default); proxy: HTTP requests through "
+                         "`ctxscore serve` (in memory, then PostgreSQL + Redis)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = ap.parse_args()
     if args.store == "memory":
@@ -319,6 +327,8 @@ def main() -> int:
     prefix = f"ctxload-{run}"
     sids = [f"s{k:02d}" for k in range(args.sessions)]
     sessions = {sid: session_messages(trajs, 7 * k, args.turns) for k, sid in enumerate(sids)}
+    if args.mode == "proxy":
+        return main_proxy(args, run, trajs, pg_url if args.store == "postgres" else None, "tau-bench" if tau else "bundled")
     if args.store == "memory":
         pg_url = "memory"
     else:
@@ -352,6 +362,31 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0 if figures["errors"] == 0 else 1
+
+
+def main_proxy(args: argparse.Namespace, run: str, trajs: list[list[dict]], pg_url: str | None, source: str) -> int:
+    """``--mode proxy``: both phases of :mod:`benchmarks.load_proxy`; prints the figures (JSON)."""
+    from benchmarks.load_proxy import run_proxy
+
+    sessions = {f"{run}-s{k:02d}": session_messages(trajs, 7 * k, args.turns) for k in range(args.sessions)}
+    if pg_url:
+        from ctxscore.store import open_store
+
+        open_store(pg_url).close()  # migrate once, before the proxies start
+    figures = run_proxy(args, sessions, pg_url)
+    figures["source"] = source
+    figures["messages_at_end"] = sum(len(m) for m in sessions.values()) // len(sessions)
+    if pg_url:
+        import redis
+
+        r = redis.Redis.from_url(args.redis)
+        keys = list(r.scan_iter(match=f"ctxscore:{{{run}-*", count=1000))
+        if keys:
+            r.delete(*keys)
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return 0 if all(p["errors"] == 0 for p in figures["phases"]) else 1
 
 
 if __name__ == "__main__":

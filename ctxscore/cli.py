@@ -157,13 +157,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     scorer = _scorer_arg(args.model)  # loaded once for every session
     rules = RuleConfig.load(args.rules) if args.rules else None
 
-    def factory(sid: str) -> ContextManager:
-        return ContextManager(budget=args.budget, scorer=scorer, rules=rules, encoding=args.encoding, policy=policy,
-                              store=args.store, session_id=sid, compressor=comp,
-                              layers=[comp.layer()] if comp is not None else [])
-
-    app = create_app(args.upstream, args.budget, manager_factory=factory, upstream_api_key=key,
-                     timeout=args.timeout, max_sessions=args.max_sessions, query_writer=writer)
+    options = {"rules": rules, "compressor": comp, "layers": [comp.layer()] if comp is not None else []}
+    app = create_app(args.upstream, args.budget, scorer=scorer, store=args.store, redis=args.redis, policy=policy,
+                     encoding=args.encoding, manager_options=options, upstream_api_key=key, timeout=args.timeout,
+                     max_sessions=args.max_sessions, query_writer=writer)
     logging.getLogger("ctxscore").setLevel(logging.WARNING)
     print(f"ctxscore proxy on http://{args.host}:{args.port}/v1 -> {args.upstream} (budget {args.budget} tokens)",
           file=sys.stderr, flush=True)
@@ -337,7 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
     v.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
     v.add_argument("--recent-turns", type=_count, default=None, help="last K turns kept verbatim (default 3)")
-    v.add_argument("--store", default=None, help="SQLite file keeping every session (default: in memory)")
+    v.add_argument("--store", default=None,
+                   help="SQLite file keeping every session (one process), or a postgresql:// URL (extra 'postgres'); "
+                        "default: in memory")
+    v.add_argument("--redis", default=None,
+                   help="Redis URL (extra 'redis') with a postgresql:// --store: sessions shared by every proxy "
+                        "process started with the same two URLs (a per-session lock, no re-scoring)")
     v.add_argument("--upstream-key-env", default=None,
                    help="environment variable holding the upstream key (default: forward the client's Authorization)")
     v.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream (default 600)")

@@ -21,14 +21,20 @@ window that fits the budget.
    finds it in place (a client that goes on with another choice, or edits the reply, is followed:
    the sync rebases). Tool calls and their results stay one unit in every window.
 
+With ``store="postgresql://..."`` and ``redis="redis://..."`` (``ctxscore serve --store ... --redis
+...``) the sessions are shared by every proxy process given the same two URLs: each request runs
+inside :meth:`~ctxscore.store.redis_state.SharedSessions.turn` (the session's Redis lock from the
+sync to the recorded reply; see :class:`SharedProxySessions`).
+
 Other ``/v1/...`` routes (``GET /v1/models``, embeddings ...) are passed through as they are.
 ``GET /v1/ctxscore/stats`` (and ``/v1/ctxscore/stats/{session_id}``) give per session the tokens
 received (the messages of the client's full history) vs forwarded (the messages of the window; the
 ``tools`` definitions, sent as they are, are in neither), requests, sync modes, upstream errors and
 the proxy's own time per request (p50 / p95 ms, upstream time excluded).
 
-Responses carry ``X-Ctxscore-Session``, ``X-Ctxscore-Tokens-Received``, ``X-Ctxscore-Tokens-Forwarded``
-and, when the window had any, ``X-Ctxscore-Warnings`` (the kinds, comma-separated: for example
+Responses carry ``X-Ctxscore-Session``, ``X-Ctxscore-Tokens-Received``, ``X-Ctxscore-Tokens-Forwarded``,
+on non-streamed answers ``X-Ctxscore-Proxy-Ms`` (the proxy's own milliseconds for the request, upstream
+excluded) and, when the window had any, ``X-Ctxscore-Warnings`` (the kinds, comma-separated: for example
 ``pinned_over_budget`` when the pinned instructions alone exceed the budget; the window is then
 forwarded anyway, over budget, and the warning is logged).
 """
@@ -52,12 +58,13 @@ from .._optional import require
 fastapi = require("fastapi", "serve", "ctxscore.serve")
 httpx = require("httpx", "serve", "ctxscore.serve")
 
+import anyio  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402
 from starlette.concurrency import run_in_threadpool  # noqa: E402
 from starlette.responses import JSONResponse, Response, StreamingResponse  # noqa: E402
 
 from ..config import Policy, check_budget  # noqa: E402
-from ..errors import ConfigError, CtxScoreError, InputError  # noqa: E402
+from ..errors import ConfigError, CtxScoreError, InputError, StoreError  # noqa: E402
 from ..messages import Message, Role  # noqa: E402
 from ..tokens import REPLY_PRIMING_TOKENS  # noqa: E402
 from ..window.manager import ContextManager  # noqa: E402
@@ -151,11 +158,13 @@ class SessionStats:
         self.tokens_forwarded += forwarded
         self.last_received, self.last_forwarded = received, forwarded
 
-    def as_dict(self, cm: ContextManager) -> dict[str, Any]:
-        """A JSON-ready summary (``overhead_ms``: the proxy's own time per request, upstream excluded)."""
+    def as_dict(self, cm: ContextManager | None) -> dict[str, Any]:
+        """A JSON-ready summary (``overhead_ms``: the proxy's own time per request, upstream excluded;
+        ``cm`` is ``None`` for a shared session this process never opened)."""
         xs = list(self.overhead_ms)
         return {
-            "requests": self.requests, "messages": len(cm), "budget": cm.budget,
+            "requests": self.requests, "messages": len(cm) if cm is not None else None,
+            "budget": cm.budget if cm is not None else None,
             "tokens_received": self.tokens_received, "tokens_forwarded": self.tokens_forwarded,
             "forwarded_share": round(self.tokens_forwarded / self.tokens_received, 4) if self.tokens_received else None,
             "last_received": self.last_received, "last_forwarded": self.last_forwarded,
@@ -167,8 +176,10 @@ class SessionStats:
 
 
 class _Session:
-    def __init__(self, sid: str, cm: ContextManager) -> None:
+    def __init__(self, sid: str, cm: ContextManager | None) -> None:
         self.id, self.cm = sid, cm
+        #: The shared turn this request holds (a ``SharedSessions.turn`` context), else ``None``.
+        self.turn: Any = None
         self.lock = asyncio.Lock()
         self.stats = SessionStats()
         #: The history as the normalized dicts it was made from (``None``: unknown, sync in full).
@@ -182,10 +193,31 @@ class Sessions:
     idle one is closed first; a client that comes back resends its history and is synced from scratch,
     or resumed from the store when it is a file)."""
 
-    def __init__(self, factory: Callable[[str], ContextManager], max_sessions: int) -> None:
+    #: True when the sessions are shared with other proxy processes (:class:`SharedProxySessions`).
+    shared = False
+
+    def __init__(self, factory: Callable[[str], ContextManager | None], max_sessions: int,
+                 close_managers: bool = True) -> None:
         self.factory, self.max_sessions = factory, max_sessions
+        #: False when every manager uses one store the proxy closes itself (a PostgreSQL store).
+        self.close_managers = close_managers
         self._by_id: OrderedDict[str, _Session] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _close(self, s: _Session) -> None:
+        if self.close_managers and s.cm is not None:
+            s.cm.close()
+
+    def enter(self, s: _Session) -> None:
+        """Start a request's turn of ``s`` (in a worker thread, under ``s.lock``): nothing here, the
+        session lives in this process."""
+
+    def leave(self, s: _Session) -> None:
+        """End the turn :meth:`enter` started (nothing here)."""
+
+    def figures(self) -> dict[str, Any] | None:
+        """Figures of the shared sessions (``None`` here)."""
+        return None
 
     def get(self, sid: str) -> _Session:
         """The session ``sid`` (made on first use), counted as in use until :meth:`done`."""
@@ -199,7 +231,7 @@ class Sessions:
                     for old_id, old in list(self._by_id.items()):
                         if old is not s and old.users == 0:
                             del self._by_id[old_id]
-                            old.cm.close()
+                            self._close(old)
                             break
             s.users += 1
             return s
@@ -210,18 +242,68 @@ class Sessions:
             s.users -= 1
 
     def find(self, sid: str) -> _Session | None:
+        """The session ``sid`` when this process keeps it."""
         with self._lock:
             return self._by_id.get(sid)
 
     def all(self) -> list[_Session]:
+        """The sessions this process keeps."""
         with self._lock:
             return list(self._by_id.values())
 
     def close(self) -> None:
+        """Close every session's manager (when they own their stores)."""
         with self._lock:
             for s in self._by_id.values():
-                s.cm.close()
+                self._close(s)
             self._by_id.clear()
+
+
+class SharedProxySessions(Sessions):
+    """Sessions shared by every proxy process over one PostgreSQL store and one Redis
+    (:class:`~ctxscore.store.redis_state.SharedSessions`): each request runs inside
+    ``shared.turn(session_id)`` -- the session's Redis lock, held from the sync and build to the
+    recording of the reply, and this process's manager brought up to date (a process that never saw
+    the session opens it from the store with its stored predictions: no re-scoring).
+
+    Args:
+        shared: the worker's :class:`~ctxscore.store.redis_state.SharedSessions` (closed with this).
+        max_sessions: sessions whose figures this process keeps (the managers are kept by ``shared``).
+    """
+
+    shared = True
+
+    def __init__(self, shared: Any, max_sessions: int) -> None:
+        super().__init__(lambda sid: None, max_sessions, close_managers=False)
+        self.turns = shared
+
+    def enter(self, s: _Session) -> None:
+        """Take the session's Redis lock and bring its manager up to date (blocks: a worker thread).
+
+        Raises:
+            StoreError: another process held the session too long, or Redis / PostgreSQL failed.
+        """
+        turn = self.turns.turn(s.id)
+        cm = turn.__enter__()
+        if cm is not s.cm or self.turns.brought(s.id) != "current":
+            s.known = None  # another process wrote, or the manager is new: sync in full
+        s.cm, s.turn = cm, turn
+
+    def leave(self, s: _Session) -> None:
+        """Publish the turn's token counts and release the session's lock."""
+        turn, s.turn = s.turn, None
+        if turn is not None:
+            turn.__exit__(None, None, None)
+
+    def figures(self) -> dict[str, Any]:
+        """This process's managers: opened from the store, refreshed after another process's turn,
+        current (see :attr:`SharedSessions.stats`)."""
+        return dict(self.turns.stats)
+
+    def close(self) -> None:
+        """Forget the sessions and close the shared store."""
+        super().close()
+        self.turns.close()
 
 
 class _Accumulator:
@@ -301,12 +383,12 @@ def _last_user_text(msgs: list[dict[str, Any]]) -> str | None:
 class Proxy:
     """The proxy's state: the sessions, the upstream client and the settings (see :func:`create_app`)."""
 
-    def __init__(self, upstream: str, budget: int, factory: Callable[[str], ContextManager], *,
+    def __init__(self, upstream: str, budget: int, factory: Callable[[str], ContextManager] | Sessions, *,
                  upstream_api_key: str | None, timeout: float, max_sessions: int, session_header: str,
                  query_writer: Any) -> None:
         self.upstream = upstream.rstrip("/")
         self.budget = budget
-        self.sessions = Sessions(factory, max_sessions)
+        self.sessions = factory if isinstance(factory, Sessions) else Sessions(factory, max_sessions)
         self.upstream_api_key = upstream_api_key
         self.timeout = timeout
         self.session_header = session_header
@@ -353,7 +435,8 @@ class Proxy:
 
     def prepare(self, sess: _Session, messages: list[Any], tools: Any) -> tuple[list[dict[str, Any]], int, int, list[str]]:
         """Sync and build (runs in a worker thread): ``(window messages, tokens received, tokens
-        forwarded, the window's warning kinds)``."""
+        forwarded, the window's warning kinds)``; a shared session's turn is entered first."""
+        self.sessions.enter(sess)
         cm = sess.cm
         msgs = [normalize_message(m, i) for i, m in enumerate(messages)]
         known = sess.known
@@ -415,6 +498,8 @@ class Proxy:
                                                                               body.get("tools"))
             except InputError as exc:
                 return JSONResponse(error_body(str(exc), param="messages"), status_code=400)
+            except StoreError as exc:  # a busy shared session, or the store / Redis away: retry
+                return JSONResponse(error_body(str(exc), kind="store_unavailable"), status_code=503)
             except CtxScoreError as exc:
                 return JSONResponse(error_body(str(exc), kind="server_error"), status_code=500)
             sess.stats.count(received, forwarded)
@@ -425,7 +510,7 @@ class Proxy:
             fwd = {**body, "messages": window}
             if body.get("stream"):
                 return await self._stream(request, sess, fwd, ctx, time.perf_counter() - t0, release)
-            return await self._plain(request, sess, fwd, ctx, time.perf_counter() - t0)
+            return await self._plain(request, sess, fwd, ctx, time.perf_counter() - t0, release)
         finally:
             if not release.handed_off:
                 await release()
@@ -444,7 +529,7 @@ class Proxy:
                                            kind="upstream_error"), status_code=502)
 
     async def _plain(self, request: Request, sess: _Session, fwd: dict[str, Any], ctx: dict[str, str],
-                     spent: float) -> Response:
+                     spent: float, release: _Release) -> Response:
         r = await self._send(request, fwd, stream=False)
         st = sess.stats
         if isinstance(r, Response):
@@ -461,9 +546,11 @@ class Proxy:
                 reply = None
             if isinstance(reply, dict):
                 await self.record(sess, reply)
+            await release()  # a shared session's turn ends here (its lock released): counted
             spent += time.perf_counter() - t1
         st.overhead_ms.append(spent * 1000.0)
-        return Response(r.content, status_code=r.status_code, headers={**self.headers_down(r.headers), **ctx})
+        return Response(r.content, status_code=r.status_code, headers={**self.headers_down(r.headers), **ctx,
+                                                                        "x-ctxscore-proxy-ms": f"{spent * 1000.0:.3f}"})
 
     async def _stream(self, request: Request, sess: _Session, fwd: dict[str, Any], ctx: dict[str, str],
                       spent: float, release: _Release) -> Response:
@@ -530,7 +617,9 @@ class Proxy:
         rows = {s.id: s.stats.as_dict(s.cm) for s in self.sessions.all()}
         received = sum(r["tokens_received"] for r in rows.values())
         forwarded = sum(r["tokens_forwarded"] for r in rows.values())
+        shared = self.sessions.figures()
         return {"upstream": self.upstream, "budget": self.budget, "sessions": rows,
+                **({"shared": shared} if shared is not None else {}),
                 "totals": {"sessions": len(rows), "requests": sum(r["requests"] for r in rows.values()),
                            "tokens_received": received, "tokens_forwarded": forwarded,
                            "forwarded_share": round(forwarded / received, 4) if received else None}}
@@ -547,8 +636,13 @@ class _Release:
     async def __call__(self) -> None:
         if not self._done:
             self._done = True
-            self.sess.lock.release()
-            self.sessions.done(self.sess)
+            try:
+                if self.sess.turn is not None:  # a shared turn: its Redis lock must go, even when cancelled
+                    with anyio.CancelScope(shield=True):
+                        await run_in_threadpool(self.sessions.leave, self.sess)
+            finally:
+                self.sess.lock.release()
+                self.sessions.done(self.sess)
 
 
 def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
@@ -564,47 +658,119 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
     return body, None
 
 
-def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: str | None = None,
+def _load_scorer(scorer: Any) -> Any:
+    """A packaged scorer folder loaded once for every session; any other scorer as it is."""
+    if scorer not in ("auto", "rules", None) and isinstance(scorer, str):
+        from ..scoring.learned import LearnedScorer  # noqa: PLC0415
+
+        return LearnedScorer.from_pretrained(scorer)
+    return scorer
+
+
+def _is_server_url(store: Any) -> bool:
+    return isinstance(store, str) and store.startswith(("postgresql://", "postgres://"))
+
+
+def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextManager] | None,
+              options: dict[str, Any], *, encoding: str, max_sessions: int, timeout: float) -> Sessions:
+    """The proxy's sessions for the ``store`` / ``redis`` arguments of :func:`create_app`."""
+    if redis is not None:
+        if not _is_server_url(store):
+            raise ConfigError("redis (--redis) shares sessions between proxy processes and needs a server store: "
+                              f"give store='postgresql://...' (--store), not {store!r} (a SQLite file or memory "
+                              "is private to one process)")
+        if manager_factory is not None:
+            raise ConfigError("manager_factory cannot be combined with redis: pass the ContextManager settings "
+                              "as manager_options")
+        if isinstance(redis, str) and not redis.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"redis must be a redis://, rediss:// or unix:// URL, got {redis!r}")
+        from ..store import open_store  # noqa: PLC0415
+        from ..store.redis_state import RedisHotState, SharedSessions  # noqa: PLC0415
+
+        if isinstance(redis, str):  # a turn may wait for the model: its lock is renewed meanwhile
+            redis = RedisHotState(redis, lock_wait_s=max(30.0, timeout + 10.0), renew_s=timeout + 60.0)
+        shared = SharedSessions(open_store(store, redis=redis), ContextManager, max_sessions=max_sessions,
+                                encoding=encoding, **options)
+        return SharedProxySessions(shared, max_sessions)
+    if manager_factory is not None:
+        return Sessions(manager_factory, max_sessions)
+    if isinstance(store, str) and "://" in store and not store.startswith("sqlite:///") and not _is_server_url(store):
+        raise ConfigError(f"unsupported store URL {store!r}; use a SQLite path, sqlite:///path or postgresql://...")
+    if _is_server_url(store):  # one PostgreSQL store (one connection pool) for every session
+        from ..store import open_store  # noqa: PLC0415
+
+        store = open_store(store)
+        server = store
+
+        def on_server(sid: str) -> ContextManager:
+            return ContextManager(store=server, encoding=encoding, session_id=sid, **options)
+
+        sessions = Sessions(on_server, max_sessions, close_managers=False)
+        sessions.close = _then(sessions.close, server.close)  # type: ignore[method-assign]
+        return sessions
+
+    def default_factory(sid: str) -> ContextManager:
+        return ContextManager(store=store, encoding=encoding, session_id=sid, **options)
+
+    return Sessions(default_factory, max_sessions)
+
+
+def _then(first: Callable[[], Any], second: Callable[[], Any]) -> Callable[[], None]:
+    def both() -> None:
+        try:
+            first()
+        finally:
+            second()
+    return both
+
+
+def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any = None,
                policy: Policy | None = None, encoding: str = "cl100k_base",
                manager_factory: Callable[[str], ContextManager] | None = None, upstream_api_key: str | None = None,
                timeout: float = 600.0, max_sessions: int = 1000, session_header: str = "X-Session-Id",
-               query_writer: Any = None) -> FastAPI:
+               query_writer: Any = None, redis: Any = None, manager_options: dict[str, Any] | None = None) -> FastAPI:
     """The proxy as a FastAPI app (serve it with uvicorn; see the module docstring).
 
     Args:
         upstream: the upstream API base, including ``/v1`` (``https://api.openai.com/v1``).
         budget: the window's token budget (messages and the request's tool definitions), > 0.
         scorer: the sessions' scorer (``"auto"``, ``"rules"``, a packaged scorer folder or a scorer).
-        store: a SQLite file for every session's messages (sessions then survive restarts), or
-            ``None`` for a private in-memory store per session.
+        store: where every session's messages live: ``None`` (a private in-memory store per
+            session), a SQLite file (sessions then survive restarts; one process), or a
+            ``postgresql://`` URL (extra ``postgres``: one store, opened once, for every session).
         policy: the tier policy (default :class:`~ctxscore.Policy`).
         encoding: the tiktoken encoding of the budget.
         manager_factory: ``factory(session_id) -> ContextManager``, replacing the settings above
-            (an LLM compressor, layers, a shared store ...).
+            (an LLM compressor, layers, a shared store ...); not with ``redis``.
         upstream_api_key: sent upstream instead of the client's ``Authorization``.
         timeout: seconds to wait for the upstream (connect: at most 10).
         max_sessions: sessions kept in memory (least recently used closed first).
         session_header: the header naming the session.
         query_writer: an object with ``expand(request) -> str`` (:class:`ctxscore.llm.LLMQueryWriter`)
             used on the page-in query; ``None`` (default) uses the request as it is.
+        redis: a Redis URL (``redis://host:6379/0``; extra ``redis``) or a
+            :class:`~ctxscore.store.redis_state.RedisHotState`, with a ``postgresql://`` ``store``:
+            the sessions are shared by every proxy process given the same two URLs (behind a load
+            balancer): each request holds the session's Redis lock from its sync to the recording of
+            the reply, and a process that never saw a session continues it from the store without
+            re-scoring (:class:`SharedProxySessions`).
+        manager_options: more :class:`~ctxscore.ContextManager` keyword arguments of every session
+            (``rules``, ``compressor``, ``layers`` ...).
 
     Raises:
-        ConfigError: a bad budget, upstream URL or count.
+        ConfigError: a bad budget, upstream URL, count, store or Redis URL, ``redis`` without a
+            PostgreSQL store, or a missing extra (the message says which to install).
+        StoreError: the PostgreSQL store or Redis cannot be reached.
     """
     budget = check_budget(budget)
     if not isinstance(upstream, str) or not upstream.startswith(("http://", "https://")):
         raise ConfigError(f"upstream must be an http(s) URL such as https://api.openai.com/v1, got {upstream!r}")
     if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
         raise ConfigError(f"max_sessions must be a positive integer, got {max_sessions!r}")
-    if scorer not in ("auto", "rules", None) and isinstance(scorer, str):
-        from ..scoring.learned import LearnedScorer  # noqa: PLC0415
-
-        scorer = LearnedScorer.from_pretrained(scorer)  # loaded once for every session
-
-    def default_factory(sid: str) -> ContextManager:
-        return ContextManager(budget=budget, scorer=scorer, store=store, policy=policy, encoding=encoding, session_id=sid)
-
-    proxy = Proxy(upstream, budget, manager_factory or default_factory, upstream_api_key=upstream_api_key,
+    options = {"budget": budget, "scorer": _load_scorer(scorer), "policy": policy, **(manager_options or {})}
+    sessions = _sessions(store, redis, manager_factory, options, encoding=encoding, max_sessions=max_sessions,
+                         timeout=timeout)
+    proxy = Proxy(upstream, budget, sessions, upstream_api_key=upstream_api_key,
                   timeout=timeout, max_sessions=max_sessions, session_header=session_header, query_writer=query_writer)
 
     @asynccontextmanager

@@ -4,14 +4,17 @@ The durable store (PostgreSQL) keeps every message with its prediction and tier;
 a worker needs to continue a session it did not serve last, cheaply and consistently (extra
 ``redis``: ``pip install 'ctxscore[redis]'``):
 
-- a per-session **version**, bumped by every write (messages added, tiers changed), so a worker
-  knows whether the manager it keeps for a session is current;
+- a per-session **version**, bumped by every write (messages added, tiers changed, a rebase), so a
+  worker knows whether the manager it keeps for a session is current, and a count of the session's
+  rebases (:meth:`HotStore.detach`), so a worker whose manager holds a replaced branch reads the
+  session again instead of appending to it;
 - the session's **tiers** (message id -> tier), so a worker whose manager is behind applies the
   other workers' compaction without reading the session again;
 - **token counts** of the texts counted in the session (messages and compressed forms, per
   encoding), so a worker that never saw the session builds its history without re-tokenising;
 - a per-session **lock** (redis-py ``Lock``, with a timeout so a dead worker cannot hold it) around
-  one turn, so two workers never interleave one session's turns.
+  one turn, so two workers never interleave one session's turns (``renew_s``: renewed while a long
+  turn runs, e.g. a proxy waiting for the model).
 
 Predictions are not duplicated in Redis: they are stored with each message, so a worker that never
 saw a session reads them with the messages and never re-scores (``tests/test_redis_state.py``
@@ -76,13 +79,17 @@ class RedisHotState:
         ttl_s: seconds a session's hot state lives after its last write.
         lock_timeout_s: seconds after which a lock held by a dead worker expires.
         lock_wait_s: seconds :meth:`lock` waits for another worker's turn before :class:`StoreError`.
+        renew_s: when set, the locks this object holds are renewed (every ``lock_timeout_s / 3``)
+            for up to this many seconds, so a turn that legitimately lasts longer than
+            ``lock_timeout_s`` (a proxy waiting for the model) keeps its lock, while a dead process
+            still loses it after ``lock_timeout_s``; ``None`` (default): no renewal.
 
     Raises:
         ConfigError: redis-py is not installed, or a bad argument.
     """
 
     def __init__(self, client: Any, *, prefix: str = "ctxscore", ttl_s: float = DEFAULT_TTL_S,
-                 lock_timeout_s: float = 60.0, lock_wait_s: float = 30.0) -> None:
+                 lock_timeout_s: float = 60.0, lock_wait_s: float = 30.0, renew_s: float | None = None) -> None:
         if _redis is None:
             raise ConfigError("the Redis hot state needs redis-py; install it with `pip install 'ctxscore[redis]'` "
                               "(or `pip install redis`)")
@@ -102,6 +109,13 @@ class RedisHotState:
         self.prefix = prefix
         self.ttl_ms = int(ttl_s * 1000)
         self.lock_timeout_s, self.lock_wait_s = lock_timeout_s, lock_wait_s
+        if renew_s is not None and not renew_s > 0:
+            raise ConfigError(f"renew_s must be positive seconds or None, got {renew_s}")
+        self.renew_s = renew_s
+        self._held: dict[Any, float] = {}  # lock -> renew until (monotonic)
+        self._held_lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
+        self._closing = threading.Event()
 
     # -- keys -----------------------------------------------------------------------------------
     def _key(self, session_id: str, part: str) -> str:
@@ -132,6 +146,26 @@ class RedisHotState:
         with self._guard("read the session version"):
             v, n = self.client.hmget(self._key(session_id, "meta"), ["version", "messages"])
         return (None if v is None else int(v)), (None if n is None else int(n))
+
+    def state(self, session_id: str) -> tuple[int | None, int | None, int]:
+        """(version, message count, detaches) of the session in one round trip: ``detaches`` counts
+        the rebases (:meth:`HotStore.detach`) since the hot state was written, so a worker whose
+        manager saw fewer reads the session again instead of appending to a replaced history."""
+        with self._guard("read the session version"):
+            v, n, d = self.client.hmget(self._key(session_id, "meta"), ["version", "messages", "detached"])
+        return (None if v is None else int(v)), (None if n is None else int(n)), (0 if d is None else int(d))
+
+    def detached(self, session_id: str, messages: int) -> None:
+        """Record a rebase: the session now holds ``messages`` messages (the rest moved away); bumps
+        the version and the detach count, so every other worker reopens the session."""
+        meta = self._key(session_id, "meta")
+        with self._guard("record a rebase"):
+            p = self.client.pipeline(transaction=True)
+            p.hincrby(meta, "version", 1)
+            p.hincrby(meta, "detached", 1)
+            p.hset(meta, "messages", messages)
+            p.pexpire(meta, self.ttl_ms)
+            p.execute()
 
     def messages(self, session_id: str) -> int | None:
         """The session's message count as the last write recorded it, or ``None`` when unknown."""
@@ -222,9 +256,13 @@ class RedisHotState:
         if not got:
             raise StoreError(f"session {session_id!r} is busy: another worker held it for more than "
                              f"{self.lock_wait_s} s; retry")
+        if self.renew_s is not None:
+            self._keep(lk)
         try:
             yield
         finally:
+            with self._held_lock:
+                self._held.pop(lk, None)
             try:
                 lk.release()
             except _redis.exceptions.LockError:
@@ -236,8 +274,29 @@ class RedisHotState:
                 log.warning("cannot release the lock of session %r (%s); it expires in %s s", session_id, exc,
                             self.lock_timeout_s)
 
+    def _keep(self, lk: Any) -> None:
+        """Renew ``lk`` until it is released (or for ``renew_s``); starts the renewing thread."""
+        with self._held_lock:
+            self._held[lk] = time.monotonic() + float(self.renew_s or 0)
+            if self._renewer is None or not self._renewer.is_alive():
+                self._renewer = threading.Thread(target=self._renew, name="ctxscore-lock-renewer", daemon=True)
+                self._renewer.start()
+
+    def _renew(self) -> None:
+        """The renewing thread: every ``lock_timeout_s / 3`` resets the timeout of the locks held."""
+        while not self._closing.wait(self.lock_timeout_s / 3):
+            now = time.monotonic()
+            with self._held_lock:
+                held = [lk for lk, until in self._held.items() if until > now]
+            for lk in held:
+                try:
+                    lk.reacquire()
+                except (_redis.exceptions.LockError, _redis.RedisError):
+                    pass  # released meanwhile, or Redis away: the lock then expires as without renewal
+
     def close(self) -> None:
-        """Close the client when this object made it from a URL."""
+        """Stop renewing locks; close the client when this object made it from a URL."""
+        self._closing.set()
         if self._own:
             self.client.close()
 
@@ -264,6 +323,8 @@ class HotStore:
         self.store, self.hot = store, hot
         #: Message counts of the sessions whose lock this process holds (no other writer can add).
         self.held: dict[str, int | None] = {}
+        #: Rebases (:meth:`detach`) of the sessions held, during the current turn.
+        self.rebases: dict[str, int] = {}
 
     def _after_write(self, session_id: str, **kw: Any) -> None:
         try:
@@ -292,12 +353,21 @@ class HotStore:
             self._after_write(session_id, tiers=dict(pairs))
 
     def detach(self, session_id: str, from_turn: int) -> str:
-        """:meth:`Store.detach`, then drop the hot state of the session (its messages changed)."""
+        """:meth:`Store.detach`, then record the rebase in the hot state (every other worker's
+        manager of the session is then reopened from the store; the hot state is dropped when Redis
+        cannot record it)."""
         target = self.store.detach(session_id, from_turn)
+        if session_id in self.held:
+            self.held[session_id] = from_turn
+            self.rebases[session_id] = self.rebases.get(session_id, 0) + 1
         try:
-            self.hot.forget(session_id)
+            self.hot.detached(session_id, from_turn)
         except StoreError as exc:
             log.warning("%s", exc)
+            try:
+                self.hot.forget(session_id)
+            except StoreError:
+                pass
         return target
 
     def get(self, session_id: str, message_id: str) -> StoredMessage | None:
@@ -406,6 +476,8 @@ class _Kept:
     counter: SharedTokenCounter
     version: int | None
     tierlog: int = 0  # entries of the session's tier log already applied
+    detached: int = 0  # rebases of the session this manager has seen
+    how: str = "opened"  # how the current turn's manager was brought up to date
 
 
 class SharedSessions:
@@ -455,20 +527,25 @@ class SharedSessions:
                 fails; nothing of the turn has run then.
         """
         with self.hot.lock(session_id):
-            version, count = self.hot.meta(session_id)
+            version, count, detached = self.hot.state(session_id)
             self.store.held[session_id] = count
             try:
-                kept = self._current(session_id, version)
+                kept = self._current(session_id, version, detached)
                 yield kept.cm
+                kept.detached += self.store.rebases.pop(session_id, 0)  # this worker's own rebases
                 self._publish(session_id, kept)
             finally:
                 self.store.held.pop(session_id, None)
+                self.store.rebases.pop(session_id, None)
 
-    def _current(self, session_id: str, version: int | None) -> _Kept:
+    def _current(self, session_id: str, version: int | None, detached: int = 0) -> _Kept:
         with self._lock:
             kept = self._kept.get(session_id)
+        if kept is not None and kept.detached != detached:  # another worker rebased: read it again
+            kept = None
         if kept is not None and version is not None and kept.version == version:
             self.stats["current"] += 1
+            kept.how = "current"
             return kept
         if kept is not None and version is not None:  # another worker wrote: catch up
             kept.cm.state.catch_up()
@@ -477,9 +554,8 @@ class SharedSessions:
                 apply_tiers(kept.cm, change, partial=True)
             kept.version = version
             self.stats["refreshed"] += 1
+            kept.how = "refreshed"
             return kept
-        if kept is not None:
-            kept.cm.close()
         counter = SharedTokenCounter(self.encoding, self.hot.token_counts(session_id, self.encoding))
         cm = self.manager(store=self.store, session_id=session_id, counter=counter, **self.manager_kwargs)
         if version is None:  # no hot state (expired, or never written): publish this manager's
@@ -488,7 +564,7 @@ class SharedSessions:
             self.store.held[session_id] = len(cm)
         else:
             apply_tiers(cm, self.hot.tiers(session_id))
-        kept = _Kept(cm, counter, version, self.hot.tier_log_length(session_id))
+        kept = _Kept(cm, counter, version, self.hot.tier_log_length(session_id), detached=detached)
         self.stats["opened"] += 1
         with self._lock:
             self._kept[session_id] = kept
@@ -496,6 +572,14 @@ class SharedSessions:
             while len(self._kept) > self.max_sessions:
                 self._kept.popitem(last=False)  # the store is shared: not closed
         return kept
+
+    def brought(self, session_id: str) -> str | None:
+        """How this worker's manager of ``session_id`` was brought up to date by its last turn:
+        ``"current"`` (nothing written elsewhere), ``"refreshed"`` (another worker's messages and
+        tiers applied), ``"opened"`` (read from the store), or ``None`` (not kept)."""
+        with self._lock:
+            kept = self._kept.get(session_id)
+        return None if kept is None else kept.how
 
     def _publish(self, session_id: str, kept: _Kept) -> None:
         try:

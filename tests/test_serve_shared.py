@@ -1,0 +1,243 @@
+"""Proxy processes sharing sessions through a real PostgreSQL store and a real Redis: two proxies
+(``create_app(store="postgresql://...", redis=...)``, each served by uvicorn on loopback) in front of
+the fake upstream. A conversation whose requests alternate between them stays whole (every message
+once, in order, the window within budget); the proxy that never saw the session continues it
+without re-scoring; concurrent requests of one session through both proxies never overlap at the
+upstream; a rebase made through one proxy is followed by the other. Skipped without the servers
+(``CTXSCORE_PG_DSN`` / ``CTXSCORE_REDIS_URL``), failed under ``CI=true``."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("redis")
+
+from fake_openai import FakeOpenAI  # noqa: E402
+from test_serve import SYSTEM, agent, chat, client_for, stats, tool_pairs_intact, user_turn, window_tokens  # noqa: E402
+
+from ctxscore.errors import ConfigError  # noqa: E402
+from ctxscore.scoring.rules import RuleClassifier  # noqa: E402
+from ctxscore.serve import Background, create_app  # noqa: E402
+from ctxscore.store import open_store  # noqa: E402
+from ctxscore.store.redis_state import RedisHotState  # noqa: E402
+
+BUDGET = 1500
+
+
+class SpyScorer:
+    """The rule scorer, recording every message it scores (shared by both proxies of a test)."""
+
+    def __init__(self) -> None:
+        self.rules = RuleClassifier()
+        self.scored: list[str] = []
+        self._lock = threading.Lock()
+
+    def predict(self, messages):
+        with self._lock:
+            self.scored.extend(m.content for m in messages)
+        return self.rules.predict(messages)
+
+
+@pytest.fixture
+def shared(pg_url, redis_server_url, redis_prefix):
+    """(make_proxy, store URL): ``make_proxy(upstream_url, scorer)`` starts one more proxy process's
+    app on the shared PostgreSQL schema and Redis prefix."""
+    servers: list[Background] = []
+
+    def make(upstream_url: str, scorer) -> Background:
+        hot = RedisHotState(redis_server_url, prefix=redis_prefix, renew_s=120.0)
+        app = create_app(upstream_url, BUDGET, scorer=scorer, store=pg_url, redis=hot)
+        srv = Background(app).start()
+        srv.app = app
+        servers.append(srv)
+        return srv
+
+    yield make, pg_url
+    for srv in servers:
+        srv.stop()
+
+
+class Alternating:
+    """An OpenAI client whose requests go to the proxies in turn (a round-robin load balancer)."""
+
+    def __init__(self, proxies: list[Background], session: str) -> None:
+        self.clients = [client_for(p, session) for p in proxies]
+        self.n = 0
+        self.chat = self
+        self.completions = self
+
+    def create(self, **kw):
+        c = self.clients[self.n % len(self.clients)]
+        self.n += 1
+        return c.chat.completions.create(**kw)
+
+
+def stored(pg_url: str, session: str) -> list[tuple[str, str]]:
+    """(role, content) of the session's messages in the store, in order."""
+    s = open_store(pg_url)
+    try:
+        return [(r.message.role, r.message.content) for r in s.load(session)]
+    finally:
+        s.close()
+
+
+def test_a_conversation_alternating_between_two_proxies_stays_whole_without_rescoring(shared):
+    make, pg_url = shared
+    spy = SpyScorer()
+    with FakeOpenAI(agent) as up:
+        a, b = make(up.url, spy), make(up.url, spy)
+        client = Alternating([a, b], "trip-shared")
+        messages: list = [{"role": "system", "content": SYSTEM}]
+        for i in range(1, 41):
+            messages.append({"role": "user", "content": user_turn(i)})
+            chat(client, messages, stream=i % 3 == 0)
+        reqs = up.chat_requests()
+    assert len(reqs) == 40 + 10  # a second call after each of the 10 tool calls
+    assert max(window_tokens(r["messages"]) for r in reqs) <= BUDGET
+    assert all(tool_pairs_intact(r["messages"]) for r in reqs)
+    assert all(r["messages"][0] == {"role": "system", "content": SYSTEM} for r in reqs)
+    assert reqs[-2]["messages"][-1]["content"] == user_turn(40)  # the newest message always goes up (turn 40
+    assert reqs[-1]["messages"][-1]["role"] == "tool"  # called a tool: its second request ends with the result)
+    # every message once, in order, in the shared store
+    plain = [m if isinstance(m, dict) else m.model_dump(exclude_none=True) for m in messages]
+    assert stored(pg_url, "trip-shared") == [(m["role"], m.get("content") or "") for m in plain]
+    # each message scored once over both proxies: the one that did not see a turn did not re-score it
+    assert len(spy.scored) == len(plain)
+    sa, sb = stats(a)["shared"], stats(b)["shared"]
+    assert sa["opened"] == 1 and sb["opened"] == 1  # each proxy read the session from the store once
+    assert sa["refreshed"] + sb["refreshed"] >= len(reqs) - 2  # then caught up with the other's turns
+    assert stats(a, "trip-shared")["replies_recorded"] + stats(b, "trip-shared")["replies_recorded"] == len(reqs)
+
+
+def slow_agent(log: list[tuple[str, float, float]], lock: threading.Lock, delay: float = 0.25):
+    """The fake model answering after ``delay`` seconds, logging (session, start, end) of each call."""
+
+    def respond(body: dict) -> dict:
+        t0 = time.monotonic()
+        time.sleep(delay)
+        with lock:
+            log.append((body["messages"][-1]["content"].split(":")[0], t0, time.monotonic()))
+        return {"content": f"answer to {body['messages'][-1]['content']}"}
+
+    return respond
+
+
+def overlaps(spans: list[tuple[float, float]]) -> int:
+    """Pairs of time spans that overlap."""
+    s = sorted(spans)
+    return sum(1 for (_, e0), (b1, _) in zip(s, s[1:], strict=False) if b1 < e0)
+
+
+def test_concurrent_requests_of_one_session_through_both_proxies_never_interleave(shared):
+    make, pg_url = shared
+    log: list[tuple[str, float, float]] = []
+    with FakeOpenAI(slow_agent(log, threading.Lock())) as up:
+        a, b = make(up.url, "rules"), make(up.url, "rules")
+        clients = {"one": [client_for(a, "one"), client_for(b, "one")],
+                   "other": [client_for(a, "other"), client_for(b, "other")]}
+        codes: list[int] = []
+
+        def send(session: str, k: int) -> None:
+            c = clients[session][k % 2]
+            msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{session}: question {k}"}]
+            r = c.chat.completions.with_raw_response.create(model="m", messages=msgs)
+            codes.append(r.status_code)
+
+        threads = [threading.Thread(target=send, args=(sid, k)) for sid in ("one", "other") for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert codes == [200] * 8
+    one = [(t0, t1) for sid, t0, t1 in log if sid == "one"]
+    assert len(one) == 4 and overlaps(one) == 0  # one session: one turn at a time over both proxies
+    # sessions apart do run at once (the check above could see an overlap)
+    assert overlaps([(t0, t1) for _, t0, t1 in log]) > 0
+    # the session's store is consistent: the system prompt once, then whole question/answer turns
+    rows = stored(pg_url, "one")
+    assert rows[0] == ("system", SYSTEM) and [r for r, _ in rows[1:]] == ["user", "assistant"]
+
+
+def test_a_rebase_through_one_proxy_is_followed_by_the_other(shared):
+    make, pg_url = shared
+    with FakeOpenAI(agent) as up:
+        a, b = make(up.url, "rules"), make(up.url, "rules")
+        ca, cb = client_for(a, "edit"), client_for(b, "edit")
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user_turn(1)}]
+        for i, c in enumerate([ca, cb, ca]):
+            r = c.chat.completions.create(model="m", messages=msgs)
+            msgs += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": user_turn(i + 2)}]
+        edited = msgs[:2] + [{"role": "assistant", "content": "An edited answer."},
+                             {"role": "user", "content": "A new direction."}]
+        rb = cb.chat.completions.create(model="m", messages=edited)  # b rebases the session
+        cont = [*edited, rb.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "And then?"}]
+        r = ca.chat.completions.create(model="m", messages=cont)  # a had the old branch: it must follow b's
+        last = up.chat_requests()[-1]["messages"]
+        modes_a, modes_b = stats(a, "edit")["sync_modes"], stats(b, "edit")["sync_modes"]
+    contents = [m["content"] for m in last]
+    assert "An edited answer." in contents and "A new direction." in contents
+    assert user_turn(3) not in contents and user_turn(4) not in contents  # the replaced branch is gone
+    rows = stored(pg_url, "edit")
+    assert [c for _, c in rows[:6]] == [SYSTEM, user_turn(1), "An edited answer.", "A new direction.",
+                                        rb.choices[0].message.content or "", "And then?"]
+    assert len(rows) == 7 and rows[6][0] == "assistant" and r.choices[0].message.tool_calls  # a's reply recorded
+    # a read b's rebased session from the store: it appended, it did not rebase (and re-score) again
+    assert modes_b.get("rebased") == 1 and "rebased" not in modes_a, (modes_a, modes_b)
+
+
+def test_bad_shared_settings_are_config_errors(pg_url, tmp_path):
+    with pytest.raises(ConfigError, match="needs a server store"):
+        create_app("http://127.0.0.1:9/v1", 1000, store=str(tmp_path / "s.db"), redis="redis://127.0.0.1:6390/0")
+    with pytest.raises(ConfigError, match="needs a server store"):
+        create_app("http://127.0.0.1:9/v1", 1000, redis="redis://127.0.0.1:6390/0")
+    with pytest.raises(ConfigError, match="redis://"):
+        create_app("http://127.0.0.1:9/v1", 1000, store=pg_url, redis="http://127.0.0.1:6390")
+    with pytest.raises(ConfigError, match="manager_options"):
+        create_app("http://127.0.0.1:9/v1", 1000, store=pg_url, redis="redis://127.0.0.1:6390/0",
+                   manager_factory=lambda sid: None)
+    with pytest.raises(ConfigError, match="unsupported store URL"):
+        create_app("http://127.0.0.1:9/v1", 1000, store="mysql://x/y")
+
+
+def test_a_postgres_store_without_redis_keeps_the_sessions_there(pg_url):
+    with FakeOpenAI(agent) as up:
+        app = create_app(up.url, BUDGET, scorer="rules", store=pg_url)
+        with Background(app) as srv:
+            c = client_for(srv, "pg-only")
+            msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user_turn(1)}]
+            r = c.chat.completions.create(model="m", messages=msgs)
+            assert "shared" not in stats(srv)
+    assert stored(pg_url, "pg-only") == [("system", SYSTEM), ("user", user_turn(1)),
+                                         ("assistant", r.choices[0].message.content)]
+
+
+def test_serve_cli_refuses_redis_without_a_server_store(capsys, tmp_path):
+    from ctxscore.cli import main
+
+    rc = main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--budget", "1000", "--model", "rules",
+               "--store", str(tmp_path / "s.db"), "--redis", "redis://127.0.0.1:6390/0"])
+    assert rc == 2 and "needs a server store" in capsys.readouterr().err
+
+
+def test_a_turn_longer_than_the_lock_timeout_keeps_its_lock_when_renewed(redis_server_url, redis_prefix):
+    from ctxscore.errors import StoreError
+
+    mine = RedisHotState(redis_server_url, prefix=redis_prefix, lock_timeout_s=0.3, renew_s=10.0)
+    other = RedisHotState(redis_server_url, prefix=redis_prefix, lock_timeout_s=0.3, lock_wait_s=0.2)
+    try:
+        with mine.lock("long"):
+            time.sleep(1.0)  # a slow model answer: three lock timeouts
+            with pytest.raises(StoreError, match="busy"):
+                with other.lock("long"):
+                    pass
+        with other.lock("long"):  # released at the end of the turn
+            pass
+    finally:
+        mine.close()
+        other.close()
