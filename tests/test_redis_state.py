@@ -166,6 +166,23 @@ def test_keys_expire_and_the_session_is_rebuilt_from_the_store(hot_url):
     assert hot.version("s") is not None
 
 
+def test_a_dropped_hot_state_whose_version_comes_back_is_not_taken_as_current(hot_url):
+    """The hot state is dropped (forget, or expiry) and rebuilt by another worker: its version starts
+    again and can reach the number a stale worker holds; that worker must still read what was written."""
+    a, b = workers(hot_url, 2)
+    with a.turn("s") as cm:
+        cm.add({"role": "user", "content": "first question"})
+    held = a._kept["s"].version
+    a.hot.forget("s")
+    with b.turn("s") as cm:
+        cm.add({"role": "user", "content": "written while the hot state was new"})
+    meta = a.hot.keys("s")[0]
+    a.hot.client.hset(meta, "version", held)  # the restarted counter reaches the stale worker's number
+    with a.turn("s") as cm:
+        assert [m.content for m in cm.messages] == ["first question", "written while the hot state was new"]
+    assert a.brought("s") == "opened"
+
+
 def test_busy_session_is_a_store_error(hot_url):
     a, b = workers(hot_url, 2, hot={"lock_wait_s": 0.3})
     inside, done = threading.Event(), threading.Event()

@@ -36,6 +36,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -147,13 +148,17 @@ class RedisHotState:
             v, n = self.client.hmget(self._key(session_id, "meta"), ["version", "messages"])
         return (None if v is None else int(v)), (None if n is None else int(n))
 
-    def state(self, session_id: str) -> tuple[int | None, int | None, int]:
-        """(version, message count, detaches) of the session in one round trip: ``detaches`` counts
-        the rebases (:meth:`HotStore.detach`) since the hot state was written, so a worker whose
-        manager saw fewer reads the session again instead of appending to a replaced history."""
+    def state(self, session_id: str) -> tuple[int | None, int | None, int, str | None]:
+        """(version, message count, detaches, generation) of the session in one round trip: ``detaches``
+        counts the rebases (:meth:`HotStore.detach`) since the hot state was written, so a worker whose
+        manager saw fewer reads the session again instead of appending to a replaced history;
+        ``generation`` is a random id written when the hot state is created, so a worker whose manager
+        saw another one (the hot state was dropped or expired, and its version and counts started again)
+        reads the session again too."""
         with self._guard("read the session version"):
-            v, n, d = self.client.hmget(self._key(session_id, "meta"), ["version", "messages", "detached"])
-        return (None if v is None else int(v)), (None if n is None else int(n)), (0 if d is None else int(d))
+            v, n, d, g = self.client.hmget(self._key(session_id, "meta"), ["version", "messages", "detached", "gen"])
+        return ((None if v is None else int(v)), (None if n is None else int(n)), (0 if d is None else int(d)),
+                (None if g is None else g.decode()))
 
     def detached(self, session_id: str, messages: int) -> None:
         """Record a rebase: the session now holds ``messages`` messages (the rest moved away); bumps
@@ -162,6 +167,7 @@ class RedisHotState:
         with self._guard("record a rebase"):
             p = self.client.pipeline(transaction=True)
             p.hincrby(meta, "version", 1)
+            p.hsetnx(meta, "gen", uuid.uuid4().hex)
             p.hincrby(meta, "detached", 1)
             p.hset(meta, "messages", messages)
             p.pexpire(meta, self.ttl_ms)
@@ -194,6 +200,7 @@ class RedisHotState:
         with self._guard("record a write"):
             p = self.client.pipeline(transaction=True)
             p.hincrby(meta, "version", 1)
+            p.hsetnx(meta, "gen", uuid.uuid4().hex)  # a new hot state gets a new generation
             if messages is not None:
                 p.hset(meta, "messages", messages)
             if tiers:
@@ -477,6 +484,7 @@ class _Kept:
     version: int | None
     tierlog: int = 0  # entries of the session's tier log already applied
     detached: int = 0  # rebases of the session this manager has seen
+    gen: str | None = None  # the generation of the hot state this manager follows
     how: str = "opened"  # how the current turn's manager was brought up to date
 
 
@@ -527,10 +535,10 @@ class SharedSessions:
                 fails; nothing of the turn has run then.
         """
         with self.hot.lock(session_id):
-            version, count, detached = self.hot.state(session_id)
+            version, count, detached, gen = self.hot.state(session_id)
             self.store.held[session_id] = count
             try:
-                kept = self._current(session_id, version, detached)
+                kept = self._current(session_id, version, detached, gen)
                 yield kept.cm
                 kept.detached += self.store.rebases.pop(session_id, 0)  # this worker's own rebases
                 self._publish(session_id, kept)
@@ -538,11 +546,11 @@ class SharedSessions:
                 self.store.held.pop(session_id, None)
                 self.store.rebases.pop(session_id, None)
 
-    def _current(self, session_id: str, version: int | None, detached: int = 0) -> _Kept:
+    def _current(self, session_id: str, version: int | None, detached: int = 0, gen: str | None = None) -> _Kept:
         with self._lock:
             kept = self._kept.get(session_id)
-        if kept is not None and kept.detached != detached:  # another worker rebased: read it again
-            kept = None
+        if kept is not None and (kept.detached != detached or kept.gen != gen):
+            kept = None  # another worker rebased, or the hot state was dropped since: read it again
         if kept is not None and version is not None and kept.version == version:
             self.stats["current"] += 1
             kept.how = "current"
@@ -562,9 +570,10 @@ class SharedSessions:
             tiers = {e.msg.id: e.tier for e in cm.history.entries if e.tier != Tier.VERBATIM}
             version = self.hot.bump(session_id, tiers=tiers, messages=len(cm), encoding=self.encoding)
             self.store.held[session_id] = len(cm)
+            _, _, detached, gen = self.hot.state(session_id)
         else:
             apply_tiers(cm, self.hot.tiers(session_id))
-        kept = _Kept(cm, counter, version, self.hot.tier_log_length(session_id), detached=detached)
+        kept = _Kept(cm, counter, version, self.hot.tier_log_length(session_id), detached=detached, gen=gen)
         self.stats["opened"] += 1
         with self._lock:
             self._kept[session_id] = kept
