@@ -48,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: import the checkout's packages
 
+from benchmarks.load_proxy import pct  # noqa: E402
 from training.paths import DEFAULT_BUNDLED, corpora_root  # noqa: E402
 
 
@@ -202,11 +203,6 @@ def client(k: int, sid: str, messages: list[dict], pipes: list[Connection], llm_
             errors.append(answer["error"])
         if llm_s:
             time.sleep(llm_s)
-
-
-def pct(xs: list[float], q: int) -> float:
-    """The ``q``-th percentile of ``xs`` (inclusive method; 0.0 for no values)."""
-    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)
 
 
 def storage(pg_url: str, redis_url: str, prefix: str, sessions: list[str]) -> dict[str, float]:

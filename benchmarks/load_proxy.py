@@ -33,28 +33,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from benchmarks.proxy import cpu_seconds, free_port  # the same helpers as the single-session proxy benchmark
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pct(xs: list[float], q: int) -> float:
     """The ``q``-th percentile of ``xs`` (inclusive method; 0.0 for no values)."""
     return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux ``/proc``; NaN elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return float("nan")
 
 
 def start_upstream(sessions: dict[str, list[dict]], llm_s: float) -> ThreadingHTTPServer:
