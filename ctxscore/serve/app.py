@@ -57,6 +57,7 @@ from .._optional import require
 
 fastapi = require("fastapi", "serve", "ctxscore.serve")
 httpx = require("httpx", "serve", "ctxscore.serve")
+orjson = require("orjson", "serve", "ctxscore.serve")
 
 import anyio  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402
@@ -182,8 +183,11 @@ class _Session:
         self.turn: Any = None
         self.lock = asyncio.Lock()
         self.stats = SessionStats()
-        #: The history as the normalized dicts it was made from (``None``: unknown, sync in full).
+        #: The first messages of the history as the normalized dicts they were made from (``None``:
+        #: unknown, sync in full), valid while the history's entry ``len(known) - 1`` still holds
+        #: ``known_last`` (another process may have appended since; a rebuilt history fails the check).
         self.known: list[dict[str, Any]] | None = None
+        self.known_last: Message | None = None
         #: Requests holding or waiting for this session (it is never closed while any does).
         self.users = 0
 
@@ -285,8 +289,9 @@ class SharedProxySessions(Sessions):
         """
         turn = self.turns.turn(s.id)
         cm = turn.__enter__()
-        if cm is not s.cm or self.turns.brought(s.id) != "current":
-            s.known = None  # another process wrote, or the manager is new: sync in full
+        if cm is not s.cm:
+            s.known = None  # a new manager: sync in full (after another process's turn the known
+            # dicts still hold for the messages this one saw: Proxy.prepare checks them)
         s.cm, s.turn = cm, turn
 
     def leave(self, s: _Session) -> None:
@@ -439,15 +444,10 @@ class Proxy:
         self.sessions.enter(sess)
         cm = sess.cm
         msgs = [normalize_message(m, i) for i, m in enumerate(messages)]
-        known = sess.known
-        if known is not None and len(cm) == len(known) <= len(msgs) and msgs[:len(known)] == known:
-            mode = "append"  # the client resent the history as it is: add the rest (what sync would do, faster)
-            sess.known = None
-            cm.extend(msgs[len(known):])
-        else:
-            sess.known = None
-            mode = cm.sync(msgs).mode
-        sess.known = msgs if mode != "trimmed" else None
+        known, sess.known = sess.known, None
+        mode = cm.sync(msgs, verified=_verified(cm, known, sess.known_last, msgs)).mode
+        if mode != "trimmed":
+            sess.known, sess.known_last = msgs, cm.history.entries[-1].msg if len(cm) else None
         sess.stats.modes[mode] += 1
         if mode == "trimmed":
             received = sum(cm.counter.count_message(Message.from_dict(m)) for m in msgs) + REPLY_PRIMING_TOKENS
@@ -467,13 +467,13 @@ class Proxy:
             return
         known, sess.known = sess.known, None
         try:
-            await run_in_threadpool(sess.cm.add, msg)
+            stored = await run_in_threadpool(sess.cm.add, msg)
             sess.stats.replies_recorded += 1
         except CtxScoreError as exc:
             log.warning("session %s: the reply was not recorded (%s)", sess.id, exc)
             return
         if known is not None:
-            sess.known = [*known, msg]
+            sess.known, sess.known_last = [*known, msg], stored
 
     # ------------------------------------------------------------------ the routes
     async def chat(self, request: Request) -> Response:
@@ -519,7 +519,8 @@ class Proxy:
         """The upstream's response, or an error :class:`Response` (502 unreachable, 504 timeout)."""
         url = self.upstream + "/chat/completions"
         try:
-            req = self.http().build_request("POST", url, json=fwd, headers=self.headers_up(request, stream=stream))
+            headers = {**self.headers_up(request, stream=stream), "content-type": "application/json"}
+            req = self.http().build_request("POST", url, content=_dump_json(fwd), headers=headers)
             return await self.http().send(req, stream=stream)
         except httpx.TimeoutException as exc:
             return JSONResponse(error_body(f"the upstream {self.upstream} did not answer in time ({exc!r})",
@@ -645,12 +646,35 @@ class _Release:
                 self.sessions.done(self.sess)
 
 
+def _dump_json(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON (orjson; the json module for what orjson refuses, such as
+    integers over 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _verified(cm: ContextManager, known: list[dict[str, Any]] | None, last: Message | None,
+              msgs: list[dict[str, Any]]) -> int:
+    """How many leading ``msgs`` are known to be the history's first messages: those equal to the
+    dicts the history was made from (``known``), when the history still holds them (its entry
+    ``len(known) - 1`` is ``last``); 0 when unknown."""
+    n = 0 if known is None else len(known)
+    if not n or n > len(cm) or n > len(msgs) or cm.history.entries[n - 1].msg is not last:
+        return 0
+    return n if msgs[:n] == known else 0
+
+
 def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
     """The request body as a dict with a non-empty ``messages`` list, or a 400 response."""
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
+        body = orjson.loads(raw)
+    except ValueError:
+        try:  # what orjson refuses and the json module reads (NaN, integers over 64 bits, lone surrogates)
+            body = json.loads(raw)
+        except ValueError as exc:
+            return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
     if not isinstance(body, dict):
         return {}, JSONResponse(error_body("the request body must be a JSON object"), status_code=400)
     if not isinstance(body.get("messages"), list) or not body["messages"]:

@@ -283,7 +283,8 @@ class PostgresStore:
         if not recs:
             return []
         out: list[StoredMessage] = []
-        with self._conn("add messages", write=True) as conn, conn.transaction():
+        # one pipeline: BEGIN, the lock and the last turn go in one round trip, the rows and COMMIT in another
+        with self._conn("add messages", write=True) as conn, conn.pipeline(), conn.transaction():
             conn.execute("INSERT INTO ctx_sessions(session_id) VALUES (%s) ON CONFLICT (session_id) "
                          "DO UPDATE SET epoch = ctx_sessions.epoch", (session_id,))  # takes the session's lock
             (last,) = conn.execute("SELECT COALESCE(MAX(turn), -1) FROM ctx_messages WHERE session_id = %s",

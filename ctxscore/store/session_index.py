@@ -26,13 +26,18 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .retrieval import BM25_B, BM25_K1, CONTEXT_WEIGHT, RankedList, vector_ranking
+
+#: Keyword terms whose row counts a :class:`SessionIndex` keeps (least recently used dropped first).
+TERMS_CACHED = 2048
+# A cached term behind by more rows than this is counted again in one scan of the joined texts.
+_RESCAN_ROWS = 32
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -110,6 +115,18 @@ def _row_counts(joined: str, starts: list[int], parts: Sequence[str], term: str)
     return counts
 
 
+def _count(text: str, term: str, overlap: bool) -> int:
+    """Occurrences of ``term`` in ``text``, overlapping ones included when ``overlap`` (the term's
+    :func:`_self_overlapping`; what :func:`_row_counts` counts)."""
+    if not overlap:
+        return text.count(term)
+    n, j = 0, text.find(term)
+    while j >= 0:
+        n += 1
+        j = text.find(term, j + 1)
+    return n
+
+
 def _freq(in_text: int, in_context: int) -> float:
     """FTS5's phrase frequency: 1.0 per instance in the text, then the context weight per instance
     in the context, added one instance at a time (the order FTS5 adds them in)."""
@@ -183,6 +200,9 @@ class SessionIndex:
         self._joined_cache: tuple[str, list[int], str, list[int]] | None = None
         self._texts: list[str] = []
         self._ctxs: list[str] = []
+        # keyword term -> (rows counted, row -> phrase frequency): a term of an earlier query is
+        # counted again only in the rows added since (the session's queries repeat their words)
+        self._term_freqs: OrderedDict[str, tuple[int, dict[int, float]]] = OrderedDict()
 
     def extend(self, messages: Iterable[IndexedMessage]) -> None:
         """Add messages (in insertion order)."""
@@ -208,14 +228,30 @@ class SessionIndex:
 
     def keyword(self, terms: Sequence[str], limit: int) -> RankedList:
         """The keyword list for FTS terms (3+ characters, lower-cased)."""
-        text, t_starts, ctx, c_starts = self._joined()
-        freqs: list[dict[int, float]] = []
-        for t in terms:
-            in_text = _row_counts(text, t_starts, self._texts, t)
-            in_ctx = _row_counts(ctx, c_starts, self._ctxs, t)
-            freqs.append({r: _freq(in_text.get(r, 0), in_ctx.get(r, 0)) for r in in_text.keys() | in_ctx.keys()})
-        ranked = bm25(freqs, self._ntok, self._turns, limit)
+        ranked = bm25([self._term_freq(t) for t in terms], self._ntok, self._turns, limit)
         return "keyword", [self._row(self.messages[r]) for r in ranked]
+
+    def _term_freq(self, term: str) -> dict[int, float]:
+        """Row -> phrase frequency of ``term`` over the whole session (cached; see :data:`TERMS_CACHED`)."""
+        n = len(self.messages)
+        seen, freq = self._term_freqs.pop(term, (0, None))
+        if freq is None or seen > n or n - seen > _RESCAN_ROWS:
+            text, t_starts, ctx, c_starts = self._joined()
+            in_text = _row_counts(text, t_starts, self._texts, term)
+            in_ctx = _row_counts(ctx, c_starts, self._ctxs, term)
+            freq = {r: _freq(in_text.get(r, 0), in_ctx.get(r, 0)) for r in sorted(in_text.keys() | in_ctx.keys())}
+        elif seen < n:
+            freq = dict(freq)  # the cached dict may be in use by a caller's bm25: never changed in place
+            overlap = _self_overlapping(term)
+            for r in range(seen, n):
+                m = self.messages[r]
+                a, b = _count(m.text_folded, term, overlap), _count(m.context_folded, term, overlap)
+                if a or b:
+                    freq[r] = _freq(a, b)
+        self._term_freqs[term] = (n, freq)
+        while len(self._term_freqs) > TERMS_CACHED:
+            self._term_freqs.popitem(last=False)
+        return freq
 
     def stem(self, stems: Sequence[str], limit: int) -> RankedList:
         """The stem list for the Porter stems of the query's words."""

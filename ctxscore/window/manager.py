@@ -41,7 +41,7 @@ from .layers import Layer
 from .pagein import SEARCH_HITS, search
 from .result import ContextWindow, WindowWarning
 from .session import SessionState
-from .sync import SyncResult, plan_sync, prefix_history
+from .sync import SyncResult, is_append, plan_sync, prefix_history
 
 log = logging.getLogger("ctxscore")
 
@@ -128,16 +128,34 @@ class ContextManager:
             msgs = ingest.validate(messages, self.history, len(self.history))
             return self.state.add(msgs) if msgs else []
 
-    def sync(self, messages: Sequence[Message | dict[str, Any]]) -> SyncResult:
+    def sync(self, messages: Sequence[Message | dict[str, Any]], *, verified: int = 0) -> SyncResult:
         """Bring the history in line with a client's full message list (OpenAI-style clients resend the
         whole history on every call): add only what is new, or rebase on the client's edit, keeping
         every replaced message in the store (modes: :mod:`ctxscore.window.sync`).
 
+        Args:
+            messages: the client's whole list, OpenAI-style dicts or :class:`Message` objects.
+            verified: the caller vouches that ``messages[:verified]`` are the history's first
+                ``verified`` messages (the proxy compares a resent list with the dicts it was made
+                from): they are neither validated nor compared again, so a request costs what is new
+                in it, not the length of the conversation. When the rest is not an append, the whole
+                list is compared as without it.
+
         Raises:
             InputError: an invalid message in the list; nothing is changed.
+            ConfigError: ``verified`` is not an integer in ``[0, min(len(history), len(messages))]``.
         """
         with self._lock:
             self.state.catch_up()
+            if isinstance(verified, bool) or not isinstance(verified, int) or not (
+                    0 <= verified <= min(len(self.history), len(messages))):
+                raise ConfigError(f"verified must be an integer in [0, {min(len(self.history), len(messages))}] "
+                                  f"(messages already in the history), got {verified!r}")
+            if verified:
+                tail = [Message.from_dict(m, where=f"message {verified + i}") for i, m in enumerate(messages[verified:])]
+                if is_append([e.msg for e in self.history.entries[verified:]], tail):
+                    kept = len(self.history)
+                    return SyncResult(self.extend(tail[kept - verified:]), "append", kept)
             incoming = [Message.from_dict(m, where=f"message {i}") for i, m in enumerate(messages)]
             plan = plan_sync([e.msg for e in self.history.entries], incoming)
             if plan.mode != "rebased":

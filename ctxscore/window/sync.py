@@ -62,6 +62,11 @@ def plan_sync(hist: Sequence[Message], incoming: Sequence[Message]) -> SyncPlan:
     return SyncPlan("rebased", p, p)
 
 
+def is_append(hist: Sequence[Message], incoming: Sequence[Message]) -> bool:
+    """True when ``hist`` is a prefix of ``incoming`` (message by message, as :func:`plan_sync` compares)."""
+    return len(hist) <= len(incoming) and _common_prefix(hist, incoming) == len(hist)
+
+
 def _same(a: Message, b: Message) -> bool:
     """Same message, ignoring the turn, and the id when the incoming ``b`` has none."""
     return (b.id is None or b.id == a.id) and (a.role, a.content, a.name, a.tool_call_id, a.tool_calls, a.parts) == (
