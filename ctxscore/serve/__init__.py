@@ -22,8 +22,23 @@ __all__ = ["Background", "Proxy", "SessionStats", "create_app", "derive_session_
            "normalize_message", "run"]
 
 
+#: The cyclic garbage collector's thresholds in a serving process (``gc.set_threshold``; Python's
+#: default is 700, 10, 10). A proxy holds every live session's history (hundreds of thousands of
+#: objects): with the defaults a full collection walks them all every few hundred requests and
+#: stalls every request in flight for about 0.1 s (measured on 600-message sessions); with these,
+#: a young collection comes after 20,000 net allocations instead of 700 and a full one after at
+#: most 2,500 young ones instead of 100.
+GC_THRESHOLDS = (20_000, 50, 50)
+
+
 def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve ``app`` with uvicorn until interrupted."""
+    """Serve ``app`` with uvicorn until interrupted (this process's collector set to :data:`GC_THRESHOLDS`,
+    what is loaded by then frozen out of its collections)."""
+    import gc  # noqa: PLC0415
+
+    gc.collect()
+    gc.freeze()  # modules, the scorer and its models: never garbage, never walked again
+    gc.set_threshold(*GC_THRESHOLDS)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 

@@ -104,9 +104,10 @@ class SessionState:
         reserved = self._reserved(query, B, vals)
         occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
         changed: list[int] = []
-        if occ >= pol.t_compact * B:
+        fits = h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B
+        if not fits:  # compaction has begun or will: prepare forms a few at a time, not all in its turn
             self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
-        if h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B:
+        if fits:
             if h.n_compacted:  # the full history fits below the first threshold: all verbatim
                 changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
         elif occ >= pol.t_archive * B and self.stuck != (len(h), B):

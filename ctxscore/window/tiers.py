@@ -39,8 +39,9 @@ from .result import WarningKind, WindowWarning
 
 #: Allowance for the line that collapses the oldest stubs, in tokens (occupancy estimate).
 COLLAPSED_LINE_TOKENS = 40
-#: Compressed forms prepared ahead of need per build (:func:`prepare_forms`).
-PREPARE_PER_BUILD = 2
+#: Compressed forms prepared ahead of need per build (:func:`prepare_forms`): more than the messages
+#: a turn adds, so the backlog drains (a proxy process that serves every other turn sees twice as many).
+PREPARE_PER_BUILD = 6
 #: A user correction longer than this many characters is an ordinary message, not pinned.
 CORRECTION_MAX_CHARS = 400
 
