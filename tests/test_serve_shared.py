@@ -22,6 +22,7 @@ from fake_openai import FakeOpenAI  # noqa: E402
 from test_serve import SYSTEM, agent, chat, client_for, stats, tool_pairs_intact, user_turn, window_tokens  # noqa: E402
 
 from ctxscore.errors import ConfigError  # noqa: E402
+from ctxscore.messages import Message  # noqa: E402
 from ctxscore.scoring.rules import RuleClassifier  # noqa: E402
 from ctxscore.serve import Background, create_app  # noqa: E402
 from ctxscore.store import open_store  # noqa: E402
@@ -87,9 +88,12 @@ def stored(pg_url: str, session: str) -> list[tuple[str, str]]:
         s.close()
 
 
-def test_a_conversation_alternating_between_two_proxies_stays_whole_without_rescoring(shared):
+def test_a_conversation_alternating_between_two_proxies_stays_whole_without_rescoring(shared, monkeypatch):
     make, pg_url = shared
     spy = SpyScorer()
+    read = []  # every message validated from a dict, by either proxy (requests, store rows)
+    from_dict = Message.from_dict.__func__
+    monkeypatch.setattr(Message, "from_dict", classmethod(lambda cls, *a, **k: read.append(1) or from_dict(cls, *a, **k)))
     with FakeOpenAI(agent) as up:
         a, b = make(up.url, spy), make(up.url, spy)
         client = Alternating([a, b], "trip-shared")
@@ -98,6 +102,7 @@ def test_a_conversation_alternating_between_two_proxies_stays_whole_without_resc
             messages.append({"role": "user", "content": user_turn(i)})
             chat(client, messages, stream=i % 3 == 0)
         reqs = up.chat_requests()
+    reads = len(read)
     assert len(reqs) == 40 + 10  # a second call after each of the 10 tool calls
     assert max(window_tokens(r["messages"]) for r in reqs) <= BUDGET
     assert all(tool_pairs_intact(r["messages"]) for r in reqs)
@@ -113,6 +118,10 @@ def test_a_conversation_alternating_between_two_proxies_stays_whole_without_resc
     assert sa["opened"] == 1 and sb["opened"] == 1  # each proxy read the session from the store once
     assert sa["refreshed"] + sb["refreshed"] >= len(reqs) - 2  # then caught up with the other's turns
     assert stats(a, "trip-shared")["replies_recorded"] + stats(b, "trip-shared")["replies_recorded"] == len(reqs)
+    # a request costs what is new in it: the resent history is not validated again, not even by the
+    # proxy that did not serve the previous turn (each message is read a few times: from the request,
+    # when stored, and by the other proxy from the store; in full it would be 50 x 50 = 2,500 more)
+    assert reads <= 6 * len(plain)
 
 
 def slow_agent(log: list[tuple[str, float, float]], lock: threading.Lock, delay: float = 0.25):

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from test_manager import agent_session
 
 from ctxscore import ContextManager, Policy
 from ctxscore.compress.base import compress_verified
+from ctxscore.errors import ConfigError
 from ctxscore.compress.verify import verify
 from ctxscore.messages import Tier
 from ctxscore.window.layers import Layer
@@ -140,6 +142,24 @@ def test_sync_rebases_on_an_edit_and_keeps_the_replaced_messages(tmp_path):
     assert len(cm.store.load(res.detached)) == len(msgs) - 3
     again = ContextManager(scorer="rules", budget=4000, store=tmp_path / "s.db", session_id="s")
     assert [m.content for m in again.messages] == [m["content"] for m in edited]
+
+
+def test_sync_with_a_verified_prefix_reads_only_the_rest():
+    msgs = agent_session(4)
+    cm = ContextManager(scorer="rules", budget=4000)
+    cm.sync(msgs[:6])
+    # the caller vouches for the first 6: they are not read again (these would not even validate)
+    res = cm.sync([{"role": "robot"}] * 6 + msgs[6:], verified=6)
+    assert (res.mode, res.kept, len(res.added)) == ("append", 6, len(msgs) - 6)
+    assert [m.content for m in cm.messages] == [m["content"] for m in msgs]
+    # a rest that is not an append is compared whole, as without verified=: here a rebase
+    edited = [*msgs[:7], {"role": "user", "content": "Actually, cancel everything."}]
+    res = cm.sync(edited, verified=6)
+    assert (res.mode, res.kept) == ("rebased", 7) and cm.messages[-1].content == "Actually, cancel everything."
+    for bad in (-1, len(cm) + 1, True, "3"):
+        with pytest.raises(ConfigError, match="verified must be an integer"):
+            cm.sync(edited, verified=bad)
+    assert len(cm) == 8  # nothing changed by the refused calls
 
 
 def test_the_tier_planner_changes_nothing_itself():

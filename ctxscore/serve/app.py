@@ -188,6 +188,9 @@ class _Session:
         #: ``known_last`` (another process may have appended since; a rebuilt history fails the check).
         self.known: list[dict[str, Any]] | None = None
         self.known_last: Message | None = None
+        #: The dicts as the client (or the upstream, for replies) sent them, one per ``known`` dict:
+        #: a resent message equal to its raw dict is not normalized again.
+        self.raw: list[Any] = []
         #: Requests holding or waiting for this session (it is never closed while any does).
         self.users = 0
 
@@ -443,11 +446,13 @@ class Proxy:
         forwarded, the window's warning kinds)``; a shared session's turn is entered first."""
         self.sessions.enter(sess)
         cm = sess.cm
-        msgs = [normalize_message(m, i) for i, m in enumerate(messages)]
         known, sess.known = sess.known, None
+        p = _raw_prefix(messages, sess.raw) if known is not None else 0
+        msgs = [*known[:p], *(normalize_message(m, i) for i, m in enumerate(messages[p:], p))] if p else [
+            normalize_message(m, i) for i, m in enumerate(messages)]
         mode = cm.sync(msgs, verified=_verified(cm, known, sess.known_last, msgs)).mode
         if mode != "trimmed":
-            sess.known, sess.known_last = msgs, cm.history.entries[-1].msg if len(cm) else None
+            sess.known, sess.known_last, sess.raw = msgs, cm.history.entries[-1].msg if len(cm) else None, messages
         sess.stats.modes[mode] += 1
         if mode == "trimmed":
             received = sum(cm.counter.count_message(Message.from_dict(m)) for m in msgs) + REPLY_PRIMING_TOKENS
@@ -473,7 +478,7 @@ class Proxy:
             log.warning("session %s: the reply was not recorded (%s)", sess.id, exc)
             return
         if known is not None:
-            sess.known, sess.known_last = [*known, msg], stored
+            sess.known, sess.known_last, sess.raw = [*known, msg], stored, [*sess.raw, message]
 
     # ------------------------------------------------------------------ the routes
     async def chat(self, request: Request) -> Response:
@@ -653,6 +658,17 @@ def _dump_json(value: Any) -> bytes:
         return orjson.dumps(value)
     except TypeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _raw_prefix(messages: list[Any], raw: list[Any]) -> int:
+    """How many leading ``messages`` equal the ``raw`` dicts of the last request, item by item."""
+    n = min(len(messages), len(raw))
+    if messages[:n] == raw[:n]:
+        return n
+    p = 0
+    while p < n and messages[p] == raw[p]:
+        p += 1
+    return p
 
 
 def _verified(cm: ContextManager, known: list[dict[str, Any]] | None, last: Message | None,
