@@ -207,7 +207,9 @@ def _retention_lines(summary: dict[str, Any]) -> list[str]:
         lines += [f"{ret['messages']} labelled messages, {ret['spans']} key spans that occur in the content. "
                   "`compress:*` is the verified runtime path (falls back to a gentler tier when an entity would be "
                   "lost; `fallback` = share returned verbatim); `runtime` applies the tier the manager uses for the "
-                  "labelled category (key_state -> structured, reasoning -> compressed).", "",
+                  "labelled category (key_state -> structured, reasoning -> compressed). Key spans the compressors keep: "
+                  + ("the entities and the learned scorer's extractor spans (the learned runtime)."
+                     if ret.get("span_source") == "learned" else "the entities (rules)."), "",
                   "| compressor | messages | spans retained | tokens out / in | fallback | by category |",
                   "|---|---|---|---|---|---|"]
         for name, c in ret["by_compressor"].items():

@@ -15,12 +15,16 @@ Compressors measured:
   fraction of messages that came back verbatim.
 - ``runtime``: what the manager would apply by the labelled category (``key_state`` -> structured,
   ``reasoning`` -> compressed; other categories are never compressed and are left out).
+
+With ``extractor`` (the learned key-span extractor of the evaluated scorer, ``LearnedScorer.key_spans``:
+what a context manager with that scorer asks its compressed forms to keep), the verified rows keep
+its spans besides the entities, as the runtime does; without, the rules alone (``span_source``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +72,18 @@ def labelled_messages(sessions: Iterable[EvalSession], labels: dict[str, dict[st
 
 
 def key_span_retention(sessions: Iterable[EvalSession], labels: dict[str, dict[str, Any]],
-                       counter: TokenCounter | None = None) -> dict[str, Any]:
+                       counter: TokenCounter | None = None,
+                       extractor: Callable[[str], Sequence[str]] | None = None) -> dict[str, Any]:
     """Retention of key spans per compressor (see the module docstring).
 
+    Args:
+        sessions: the evaluated sessions.
+        labels: distilled labels by message id (:func:`load_labels`).
+        counter: token counter (default: ``TokenCounter()``).
+        extractor: the learned key-span extractor the runtime uses (``text -> spans``), or ``None``.
+
     Returns:
-        ``{"messages": n, "spans": n, "by_compressor": {name: {"messages", "spans", "retained",
+        ``{"messages": n, "spans": n, "span_source": "learned" | "rules", "by_compressor": {name: {"messages", "spans", "retained",
         "token_ratio", "fallback", "by_category": {cat: {"spans", "retained"}}}}}``; ``retained`` and
         ``token_ratio`` (output tokens / input tokens, summed) are fractions.
     """
@@ -89,7 +100,7 @@ def key_span_retention(sessions: Iterable[EvalSession], labels: dict[str, dict[s
             "aggressive_compress": (aggressive_compress(content), False),
         }
         for tier in ("structured", "compressed"):
-            res = compress(content, tier)
+            res = compress(content, tier, extractor=extractor)
             outs[f"compress:{tier}"] = (res.text, res.tier == "verbatim")
         if cat == "key_state":
             outs["runtime"] = outs["compress:structured"]
@@ -107,7 +118,8 @@ def key_span_retention(sessions: Iterable[EvalSession], labels: dict[str, dict[s
             st["fallback"] += fell_back
             st["by_category"][cat][0] += len(spans)
             st["by_category"][cat][1] += kept
-    result: dict[str, Any] = {"messages": len(rows), "spans": sum(len(r[3]) for r in rows), "by_compressor": {}}
+    result: dict[str, Any] = {"messages": len(rows), "spans": sum(len(r[3]) for r in rows),
+                              "span_source": "rules" if extractor is None else "learned", "by_compressor": {}}
     for name, st in stats.items():
         result["by_compressor"][name] = {
             "messages": st["messages"],

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxscore.errors import ConfigError
+from ctxscore.scoring.spans import extractor_of
 from ctxscore.tokens import TokenCounter
 
 from .boundaries import boundary_figures, detect_tasks, session_row
@@ -319,7 +320,7 @@ def run_eval(sessions: Sequence[EvalSession], cfg: EvalConfig,
             results.append({"policy": name, "budget": {"kind": b.kind, "value": b.value, "label": b.label,
                                                        "key": b.key}, **m})
     t_ret = time.perf_counter()
-    retention = key_span_retention(sessions, cfg.labels, counter)
+    retention = key_span_retention(sessions, cfg.labels, counter, extractor_of(cfg.learned_scorer))
     retention_s = time.perf_counter() - t_ret
     run = _run_info(sessions, cfg, policies, skipped, time.perf_counter() - t_start, col.policy_s, retention_s,
                     score_ms, engine)

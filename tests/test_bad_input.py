@@ -339,7 +339,10 @@ def test_relaxing_recency_compacts_no_more_than_needed():
 @case("S8", "handled")
 def test_structured_forms_keep_values_byte_exact_and_words_whole():
     out = structured_summary('{"total": 12.50, "refundable": false, "limit": 1e3, "count": 7.0}')
-    assert "total=12.50" in out and "refundable=false" in out and "limit=1e3" in out
+    # numbers and booleans keep their JSON pair as written: the spelling of each value stays
+    assert '"total": 12.50' in out and '"refundable": false' in out and '"limit": 1e3' in out and '"count": 7.0' in out
+    out = structured_summary('{"id": "ZX-4411", "paid": true, "price":12.50}')
+    assert out == 'id=ZX-4411; "paid": true; "price":12.50'
     text = ("Okayama station at 9:15am is the meeting point. Thanksgiving is on 2024-11-28. Perfectly fine, the booking ZX-4411 holds. "
             "Okay, the total is $45.")
     out = structured_summary(text)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 
-from ctxscore.compress import aggressive_compress, archive_stub, compress, structured_summary
+from ctxscore.compress import (
+    aggressive_compress,
+    archive_stub,
+    compress,
+    compress_verified,
+    structured_summary,
+)
 from ctxscore.scoring.rules import extract_entities
 
 
@@ -46,16 +52,25 @@ def test_aggressive_keeps_goal_and_conclusion():
 
 
 def test_compress_falls_back_when_an_entity_would_be_lost():
-    # the ID sits in an exploratory middle sentence that aggressive compression drops
+    # the ID sits in an exploratory middle sentence that a compressor blind to the key spans drops
     text = (
         "First I check the order. "
         "The order id is ORD-99812 and it shipped. "
         "Nothing else looks odd here. "
         "So I will answer the user."
     )
-    res = compress(text, "compressed")
+
+    class Blind:  # the extractive forms, without the key spans (what an LLM compressor may do)
+        def compress(self, text, tier):
+            return aggressive_compress(text) if tier == "compressed" else structured_summary(text)
+
+    res = compress_verified(Blind(), text, "compressed")
     assert res.tier == "structured"
     assert "ORD-99812" in res.text and "ORD-99812" in res.missing
+    # the extractive compressor is given the key spans: its compressed form keeps the ID's sentence
+    kept = compress(text, "compressed")
+    assert kept.tier == "compressed" and "The order id is ORD-99812 and it shipped." in kept.text
+    assert "Nothing else looks odd here." not in kept.text
     # nothing can be dropped without losing an entity: stays verbatim
     tight = "Booked HAT136 for 2024-05-20."
     assert compress(tight, "structured").tier == "verbatim"

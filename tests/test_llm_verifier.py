@@ -30,8 +30,17 @@ def test_negations_must_survive_and_not_be_invented(original, form, ok):
         assert v.missing or v.invented
 
 
-def test_the_extractive_compressor_falls_back_when_it_would_drop_a_denial():
+def test_a_form_that_drops_a_denial_falls_back_and_the_extractive_one_keeps_it():
+    from ctxscore.compress import compress_verified
+
     text = ("The visit has been scheduled for May 3 at 10am. There is no garage. "
             "The phone number is 408-984-8888. Have a great day!")
-    res = compress(text, "structured")
-    assert res.tier == "verbatim" and "no garage" in res.missing  # the summary kept only the entity sentences
+
+    class EntitiesOnly:  # a form with only the entity sentences
+        def compress(self, text, tier):
+            return "The visit has been scheduled for May 3 at 10am.\nThe phone number is 408-984-8888."
+
+    res = compress_verified(EntitiesOnly(), text, "structured")
+    assert res.tier == "verbatim" and "no garage" in res.missing
+    kept = compress(text, "structured")  # the structured summary keeps the sentences with a negation
+    assert kept.tier == "structured" and "There is no garage." in kept.text and "great day" not in kept.text

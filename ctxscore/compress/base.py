@@ -28,6 +28,10 @@ class Compressor(Protocol):
     ``compress(text, tier)`` returns the form of ``text`` for ``tier`` (``Tier.STRUCTURED`` or
     ``Tier.COMPRESSED``), or ``None`` when it has none (an LLM compressor whose summary is not
     ready yet). It must not raise on any text; the form is verified by the caller.
+
+    A compressor whose class sets ``keeps_spans = True`` is called as ``compress(text, tier,
+    spans=...)`` with the key spans the verifier will ask for, so that it can keep them
+    (:class:`~ctxscore.compress.extractive.ExtractiveCompressor` keeps the sentences holding them).
     """
 
     def compress(self, text: str, tier: Tier) -> str | None: ...
@@ -60,7 +64,8 @@ def compress_verified(compressor: Compressor, text: str, tier: Tier | str, *,
         compressor: proposes the forms.
         text: the original content.
         tier: ``"structured"`` or ``"compressed"``.
-        spans: key spans to keep (default: the original's entities, :func:`~ctxscore.compress.verify.key_spans`).
+        spans: key spans to keep (default: the original's entities, :func:`~ctxscore.compress.verify.key_spans`);
+            given to the compressor too when it keeps spans (``keeps_spans``).
         config: rule file (default: packaged).
 
     Raises:
@@ -74,8 +79,9 @@ def compress_verified(compressor: Compressor, text: str, tier: Tier | str, *,
     missing: list[str] = []
     invented: list[str] = []
     proposed = False
+    keeps = bool(getattr(compressor, "keeps_spans", False))
     for t in COMPRESSING_TIERS[COMPRESSING_TIERS.index(tier):]:
-        form = compressor.compress(text, t)
+        form = compressor.compress(text, t, spans=want) if keeps else compressor.compress(text, t)
         if form is None:
             continue
         proposed = True

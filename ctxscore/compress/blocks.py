@@ -134,19 +134,28 @@ def blocked_form(text: str, blocks: Sequence[Block], keep: Iterable[int], messag
 _KEYLIKE = re.compile(r"\b(?=[\w./-]*\d)[\w./-]{3,}|\b[A-Z][A-Za-z0-9]*_[\w]+|[\w-]+\.(?:py|js|ts|json|ya?ml|md|txt|cfg|toml)\b")
 
 
-def key_blocks(text: str, blocks: Sequence[Block], share: float = 0.3) -> set[int]:
+def key_blocks(text: str, blocks: Sequence[Block], share: float = 0.3, spans: Sequence[str] = ()) -> set[int]:
     """The blocks a compacted long message keeps: the first and the last, then the blocks with
-    errors and the densest in key-like tokens (IDs, numbers, paths, file names), up to ``share`` of
-    the characters. One regex pass per block: the cost stays linear in the text."""
+    errors or a given key span (``spans``: substrings of ``text``, e.g. the learned extractor's and
+    the hard constraints; a block holding one comes first) and the densest in key-like tokens (IDs,
+    numbers, paths, file names), up to ``share`` of the characters (a fraction of ``len(text)``).
+    One regex pass per block: the cost stays linear in the text."""
     n = len(blocks)
     keep = {0, n - 1} if n else set()
     budget = share * len(text)
     used = sum(blocks[i].end - blocks[i].start for i in keep)
+    held: set[int] = set()
+    for sp in dict.fromkeys(s for s in spans if s):
+        at = text.find(sp)
+        while at >= 0:
+            held.update(i for i, b in enumerate(blocks) if b.start < at + len(sp) and b.end > at)
+            at = text.find(sp, at + 1)
 
     def score(i: int) -> float:
         b = blocks[i]
         keys = len(_KEYLIKE.findall(text, b.start, b.end))
-        return (3.0 if _ERROR.search(text, b.start, b.end) else 0.0) + keys / max(1.0, (b.end - b.start) / 200)
+        return ((3.0 if _ERROR.search(text, b.start, b.end) else 0.0) + (4.0 if i in held else 0.0)
+                + keys / max(1.0, (b.end - b.start) / 200))
 
     scores = {i: score(i) for i in range(1, n - 1)}
     for i in sorted(scores, key=lambda i: (-scores[i], i)):

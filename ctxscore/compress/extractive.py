@@ -1,11 +1,19 @@
 """Extractive compressors (no LLM): structured summary, aggressive compression, archive stub.
 
 - :func:`structured_summary` (tier ``structured``, for ``key_state``): JSON tool output becomes compact
-  ``key=value`` lines; prose keeps only the sentences that carry an entity (ID, number with unit,
-  date, time, name, address, path ...) or a decision / confirmation / constraint word.
+  ``key=value`` lines (a number, a boolean or a lowercase status word keeps its JSON pair as written,
+  ``"amount": 209``, ``"insurance": "yes"``: a bare ``209`` or ``yes`` says nothing); prose keeps only
+  the sentences that carry an entity (ID, number with unit, date, time, name, address, path ...), a
+  decision / confirmation / constraint word, a negation or one of the key spans it is given.
 - :func:`aggressive_compress` (tier ``compressed``, for ``reasoning``): keeps the first sentence
-  (the goal), the sentences with a conclusion marker and the last sentence; drops exploration.
+  (the goal), the sentences with a conclusion marker, the sentences holding a given key span or a
+  negation, and the last sentence; drops exploration.
 - :func:`archive_stub` (tier ``archived``): ``[archived <id>: <first words> …]``.
+
+The first two take the key spans the verifier will ask for (``keep``; :class:`ExtractiveCompressor`
+passes them, see :func:`~ctxscore.compress.base.compress_verified`) and keep each byte-exact: a
+sentence that holds (part of) a key span is kept whole, and leading filler is removed only where it
+holds none.
 
 Values are kept byte-exact: JSON numbers keep their original spelling (``12.50``, ``1e3``),
 literals keep JSON's (``true``, ``false``), and filler is removed only as whole words ("Okay, ..."
@@ -17,11 +25,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..messages import Tier
 from ..scoring.rules import RuleConfig, default_config, entity_spans
 from .base import CompressionResult, compress_verified
+from .verify import _EN_NEG, _ZH_NEG, key_spans
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
 # Filler words at the start of a sentence, removed only as whole words: an ASCII word must not be
@@ -41,6 +51,27 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENT_SPLIT.split(text) if s and s.strip()]
 
 
+#: A JSON string value that is a status word (``yes``, ``available``, ``basic_economy``): kept with its key.
+_STATUS = re.compile(r"[a-z][a-z_ ]{0,23}")
+
+
+def _keep_intervals(text: str, keep: Sequence[str] | None) -> list[tuple[int, int]]:
+    """Character spans of every occurrence of each ``keep`` string and of every negation in ``text``."""
+    out = [m.span() for rx in (_EN_NEG, _ZH_NEG) for m in rx.finditer(text)]
+    for k in dict.fromkeys(keep or ()):
+        if not k:
+            continue
+        i = text.find(k)
+        while i >= 0:
+            out.append((i, i + len(k)))
+            i = text.find(k, i + 1)
+    return sorted(out)
+
+
+def _holds_negation(sentence: str) -> bool:
+    return _EN_NEG.search(sentence) is not None or _ZH_NEG.search(sentence) is not None
+
+
 class _Raw(str):
     """A JSON number kept as the text it was written as (``12.50`` stays ``12.50``)."""
 
@@ -56,8 +87,29 @@ def _scalar(v: Any) -> str:
     return str(v)
 
 
-def _flatten_json(obj: object, prefix: str = "", depth: int = 0) -> list[str]:
-    """``key=value`` lines for the scalar leaves of a JSON value; nulls and empty values dropped.
+def _pair(key: str, v: Any, text: str, wanted: frozenset[str]) -> str | None:
+    """The member ``"key": value`` as ``text`` writes it, when it is to be kept as a pair: the value
+    is a number, a boolean or a status word (:data:`_STATUS`), or the pair is a wanted key span."""
+    if isinstance(v, bool):
+        enc = "true" if v else "false"
+    elif isinstance(v, _Raw):
+        enc = str(v)
+    elif isinstance(v, str):
+        enc = json.dumps(v, ensure_ascii=False)
+    else:
+        return None
+    ambiguous = not isinstance(v, str) or isinstance(v, _Raw) or _STATUS.fullmatch(v) is not None
+    k = json.dumps(str(key), ensure_ascii=False)
+    for cand in (f"{k}: {enc}", f"{k}:{enc}"):
+        if (ambiguous or cand in wanted) and cand in text:
+            return cand
+    return None
+
+
+def _flatten_json(obj: object, prefix: str = "", depth: int = 0, text: str = "",
+                  wanted: frozenset[str] = frozenset()) -> list[str]:
+    """``key=value`` lines for the scalar leaves of a JSON value; nulls and empty values dropped. With
+    the original ``text``, a leaf that :func:`_pair` keeps is written as its JSON pair instead.
 
     Raises:
         _TooDeep: nesting deeper than :data:`MAX_JSON_DEPTH`.
@@ -72,9 +124,9 @@ def _flatten_json(obj: object, prefix: str = "", depth: int = 0) -> list[str]:
             if v is None or v == "" or v == [] or v == {}:
                 continue
             if isinstance(v, dict | list):
-                out.extend(_flatten_json(v, f"{prefix}{k}.", depth + 1))
+                out.extend(_flatten_json(v, f"{prefix}{k}.", depth + 1, text, wanted))
             else:
-                scalars.append(f"{k}={_scalar(v)}")
+                scalars.append((_pair(k, v, text, wanted) if text else None) or f"{k}={_scalar(v)}")
         if scalars:
             out.insert(0, head + "; ".join(scalars))
     elif isinstance(obj, list):
@@ -84,9 +136,29 @@ def _flatten_json(obj: object, prefix: str = "", depth: int = 0) -> list[str]:
                 out.append(head + ", ".join(vals))
         else:
             for i, v in enumerate(obj):
-                out.extend(_flatten_json(v, f"{prefix}{i}.", depth + 1))
+                out.extend(_flatten_json(v, f"{prefix}{i}.", depth + 1, text, wanted))
     elif obj is not None and obj != "":
         out.append(head + _scalar(obj))
+    return out
+
+
+#: A flattened JSON line repeating an earlier one's values is written as a reference when they are this long.
+DEDUPE_MIN_CHARS = 24
+
+
+def _dedupe(lines: list[str]) -> list[str]:
+    """``path: values`` lines whose values repeat an earlier line's (a search result listing the same
+    leg twice) written as ``path: same as <earlier path>``."""
+    first: dict[str, str] = {}
+    out = []
+    for line in lines:
+        head, sep, body = line.partition(": ")
+        if sep and len(body) >= DEDUPE_MIN_CHARS and " " not in head and not head.startswith('"'):
+            if body in first:
+                out.append(f"{head}: same as {first[body]}")
+                continue
+            first[body] = head
+        out.append(line)
     return out
 
 
@@ -101,29 +173,37 @@ def _parse_json(text: str) -> object | None:
         return None
 
 
-def structured_summary(text: str, config: RuleConfig | None = None, spans: list[tuple[int, int]] | None = None) -> str:
+def structured_summary(text: str, config: RuleConfig | None = None, spans: list[tuple[int, int]] | None = None,
+                       keep: Sequence[str] | None = None) -> str:
     """Structured summary of a ``key_state`` message.
 
     Args:
         text: the message content.
         config: rule file for entity patterns and keywords (default: the packaged one).
         spans: the text's entity spans if already computed (:func:`ctxscore.rules.entity_spans`).
+        keep: key spans (substrings of ``text``) the summary must hold byte-exact (the sentences
+            holding them are kept whole); spans that do not occur in ``text`` are ignored.
 
     Returns:
-        For JSON content, ``key=value`` lines of its non-empty leaves (nested keys joined with ``.``);
-        otherwise the sentences that carry an entity or a decision / confirmation / constraint word,
-        one per line with leading filler ("Sure, ...", "好的，") removed. Empty if nothing qualifies.
+        For JSON content, ``key=value`` lines of its non-empty leaves (nested keys joined with ``.``;
+        numbers, booleans and status words as their JSON pair, ``"amount": 209``; a line repeating
+        an earlier line's values as ``path: same as <earlier path>``); otherwise the
+        sentences that carry an entity, a decision / confirmation / constraint word, a negation or a
+        ``keep`` span, one per line with leading filler ("Sure, ...", "好的，") removed where it
+        holds no key span. Empty if nothing qualifies.
     """
     cfg = config or default_config()
     data = _parse_json(text)
     if data is not None:
         try:
-            return "\n".join(_flatten_json(data))
+            wanted = frozenset(k for k in keep or () if k.startswith('"'))
+            return "\n".join(_dedupe(_flatten_json(data, text=text, wanted=wanted)))
         except _TooDeep:
             pass  # summarised as text below
     kw = cfg.keyword_regexes
     keep_rx = [kw[g] for g in ("decision", "confirmation", "constraint", "hard_constraint") if g in kw]
     starts = [s for s, _ in (entity_spans(text, cfg) if spans is None else spans)]
+    held = _keep_intervals(text, keep)
     lines = []
     pos = 0
     j = 0
@@ -136,19 +216,23 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
         while j < len(starts) and starts[j] < lo:
             j += 1
         has_entity = j < len(starts) and starts[j] < hi
-        if has_entity or any(rx.search(sent) for rx in keep_rx):
-            sent = _LEAD_FILLER.sub("", sent).strip()
-            if sent:
-                lines.append(_WS.sub(" ", sent))
+        holds = [text[a:b] for a, b in held if a < hi and b > lo]
+        if has_entity or holds or any(rx.search(sent) for rx in keep_rx):
+            bare = _LEAD_FILLER.sub("", sent).strip()
+            if bare and all(h in bare for h in holds if h in sent):
+                sent = bare
+            lines.append(_WS.sub(" ", sent))
     return "\n".join(lines)
 
 
-def aggressive_compress(text: str, config: RuleConfig | None = None, max_sentences: int = 6) -> str:
+def aggressive_compress(text: str, config: RuleConfig | None = None, max_sentences: int = 6,
+                        keep: Sequence[str] | None = None) -> str:
     """Aggressive extractive compression of a ``reasoning`` message.
 
     Keeps the first sentence, sentences with a conclusion marker (the rule file's ``conclusion``
     keywords: "so", "therefore", "the issue is", 所以, 因此 ...) and the last sentence, at most
-    ``max_sentences`` in all (the earliest conclusions are dropped first); code blocks are dropped.
+    ``max_sentences`` in all (the earliest conclusions are dropped first), and beyond that cap every
+    sentence holding a ``keep`` span (key spans to keep byte-exact) or a negation; code blocks are dropped.
     """
     cfg = config or default_config()
     body = re.sub(r"```.*?```", " ", text, flags=re.DOTALL)
@@ -156,10 +240,13 @@ def aggressive_compress(text: str, config: RuleConfig | None = None, max_sentenc
     if len(sents) <= 2:
         return "\n".join(sents)
     concl = cfg.keyword_regexes.get("conclusion")
-    middle = [s for s in sents[1:-1] if concl is not None and concl.search(s)]
+    middle = [i for i in range(1, len(sents) - 1) if concl is not None and concl.search(sents[i])]
     budget = max(0, max_sentences - 2)
-    middle = middle[-budget:] if budget else []
-    return "\n".join([sents[0], *middle, sents[-1]])
+    chosen = set(middle[-budget:] if budget else [])
+    wanted = [k for k in dict.fromkeys(keep or ()) if k]
+    chosen |= {i for i in range(1, len(sents) - 1)
+               if _holds_negation(sents[i]) or any(k in sents[i] for k in wanted)}
+    return "\n".join([sents[0], *(sents[i] for i in sorted(chosen)), sents[-1]])
 
 
 def archive_stub(message_id: str, text: str, words: int = 8) -> str:
@@ -179,28 +266,43 @@ def archive_stub(message_id: str, text: str, words: int = 8) -> str:
 class ExtractiveCompressor:
     """The default compressor (no LLM): :func:`structured_summary` and :func:`aggressive_compress`.
 
+    It keeps the key spans it is given (``keeps_spans``; see :func:`~ctxscore.compress.base.compress_verified`).
+
     Args:
         config: rule file for entity patterns and keywords (default: packaged).
     """
 
+    keeps_spans = True
+
     def __init__(self, config: RuleConfig | None = None) -> None:
         self.config = config or default_config()
 
-    def compress(self, text: str, tier: Tier) -> str | None:
-        """The unverified form of ``text`` for ``tier`` (see :class:`~ctxscore.compress.base.Compressor`)."""
+    def compress(self, text: str, tier: Tier, spans: Sequence[str] | None = None) -> str | None:
+        """The unverified form of ``text`` for ``tier`` (see :class:`~ctxscore.compress.base.Compressor`),
+        holding the key spans ``spans`` (substrings of ``text``) where it can; ``None`` for another tier."""
         if tier == Tier.STRUCTURED:
-            return structured_summary(text, self.config)
+            return structured_summary(text, self.config, keep=spans)
         if tier == Tier.COMPRESSED:
-            return aggressive_compress(text, self.config)
+            return aggressive_compress(text, self.config, keep=spans)
         return None
 
 
-def compress(text: str, tier: str, config: RuleConfig | None = None) -> CompressionResult:
+def compress(text: str, tier: str, config: RuleConfig | None = None,
+             extractor: Callable[[str], Sequence[str]] | None = None) -> CompressionResult:
     """Verified extractive compression of ``text`` to ``tier`` (``structured`` or ``compressed``),
     falling back to a gentler tier when a form would lose a key span or invent one
     (:func:`~ctxscore.compress.base.compress_verified` with :class:`ExtractiveCompressor`).
 
+    Args:
+        text: the original content.
+        tier: ``"structured"`` or ``"compressed"``.
+        config: rule file (default: packaged).
+        extractor: a learned key-span extractor (``text -> spans``, e.g.
+            :meth:`ctxscore.scoring.spans.SpanExtractor.key_spans`) whose spans are kept besides the
+            entities (default: the registered one, if any; :func:`~ctxscore.compress.verify.key_spans`).
+
     Raises:
         ValueError: ``tier`` is not one of the two compressing tiers.
     """
-    return compress_verified(ExtractiveCompressor(config), text, tier, config=config)
+    spans = key_spans(text, config or default_config(), extractor=extractor) if extractor is not None else None
+    return compress_verified(ExtractiveCompressor(config), text, tier, spans=spans, config=config)

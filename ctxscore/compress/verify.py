@@ -12,7 +12,7 @@ the caller falls back to a gentler tier (see :func:`ctxscore.compress.base.compr
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..scoring.rules import RuleConfig, default_config, entity_spans
@@ -73,19 +73,26 @@ def _has_phrase(phrase: str, text: str) -> bool:
     return re.search(r"(?<![\w'])" + re.escape(_neg_norm(phrase)) + r"(?![\w'])", _neg_norm(text)) is not None
 
 
-def key_spans(text: str, config: RuleConfig | None = None, *, learned: bool = True) -> list[str]:
+def key_spans(text: str, config: RuleConfig | None = None, *, learned: bool = True,
+              extractor: Callable[[str], Sequence[str]] | None = None) -> list[str]:
     """The spans of ``text`` a compressed form must keep: its entities (IDs, numbers with units,
     dates, times, names, paths ...; :func:`ctxscore.scoring.rules.entity_spans`), distinct, in order,
-    surrounding quotes removed; then the spans of the registered learned key-span extractor
-    (:func:`ctxscore.scoring.spans.register`; none by default, and the rules alone decide);
-    ``learned=False`` gives the entities alone (what the check for invented entities reads)."""
+    surrounding quotes removed; then the spans of a learned key-span extractor: ``extractor``
+    (``text -> spans``, e.g. :meth:`ctxscore.scoring.spans.SpanExtractor.key_spans`; what the
+    context manager passes when its scorer has one) or else the registered one
+    (:func:`ctxscore.scoring.spans.register`; none by default, and the rules alone decide); spans
+    that do not occur in ``text`` are ignored. ``learned=False`` gives the entities alone (what the
+    check for invented entities reads)."""
     out: dict[str, None] = {}
     for a, b in entity_spans(text, config or default_config()):
         span = text[a:b].strip()
         span = span.strip(_QUOTES) or span
         if span:
             out.setdefault(span, None)
-    extractor = registered_spans() if learned else None
+    if learned and extractor is None:
+        extractor = registered_spans()
+    elif not learned:
+        extractor = None
     if extractor is not None:
         for span in extractor(text):
             if span and span.strip() and span in text:
@@ -127,11 +134,13 @@ def verify(original: str, form: str, spans: Sequence[str] | None = None,
     missing = tuple(s for s in want if _norm(s) not in norm_form)
     missing += tuple(s for s in negation_spans(original) if s not in missing and not _has_phrase(s, norm_form))
     # a line that is a substring of the original cannot hold an invented entity: scan only the others
-    novel = "\n".join(line for line in form.split("\n") if line.strip() and _norm(line).strip() not in norm_orig)
+    # (line by line: an entity never runs across a line break of a form, "price=11\npassengers: ..." is no "11 passengers")
+    novel = [line for line in form.split("\n") if line.strip() and _norm(line).strip() not in norm_orig]
     invented: tuple[str, ...] = ()
     if novel:
-        invented = tuple(s for s in key_spans(novel, cfg, learned=False) if _norm(s) not in norm_orig)
-        invented += tuple(s for s in negation_spans(novel) if (_ZH_NEG.match(s) and "zh" or "en") not in _negated(original))
+        found = dict.fromkeys(s for line in novel for s in key_spans(line, cfg, learned=False))
+        invented = tuple(s for s in found if _norm(s) not in norm_orig)
+        invented += tuple(s for s in negation_spans("\n".join(novel)) if (_ZH_NEG.match(s) and "zh" or "en") not in _negated(original))
     longer = len(form) >= len(original)
     return Verdict(ok=bool(form.strip()) and not missing and not invented and not longer,
                    missing=missing, invented=invented, longer=longer)

@@ -11,7 +11,8 @@ Sources, in order (:func:`extract_facts`):
    sentence (``reference number is Q1XUDH9Y`` -> ``reference number``), else by the unit of a number
    (``4 people`` -> ``people``), else by the kind of entity (``date``, ``time``, ``money``, ``id`` ...);
 4. a pluggable extractor (the learned key-span extractor): ``extractor(text) -> [(slot, value)]``,
-   values being substrings of the text.
+   values being substrings of the text; a value that contains or lies inside a value of 3. is left
+   out (the rule value is the exact one), so the extractor adds what the rules miss.
 
 Status: user statements are ``stated``; an assistant's values are ``proposed`` unless the message
 confirms ("booked", "confirmed", "reference number") -- then ``confirmed``; the ledger turns a
@@ -240,8 +241,10 @@ def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
             start = max(start, e)
         if len(out) >= MAX_TEXT_FACTS:
             break
-    if ctx.extractor is not None:
-        out += [(slot, v, "extractor") for slot, v in ctx.extractor(text) if v and v in text]
+    if ctx.extractor is not None:  # only what the rules missed: a value overlapping a rule value adds nothing
+        ruled = [v for _, v, _ in out]
+        out += [(slot, v, "extractor") for slot, v in ctx.extractor(text)
+                if v and v in text and not any(v in r or r in v for r in ruled)]
     return out[:MAX_TEXT_FACTS]
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..messages import Message, Role
 from ..scoring.rules import typed_entity_spans
+from ..scoring.spans import facts_of
 from ..window.history import Entry, Pin
 from ..window.layers import Layer, LayerContext
 from .facts import Extractor, Fact, FactContext, extract_facts, session_date
@@ -47,7 +48,9 @@ class FactLedger(Layer):
 
     Args:
         share: the fraction of the budget its section may use, in (0, 1].
-        extractor: a learned key-span extractor ``text -> [(slot, value)]`` (optional).
+        extractor: a learned key-span extractor ``text -> [(slot, value)]`` (optional; default: the
+            session scorer's span extractor when it has one, :func:`ctxscore.scoring.spans.facts_of`,
+            else none: the rules and JSON paths alone).
     """
 
     position = 40
@@ -72,10 +75,12 @@ class FactLedger(Layer):
         self._lines: dict[tuple[Fact, tuple[str, ...]], tuple[str, int]] = {}
 
     def attach(self, ctx: LayerContext) -> None:
-        """Keep the context; facts are extracted with the session's rule file."""
+        """Keep the context; facts are extracted with the session's rule file and the given extractor,
+        else the session scorer's span extractor (when it has one)."""
         self.ctx = ctx
         cfg = ctx.rules.config
-        self.fctx = FactContext(config=cfg, extractor=self.extractor, spans=lambda t: typed_entity_spans(t, cfg))
+        extractor = self.extractor if self.extractor is not None else facts_of(getattr(ctx, "scorer", None))
+        self.fctx = FactContext(config=cfg, extractor=extractor, spans=lambda t: typed_entity_spans(t, cfg))
         self._correction = cfg.keyword_regexes.get("correction") or re.compile(r"(?!x)x")
 
     def on_reset(self) -> None:

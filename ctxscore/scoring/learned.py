@@ -33,6 +33,7 @@ from .package import CONFIG_FILE, DEFAULT_MODEL_DIR, REEXPORT_HINT, describe, re
 from .ranker import FEATURE_NAMES as RANKER_FEATURES
 from .ranker import Ranker
 from .rules import DEFAULT_RULES_PATH, RuleClassifier, RuleConfig, default_config, hard_constraints
+from .spans import REQUIRE_THRESHOLD as SPAN_REQUIRE_THRESHOLD
 from .spans import THRESHOLD as SPAN_THRESHOLD
 from .spans import SpanExtractor
 
@@ -130,8 +131,11 @@ class LearnedScorer:
         return self.ranker.rerank(query, query_embedding, hits, store, session_id)
 
     def key_spans(self, text: str) -> list[str]:
-        """The key spans the span extractor finds in ``text`` (substrings, in order), or ``[]`` without one."""
-        return self.spans.spans(text) if self.spans is not None else []
+        """The key spans the span extractor finds in ``text`` that a compressed form must keep
+        (:meth:`~ctxscore.scoring.spans.SpanExtractor.key_spans`: substrings, in order, trivial ones
+        left out), or ``[]`` without an extractor. The context manager uses this for its compressed
+        tiers and the fact ledger for its facts."""
+        return self.spans.key_spans(text) if self.spans is not None else []
 
     def features(self, messages: Sequence[Message], embeddings: np.ndarray | None = None) -> np.ndarray:
         """Feature rows for ``messages`` -> ``(n, spec.n_features)`` float32.
@@ -258,7 +262,8 @@ class LearnedScorer:
         if self.ranker is not None:
             config["ranker"] = {**dict(config.get("ranker") or {}), "features": list(RANKER_FEATURES)}
         if self.spans is not None:
-            config["spans"] = {**dict(config.get("spans") or {}), "threshold": self.spans.threshold}
+            config["spans"] = {**dict(config.get("spans") or {}), "threshold": self.spans.threshold,
+                               "require_threshold": self.spans.require_threshold}
         self.config = write_package(path, classifier=self.classifier, regressor=self.regressor, spec=self.spec,
                                     rules_src=self.rules_path or DEFAULT_RULES_PATH, config=config,
                                     uncertainty_threshold=self.uncertainty_threshold,
@@ -313,8 +318,10 @@ class LearnedScorer:
                        uncertainty_threshold=float(threshold), fallback=fallback, config=config,
                        ranker=None if pkg.ranker is None else Ranker(pkg.ranker, (config.get("ranker") or {}).get(
                            "features", RANKER_FEATURES)),
-                       spans=None if pkg.spans is None else SpanExtractor(pkg.spans, float(
-                           (config.get("spans") or {}).get("threshold", SPAN_THRESHOLD))))
+                       spans=None if pkg.spans is None else SpanExtractor(
+                           pkg.spans, float((config.get("spans") or {}).get("threshold", SPAN_THRESHOLD)),
+                           require_threshold=float((config.get("spans") or {}).get(
+                               "require_threshold", SPAN_REQUIRE_THRESHOLD))))
         except (ConfigError, ValueError) as exc:
             raise ModelLoadError(f"{folder}: {exc}; {REEXPORT_HINT}") from exc
 

@@ -16,13 +16,18 @@ Uses:
 - :func:`ctxscore.compress.verify.key_spans` adds the spans of the registered extractor
   (:func:`register`, :func:`registered`) to the entities every compressed form must keep; with
   none registered (the default), the rules alone decide;
+- :meth:`SpanExtractor.key_spans` is what the runtime asks a compressed form to keep: the spans
+  less the trivial ones (:func:`useful`: a lone function word or a single character) and none for
+  JSON content (whose structured form keeps every leaf); the context manager uses it for the
+  structured and compressed tiers when its scorer has an extractor (``LearnedScorer.spans``);
 - :meth:`SpanExtractor.facts` is a fact-ledger extractor (``FactContext.extractor``:
-  ``text -> [(slot, value)]``);
+  ``text -> [(slot, value)]``; the fact ledger uses it when the session's scorer has an extractor);
 - :meth:`SpanExtractor.keep_positions` gives character spans a compressor can select sentences by.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -40,11 +45,19 @@ MAX_SPANS = 8
 HEAD_TAIL = 900
 #: Keep threshold on a token's probability.
 THRESHOLD = 0.5
+#: Threshold on a token's probability for the spans a compressed form must keep
+#: (:meth:`SpanExtractor.key_spans`): a form is held to a span only when the extractor is sure of it.
+REQUIRE_THRESHOLD = 0.7
 
 _TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.\-_'’/:@][A-Za-z0-9_]+)*|[\u3400-\u9fff\uf900-\ufaff]|[^\s]")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _JOIN = frozenset("-/:.,'’&()（）·")
 _TRIM = ".,;:!?。，；：！？、)）]}\"'“”"
+#: Words that alone are never a key span (a run of the classifier on a lone function word).
+STOP_WORDS = frozenset(
+    "a an the of to for in on at by with from and or but is are was were be been it its this that these those "
+    "i you he she we they me my your our their so as if then ok okay sure yes any some other also just there "
+    "here what which who how".split())
 _KW_GROUPS = ("constraint", "hard_constraint", "decision", "confirmation", "request", "failure")
 
 
@@ -140,22 +153,28 @@ class SpanExtractor:
 
     Args:
         model: fitted binary classifier with ``predict_proba`` over :data:`N_FEATURES` hashed features.
-        threshold: keep probability.
+        threshold: keep probability (what :meth:`spans` and :meth:`keep_positions` use).
         config: rule file for entity kinds and keyword groups (default: packaged).
+        require_threshold: keep probability of :meth:`key_spans`, the spans a compressed form must
+            hold (at least ``threshold``).
 
     Raises:
-        ValueError: ``threshold`` outside (0, 1).
+        ValueError: ``threshold`` or ``require_threshold`` outside (0, 1).
     """
 
-    def __init__(self, model: Any, threshold: float = THRESHOLD, config: RuleConfig | None = None) -> None:
+    def __init__(self, model: Any, threshold: float = THRESHOLD, config: RuleConfig | None = None,
+                 require_threshold: float = REQUIRE_THRESHOLD) -> None:
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+        if not 0.0 < require_threshold < 1.0:
+            raise ValueError(f"require_threshold must be in (0, 1), got {require_threshold}")
         self.model = model
         self.threshold = threshold
+        self.require_threshold = require_threshold
         self.config = config or default_config()
         self._hasher: Any = None
         self._lock = threading.Lock()
-        self._memo: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        self._memo: dict[tuple[str, str, float], list[tuple[int, int]]] = {}
 
     def _hash(self, feats: list[list[str]]) -> Any:
         if self._hasher is None:
@@ -173,15 +192,17 @@ class SpanExtractor:
         X = self._hash(token_features(win, toks, role, self.config))
         return toks, np.asarray(self.model.predict_proba(X), dtype=np.float64)[:, 1]
 
-    def keep_positions(self, text: str, role: str = "") -> list[tuple[int, int]]:
-        """Character spans ``(start, end)`` of the key spans of ``text`` (at most :data:`MAX_SPANS`)."""
-        key = (role, text)
+    def keep_positions(self, text: str, role: str = "", threshold: float | None = None) -> list[tuple[int, int]]:
+        """Character spans ``(start, end)`` of the key spans of ``text`` (at most :data:`MAX_SPANS`),
+        tokens kept at probability ``threshold`` (default: the extractor's)."""
+        thr = self.threshold if threshold is None else threshold
+        key = (role, text, thr)
         with self._lock:
             got = self._memo.get(key)
         if got is not None:
             return list(got)
         toks, p = self.token_probs(text, role)
-        runs = runs_of(text, toks, p >= self.threshold, p)
+        runs = runs_of(text, toks, p >= thr, p)
         with self._lock:
             if len(self._memo) > 4096:
                 self._memo.clear()
@@ -192,9 +213,41 @@ class SpanExtractor:
         """The key spans of ``text`` as substrings, distinct, in text order."""
         return list(dict.fromkeys(text[a:b] for a, b in self.keep_positions(text, role)))
 
+    def key_spans(self, text: str, role: str = "") -> list[str]:
+        """The spans a compressed form of ``text`` must keep: the key spans at probability
+        ``require_threshold`` less the trivial ones (:func:`useful`), and ``[]`` for JSON content (its structured form keeps every leaf, and the
+        classifier's runs there are bits of syntax). Substrings of ``text``, distinct, in text order."""
+        if _is_json(text):
+            return []
+        thr = max(self.threshold, self.require_threshold)
+        spans = dict.fromkeys(text[a:b] for a, b in self.keep_positions(text, role, thr))
+        return [s for s in spans if useful(s)]
+
     def facts(self, text: str) -> list[tuple[str, str]]:
-        """A fact-ledger extractor: ``[("key span", span)]`` for each key span of ``text``."""
-        return [("key span", s) for s in self.spans(text)]
+        """A fact-ledger extractor: ``[("key span", span)]`` for each of :meth:`key_spans` of ``text``."""
+        return [("key span", s) for s in self.key_spans(text)]
+
+
+def useful(span: str) -> bool:
+    """Whether a predicted span is worth keeping: not a single character (``"1"``, ``"周"``) and not
+    made only of :data:`STOP_WORDS` and punctuation (``"the"``, ``"That"``, ``"is a"``)."""
+    core = span.strip().strip(_TRIM)
+    if len(core) < 2:
+        return False
+    words = [w.lower() for w in re.findall(r"[A-Za-z0-9_]+|[^\x00-\x7f]", core)]
+    return bool(words) and not all(w in STOP_WORDS for w in words)
+
+
+def _is_json(text: str) -> bool:
+    """``text`` is a JSON object or array."""
+    t = text.strip()
+    if not t or t[0] not in "[{":
+        return False
+    try:
+        json.loads(t)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def runs_of(text: str, toks: Sequence[tuple[int, int]], keep: np.ndarray, p: np.ndarray) -> list[tuple[int, int]]:
@@ -241,3 +294,19 @@ def register(extractor: Callable[[str], Sequence[str]] | None) -> None:
 def registered() -> Callable[[str], Sequence[str]] | None:
     """The registered extractor, or ``None`` (the default: rules only)."""
     return _registered
+
+
+def extractor_of(scorer: Any) -> Callable[[str], list[str]] | None:
+    """The runtime's key-span function of a scorer: ``scorer.key_spans`` (``text -> spans``) when the
+    scorer carries a span extractor (a :class:`~ctxscore.scoring.learned.LearnedScorer` whose package
+    has ``spans.skops``), else ``None`` (the rules alone decide)."""
+    if getattr(scorer, "spans", None) is None or not callable(getattr(scorer, "key_spans", None)):
+        return None
+    return scorer.key_spans  # type: ignore[no-any-return]
+
+
+def facts_of(scorer: Any) -> Callable[[str], list[tuple[str, str]]] | None:
+    """The fact-ledger extractor of a scorer (:meth:`SpanExtractor.facts`) when it carries a span
+    extractor, else ``None``."""
+    ext = getattr(scorer, "spans", None)
+    return ext.facts if isinstance(ext, SpanExtractor) else None

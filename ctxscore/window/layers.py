@@ -36,6 +36,8 @@ class LayerContext:
         rules: the rule classifier (entity patterns, keywords).
         policy: the tier policy.
         history: the session history; read it, never change it.
+        scorer: the session's scorer (a learned one may carry a key-span extractor, ``scorer.spans``),
+            or ``None``.
     """
 
     session_id: str
@@ -44,6 +46,7 @@ class LayerContext:
     rules: RuleClassifier
     policy: Policy
     history: History
+    scorer: Any = None
 
 
 class Layer:

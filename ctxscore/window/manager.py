@@ -31,6 +31,7 @@ from ..messages import Message
 from ..scoring.base import Prediction, Scorer
 from ..scoring.learned import resolve_scorer
 from ..scoring.rules import RuleClassifier, RuleConfig
+from ..scoring.spans import extractor_of
 from ..store import open_store
 from ..store.base import Store
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
@@ -95,7 +96,8 @@ class ContextManager:
         self.session_id = session_id
         self.store = open_store(store if store is not None else archive_path)
         self.compressor = compressor or ExtractiveCompressor(self.config)
-        forms = tiers.Forms(self.counter, self.compressor, self.config, self.policy.max_compress_chars)
+        forms = tiers.Forms(self.counter, self.compressor, self.config, self.policy.max_compress_chars,
+                            extractor=extractor_of(self.scorer))  # the learned key spans, when the scorer has them
         self.state = SessionState(self.store, session_id, self.scorer, self.rules, self.counter, self.policy, forms,
                                   [*DEFAULT_SECTIONS, *sections], hooks, layers)
         self._lock = threading.RLock()

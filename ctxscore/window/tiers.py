@@ -20,6 +20,7 @@ mark, recency protection is relaxed turn by turn down to the last message alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,13 +69,24 @@ class Forms:
         compressor: proposes compressed forms (verified by the shared verifier).
         config: rule file (entity patterns for the verifier).
         max_compress_chars: longer messages are never compressed, only archived.
+        extractor: the learned key-span extractor (``text -> spans``, e.g. ``LearnedScorer.key_spans``)
+            whose spans every compressed form keeps besides the entities, or ``None`` (the rules alone;
+            see :func:`ctxscore.compress.verify.key_spans`).
     """
 
-    def __init__(self, counter: TokenCounter, compressor: Compressor, config: RuleConfig, max_compress_chars: int) -> None:
+    def __init__(self, counter: TokenCounter, compressor: Compressor, config: RuleConfig, max_compress_chars: int,
+                 extractor: Callable[[str], Sequence[str]] | None = None) -> None:
         self.counter = counter
         self.compressor = compressor
         self.config = config
         self.max_compress_chars = max_compress_chars
+        self.extractor = extractor
+
+    def key_spans(self, e: Entry) -> list[str]:
+        """The spans every compressed form of ``e`` keeps: its entities, the extractor's key spans and
+        its hard constraints (substrings of its content, distinct, in that order)."""
+        spans = key_spans(e.msg.content, self.config, extractor=self.extractor)
+        return list(dict.fromkeys([*spans, *e.constraints]))
 
     def get(self, e: Entry, tier: Tier) -> Form:
         """The form of ``e`` in ``tier`` (compression may fall back to a gentler tier; see
@@ -108,7 +120,7 @@ class Forms:
 
     def _compressed(self, e: Entry, tier: Tier) -> Form | None:
         """The verified form of a message's text for ``tier`` (``None`` while an async compressor works)."""
-        spans = [*key_spans(e.msg.content, self.config), *e.constraints] if e.constraints else None
+        spans = self.key_spans(e) if e.constraints or self.extractor is not None else None
         res = compress_verified(self.compressor, e.msg.content, tier, spans=spans, config=self.config)
         if res.pending:  # an asynchronous compressor has no form yet: verbatim now, ask again later
             return None
@@ -126,7 +138,8 @@ class Forms:
         blocks = self.blocks(e)
         if len(blocks) < 3:
             return Form(content, e.tokens, Tier.VERBATIM)
-        text = blocked_form(content, blocks, key_blocks(content, blocks), e.msg.id or "")
+        wanted = [*(self.extractor(content) if self.extractor is not None else ()), *e.constraints]
+        text = blocked_form(content, blocks, key_blocks(content, blocks, spans=wanted), e.msg.id or "")
         return Form(text, self.counter.count_message(e.msg, content=text), Tier.COMPRESSED)
 
     def query_form(self, e: Entry, terms: list[str], limit_tokens: int) -> Form | None:
