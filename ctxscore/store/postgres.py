@@ -283,15 +283,19 @@ class PostgresStore:
         if not recs:
             return []
         out: list[StoredMessage] = []
-        # one pipeline: BEGIN, the lock and the last turn go in one round trip, the rows and COMMIT in another
+        # one pipeline: BEGIN, the session's lock, its last turn and the wanted ids already used (the
+        # explicit ones and the automatic m<turn> ids after the last turn) in one round trip; the
+        # rows and COMMIT in another
+        explicit = [r.message.id for r in recs if r.message.id is not None]
         with self._conn("add messages", write=True) as conn, conn.pipeline(), conn.transaction():
             conn.execute("INSERT INTO ctx_sessions(session_id) VALUES (%s) ON CONFLICT (session_id) "
                          "DO UPDATE SET epoch = ctx_sessions.epoch", (session_id,))  # takes the session's lock
-            (last,) = conn.execute("SELECT COALESCE(MAX(turn), -1) FROM ctx_messages WHERE session_id = %s",
-                                   (session_id,)).fetchone()
-            wanted = [r.message.id or f"m{last + 1 + k}" for k, r in enumerate(recs)]
-            used = {r[0] for r in conn.execute("SELECT id FROM ctx_messages WHERE session_id = %s AND id = ANY(%s)",
-                                               (session_id, wanted))}
+            last, used_ids = conn.execute(
+                "WITH l AS (SELECT COALESCE(MAX(turn), -1) AS last FROM ctx_messages WHERE session_id = %(s)s) "
+                "SELECT l.last, ARRAY(SELECT id FROM ctx_messages WHERE session_id = %(s)s AND id = ANY("
+                "%(ids)s::text[] || ARRAY(SELECT 'm' || (l.last + 1 + g) FROM generate_series(0, %(n)s - 1) g))) FROM l",
+                {"s": session_id, "ids": explicit, "n": len(recs)}).fetchone()
+            used = set(used_ids)
             rows = []
             for k, rec in enumerate(recs):
                 turn = last + 1 + k
