@@ -75,6 +75,11 @@ class Entry:
         forms: cached forms per tier.
         no_compress: compression fell back to verbatim; do not retry.
         blocks: the semantic blocks of a long message, once computed.
+        values: its typed values, ``(entity kind, lower-cased text)`` pairs of its scan text
+            (:func:`ctxscore.window.supersede.typed_values`).
+        successor: index of the later user message that restates what this one said (a correction,
+            or another value of the same kind) within :data:`~ctxscore.window.supersede.LOOKAHEAD`
+            messages of the same task, or ``None`` (:mod:`ctxscore.window.supersede`).
     """
 
     msg: Message
@@ -96,6 +101,8 @@ class Entry:
     forms: dict[Tier, Form] = field(default_factory=dict)
     no_compress: bool = False
     blocks: list[Any] | None = None
+    values: frozenset[tuple[str, str]] = frozenset()
+    successor: int | None = None
 
     @property
     def category(self) -> str:
