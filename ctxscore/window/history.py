@@ -181,6 +181,29 @@ class History:
         self.task_starts.append(len(self.entries))
         return done
 
+    def release_instructions(self, limit: int) -> list[int]:
+        """Unpin the oldest instructions of the active task, never its newest one, until pinned
+        content is within ``limit`` tokens (a budget too tight for every instruction): they become
+        goal records (summarised like ``key_state``, their hard-constraint sentences kept byte-exact
+        and never archived) that compete by value, as a finished task's instructions do.
+
+        Args:
+            limit: the most tokens pinned entries may hold (the budget less reply priming and the
+                layers' sections).
+
+        Returns:
+            The indices released, oldest first (empty when pinned content fits or only the newest
+            instruction is left).
+        """
+        out: list[int] = []
+        while self.pinned_tokens > limit and len(self.active_pins) > 1:
+            i = self.active_pins.pop(0)
+            e = self.entries[i]
+            e.pinned, e.pin = False, None
+            self.pinned_tokens -= e.tokens
+            out.append(i)
+        return out
+
     def append(self, msg: Message, text: str, tokens: int, pred: Prediction, entities: tuple[str, ...],
                pin: Pin | None, constraints: tuple[str, ...] = ()) -> Entry:
         """Add the entry of a new message (its ``turn`` is its index) and return it."""
