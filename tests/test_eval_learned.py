@@ -35,7 +35,7 @@ ROWS = [
 
 def _train(value_shift: float = 0.0, pin_all: bool = False):
     """A tiny scorer fitted on ROWS; ``pin_all`` labels every message but the failures ``instruction``
-    (a scorer that pins everything: it keeps every fact and saves no tokens)."""
+    (a scorer that pins everything: it saves tokens only where a tight budget releases older instructions)."""
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
@@ -141,12 +141,13 @@ def test_gate_keeps_the_champion_when_the_candidate_is_worse(packaged, tmp_path,
 
     champion = registry.ensure_champion(baseline_dir=packaged[0])  # stands in for the shipped scorer
     assert registry.ensure_champion(baseline_dir=packaged[0]) == champion  # a champion exists: nothing to do
-    worse = _register(packaged[2], "candidate")  # pins everything: no token saved
+    worse = _register(packaged[2], "candidate")  # pins everything: only what a tight budget releases is saved
     args = ["promote", "--sessions", str(MINI), "--probe-every", "4", "--out", str(tmp_path / "p"), "--quiet"]
     assert main(args) == 0
     d = json.loads((tmp_path / "p" / "promotion.json").read_text(encoding="utf-8"))
-    assert not d["promote"] and "worse on token reduction" in d["reason"]
-    assert d["candidate"]["version"] == worse and d["candidate"]["token_reduction"] == 0.0
+    assert not d["promote"] and "worse on" in d["reason"] and "token reduction" in d["reason"]
+    assert d["candidate"]["version"] == worse
+    assert d["candidate"]["token_reduction"] < d["champion"]["token_reduction"]
     assert d["champion"]["token_reduction"] > 0.2
     client = mlflow.MlflowClient()
     assert str(client.get_model_version_by_alias("ctxscore-scorer", "champion").version) == champion

@@ -75,6 +75,11 @@ class Entry:
         forms: cached forms per tier.
         no_compress: compression fell back to verbatim; do not retry.
         blocks: the semantic blocks of a long message, once computed.
+        values: its typed values, ``(entity kind, lower-cased text)`` pairs of its scan text
+            (:func:`ctxscore.window.supersede.typed_values`).
+        successor: index of the later user message that restates what this one said (a correction,
+            or another value of the same kind) within :data:`~ctxscore.window.supersede.LOOKAHEAD`
+            messages of the same task, or ``None`` (:mod:`ctxscore.window.supersede`).
     """
 
     msg: Message
@@ -96,6 +101,8 @@ class Entry:
     forms: dict[Tier, Form] = field(default_factory=dict)
     no_compress: bool = False
     blocks: list[Any] | None = None
+    values: frozenset[tuple[str, str]] = frozenset()
+    successor: int | None = None
 
     @property
     def category(self) -> str:
@@ -173,6 +180,29 @@ class History:
         self.task_no += 1
         self.task_starts.append(len(self.entries))
         return done
+
+    def release_instructions(self, limit: int) -> list[int]:
+        """Unpin the oldest instructions of the active task, never its newest one, until pinned
+        content is within ``limit`` tokens (a budget too tight for every instruction): they become
+        goal records (summarised like ``key_state``, their hard-constraint sentences kept byte-exact
+        and never archived) that compete by value, as a finished task's instructions do.
+
+        Args:
+            limit: the most tokens pinned entries may hold (the budget less reply priming and the
+                layers' sections).
+
+        Returns:
+            The indices released, oldest first (empty when pinned content fits or only the newest
+            instruction is left).
+        """
+        out: list[int] = []
+        while self.pinned_tokens > limit and len(self.active_pins) > 1:
+            i = self.active_pins.pop(0)
+            e = self.entries[i]
+            e.pinned, e.pin = False, None
+            self.pinned_tokens -= e.tokens
+            out.append(i)
+        return out
 
     def append(self, msg: Message, text: str, tokens: int, pred: Prediction, entities: tuple[str, ...],
                pin: Pin | None, constraints: tuple[str, ...] = ()) -> Entry:

@@ -15,6 +15,7 @@ from ..scoring.base import Prediction, Scorer
 from ..scoring.rules import RuleClassifier, extract_entities, hard_constraints, scan_text, typed_entity_spans
 from ..store.base import NewRecord, StoredMessage
 from ..tokens import TokenCounter
+from . import supersede
 from .history import History
 from .tasks import starts_task
 from .tiers import pin_reason
@@ -135,7 +136,9 @@ def append(history: History, values: ValueModel, rules: RuleClassifier, counter:
     observation = msg.role == Role.USER and _OBSERVATION.match(msg.content) is not None  # tool output in a user turn
     constraints = (hard_constraints(msg.content, cfg) if msg.role in (Role.USER, Role.SYSTEM) and not observation
                    and len(msg.content) <= 4000 else ())
-    history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pin_reason(msg, pred, entities, cfg),
-                   constraints)
+    e = history.append(msg, msg.text(), counter.count_message(msg), pred, entities,
+                       pin_reason(msg, pred, entities, cfg), constraints)
+    e.values = supersede.typed_values(msg, cfg)
+    supersede.link(history, cfg)  # the earlier messages this one restates get it as their successor
     confirms = msg.role == Role.USER and rules.config.keyword_regexes["confirmation"].search(msg.content) is not None
     values.added(history, len(history) - 1, confirms)

@@ -4,7 +4,11 @@ The planner takes the query's search hits (best first), drops those below the re
 query term in them and an embedding similarity under ``page_in_floor``), and shows up to
 ``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
 answer replies to, the answer a question got) and by the message that gave its date (a session's
-date marker) when they fit. When a hit does not fit within
+date marker) when they fit. A hit whose value a later user message replaced (its successor,
+:mod:`ctxscore.window.supersede`: "12:00" -> "how about 11:00 instead?") is shown with that
+message, which may make room like a later hit, so the window does not show the old value as if it
+were current; a hit already verbatim in the window whose successor is not brings the successor in
+(within the first ``page_in_k`` units, and after them in the room left). When a hit does not fit within
 ``page_in_limit`` of the budget, the lowest-value evictable units (not pinned, not recent) are
 shown as stubs for this build to make room: the best hit may displace anything evictable, later
 hits only units worth less than themselves; when even that is not enough, the best hit's unit is
@@ -111,13 +115,23 @@ class _Planner:
 
     def plan(self, hits: list[Hit]) -> PageInPlan:
         entries, ids = self.h.entries, self.h.ids
-        cands = [h for h in hits if h.id in ids and entries[ids[h.id]].tier != Tier.VERBATIM]
-        for h in cands[: self.policy.page_in_k * CANDIDATES_PER_SLOT]:
+        cands: list[tuple[str, int]] = []  # (hit id, entry to show)
+        for h in hits:
+            i = ids.get(h.id)
+            if i is None:
+                continue
+            if entries[i].tier != Tier.VERBATIM:
+                cands.append((h.id, i))
+            elif _successor(self.h, i) is not None:  # shown already; what replaced it is not
+                cands.append((h.id, entries[i].successor))  # type: ignore[arg-type]
+        for hid, hit in cands[: self.policy.page_in_k * CANDIDATES_PER_SLOT]:
             if len(self.done) >= self.policy.page_in_k:
                 break
-            hit = ids[h.id]
             if entries[hit].unit not in self.done:
-                self.place(h.id, hit)
+                self.place(hid, hit)
+        for hid, hit in cands:  # the rest of the window's outdated statements: what replaced them, in the room left
+            if entries[ids[hid]].tier == Tier.VERBATIM and entries[hit].unit not in self.done and hit not in self.shown:
+                self.companion(hid, entries[hit].unit, hit)
         return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
                           unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts)
 
@@ -144,14 +158,27 @@ class _Planner:
         self.texts.update(texts)
         self.occ += delta
         self.done.add(u)
-        for nb in (_neighbour(self.h, hit), _date_source(self.h, hit)):
+        pair = _neighbour(self.h, hit)
+        # what replaced the hit (or the question it answers) first: it may make room, like the hit
+        for src in (hit, pair):
+            nb = _successor(self.h, src) if src is not None else None
             if nb is not None and nb not in self.done:
-                extra = sum(self.h.entries[i].tokens - self.h.entries[i].cur_tokens for i in self.h.units[nb]
-                            if i not in self.shown)
-                if self.occ + extra <= self.limit:
-                    for i in self.h.units[nb]:
-                        self.shown.setdefault(i, hid)
-                    self.occ += extra
+                self.companion(hid, nb, hit, room=True)
+        for nb in (pair, _date_source(self.h, hit)):
+            if nb is not None and nb not in self.done:
+                self.companion(hid, nb, hit)
+
+    def companion(self, hid: str, nb: int, hit: int, room: bool = False) -> None:
+        """Show unit ``nb`` verbatim with the hit ``hid`` when it fits (``room``: making room for it
+        like for a later hit, units worth less than the hit ``hit``)."""
+        members = [i for i in self.h.units[nb] if i not in self.shown]
+        extra = self.delta(members)
+        if room and self.occ + extra > self.limit:
+            self.make_room(nb, extra, hit)
+        if self.occ + extra <= self.limit:
+            for i in self.h.units[nb]:
+                self.shown.setdefault(i, hid)
+            self.occ += extra
 
     def make_room(self, u: int, delta: int, hit: int) -> None:
         """Show the lowest-value evictable units as stubs until ``delta`` tokens fit: the best hit may
@@ -162,6 +189,7 @@ class _Planner:
         room = sorted(
             (m for uu, m in self._evictable.items()
              if uu != u and uu not in self.done and not self.evicted.intersection(m) and self.h.archivable(m)
+             and not any(i in self.shown for i in m)
              and any(entries[i].tier != Tier.ARCHIVED for i in m)),
             key=self.unit_value,
         )
@@ -206,6 +234,17 @@ def _query_blocks(members: list[int], forms: Forms, history: History, terms: Seq
         else:
             d += e.tokens - e.cur_tokens
     return (d, texts) if texts else (delta, {})
+
+
+def _successor(history: History, i: int) -> int | None:
+    """The unit of the later user message that restates entry ``i`` (:attr:`Entry.successor`, see
+    :mod:`ctxscore.window.supersede`), when it is not verbatim: a page-in of an old statement then
+    carries the one that replaced it."""
+    j = history.entries[i].successor
+    if j is None:
+        return None
+    u = history.entries[j].unit
+    return None if all(history.entries[k].tier == Tier.VERBATIM for k in history.units[u]) else u
 
 
 def _date_source(history: History, i: int) -> int | None:

@@ -103,6 +103,8 @@ class SessionState:
         relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
         vals, rel = self.values.values(h, relevance)
         reserved = self._reserved(query, B, vals)
+        if h.release_instructions(B - REPLY_PRIMING_TOKENS - reserved):
+            self.stuck = None  # the released instructions can be compacted
         occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
         changed: list[int] = []
         fits = h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B

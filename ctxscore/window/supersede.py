@@ -1,0 +1,79 @@
+"""Supersession links: which later user message restates what an earlier message said.
+
+In a task dialogue a value is often replaced a turn or two after it was given: "book a table at
+12:00" -> "not available" -> "how about at 11:00 instead?". A window that shows the earlier message
+alone (kept verbatim, or paged in because the query names the booking) says the old value as if it
+were current. Each entry therefore records its *successor* (:attr:`Entry.successor`): the first
+user message within :data:`LOOKAHEAD` messages after it, in the same task, that
+
+- is a correction (the rule file's ``correction`` keywords: "actually", "instead", "make it" ...,
+  改成 ...), or
+- gives another value of a kind the earlier message holds (a time after a time, a date after a
+  date, another amount, another name), i.e. a typed value the earlier message does not hold.
+
+Page-in (:mod:`ctxscore.window.pagein`) shows the successor next to a hit, so the window holding
+the old statement also holds the one that replaced it. The link is computed once, when the later
+message arrives; nothing is dropped or rewritten (the originals stay as they were).
+"""
+
+from __future__ import annotations
+
+from ..messages import Message, Role
+from ..scoring.rules import RuleConfig, scan_text, typed_entity_spans
+from .history import History
+
+#: A successor is looked for among this many messages after an entry (two exchanges).
+LOOKAHEAD = 4
+#: Characters of a message's start searched for correction keywords.
+CORRECTION_CHARS = 300
+#: Entity kinds that never make a successor (a quoted phrase is not a value of a kind).
+_SKIP_KINDS = frozenset({"quoted"})
+
+
+def typed_values(msg: Message, config: RuleConfig) -> frozenset[tuple[str, str]]:
+    """The typed values of a message: ``(entity kind, lower-cased text)`` of each entity span of its
+    scan text (the rule file's pattern names: ``time``, ``date_words``, ``money``, ``proper_name`` ...).
+
+    Returns:
+        A frozenset (empty for a system message or one without entities).
+    """
+    if msg.role == Role.SYSTEM:
+        return frozenset()
+    text = scan_text(msg.text())
+    return frozenset((kind, text[s:e].strip().lower()) for s, e, kind in typed_entity_spans(text, config)
+                     if kind not in _SKIP_KINDS and text[s:e].strip())
+
+
+def restates(old: frozenset[tuple[str, str]], new: frozenset[tuple[str, str]]) -> bool:
+    """Whether ``new`` holds a value of a kind ``old`` holds that ``old`` does not hold (another time
+    after a time ...). Both are :func:`typed_values` sets."""
+    kinds = {k for k, _ in old}
+    return any(k in kinds and (k, v) not in old for k, v in new)
+
+
+def link(history: History, config: RuleConfig) -> list[int]:
+    """Make the last entry of ``history`` the successor of the earlier entries it restates (see the
+    module docstring); entries that have a successor keep it (the first restatement wins).
+
+    Returns:
+        The indices of the entries linked to it (empty unless the last entry is a user message).
+    """
+    n = len(history)
+    if not n:
+        return []
+    j = n - 1
+    e = history.entries[j]
+    if e.msg.role != Role.USER:
+        return []
+    rx = config.keyword_regexes.get("correction")
+    correction = rx is not None and rx.search(e.msg.content[:CORRECTION_CHARS]) is not None
+    start = max(history.task_starts[-1] if e.task == history.task_no else 0, j - LOOKAHEAD)
+    out = []
+    for k in range(start, j):
+        old = history.entries[k]
+        if old.successor is not None or old.task != e.task or old.msg.role == Role.SYSTEM:
+            continue
+        if correction or restates(old.values, e.values):
+            old.successor = j
+            out.append(k)
+    return out

@@ -1,0 +1,55 @@
+"""A budget too tight for every instruction of the active task: the older ones become goal records."""
+
+from __future__ import annotations
+
+from ctxscore import ContextManager
+from ctxscore.tokens import REPLY_PRIMING_TOKENS
+from ctxscore.window.result import WarningKind
+
+
+def _requests(n: int = 6) -> list[dict]:
+    msgs = [{"role": "system", "content": "You are a travel agent."}]
+    for i in range(n):
+        msgs += [
+            {"role": "user", "content": f"Please book hotel number {i} in Paris for the conference. It must cost at most "
+                                        f"{100 + i} euros a night. I would love a room with a desk, good wifi, a quiet view "
+                                        "over the garden, a comfortable chair and a kettle, since I will be working late "
+                                        "most evenings and like to have tea while I read."},
+            {"role": "assistant", "content": f"Noted hotel {i}."},
+        ]
+    return msgs
+
+
+def test_older_instructions_are_summarised_with_their_constraints_when_pins_do_not_fit():
+    msgs = _requests()
+    roomy = ContextManager(scorer="rules", budget=100_000)
+    roomy.extend(msgs)
+    assert roomy.history.pinned_tokens + REPLY_PRIMING_TOKENS > 250  # every request pinned: more than 250 tokens
+    cm = ContextManager(scorer="rules", budget=250)
+    cm.extend(msgs)
+    win = cm.build()
+    assert not any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in win.warnings)
+    assert cm.history.pinned_tokens + REPLY_PRIMING_TOKENS <= 250
+    d = {x.turn: x for x in win.decisions}
+    assert d[11].pinned and d[11].tier == "verbatim"  # the newest request stays pinned
+    assert not d[1].pinned and d[1].tier == "structured"  # the oldest is a goal record ...
+    text = "\n".join(m["content"] for m in win.messages)
+    for i in range(6):  # ... whose hard constraint stays byte-exact
+        assert f"It must cost at most {100 + i} euros a night." in text
+    assert "kettle" not in text.split("hotel number 1 ")[0]  # the prose of the oldest is gone
+
+
+def test_nothing_is_released_when_the_pins_fit():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(_requests())
+    cm.build()
+    assert all(e.pinned for e in cm.history.entries if e.msg.role == "user")
+    assert cm.history.release_instructions(10**9) == []
+
+
+def test_the_newest_instruction_is_never_released():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(_requests(3))
+    released = cm.history.release_instructions(0)
+    assert released == [1, 3]
+    assert cm.history.entries[5].pinned

@@ -1,0 +1,93 @@
+"""Supersession links and page-in: a window that pages in an old value also shows what replaced it."""
+
+from __future__ import annotations
+
+from ctxscore import ContextManager
+from ctxscore.window.supersede import LOOKAHEAD, restates
+
+
+def _booking(filler: int = 30) -> list[dict]:
+    """A restaurant booking whose time is replaced a turn later (no correction keyword: the new
+    value is not pinned), then a long unrelated stretch that pushes both out of the window."""
+    msgs = [
+        {"role": "system", "content": "You book restaurants."},
+        {"role": "user", "content": "I need a restaurant in the centre of town."},
+        {"role": "assistant", "content": "Ali Baba fits. Would you like me to book a table?"},
+        {"role": "user", "content": "Yes, please book me a table for 2 people at 12:00 on wednesday."},
+        {"role": "assistant", "content": "I'm sorry, that time is not available. Is there another time?"},
+        {"role": "user", "content": "Then 11:30 would work for us."},
+        {"role": "assistant", "content": "Done, your table is reserved, reference Q1XUDH9Y."},
+        {"role": "user", "content": "Great, that's all for the restaurant."},
+        {"role": "assistant", "content": "You're welcome, have a good day!"},
+    ]  # a closing exchange: the booking task ends, its request is no longer pinned
+    for i in range(filler):
+        msgs += [{"role": "user", "content": f"Can you tell me about museum number {i} and its exhibits?"},
+                 {"role": "assistant", "content": f"Museum {i} shows paintings and sculptures of many periods. " * 3}]
+    return msgs
+
+
+def test_a_later_value_of_the_same_kind_links_the_earlier_message_to_it():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(_booking(0))
+    e = cm.history.entries
+    assert ("time", "12:00") in e[3].values
+    assert e[3].successor == 5  # 11:30 restates the time of the booking request
+    assert e[4].successor is None  # the reply in between holds no value: nothing of it is restated
+    assert e[5].successor is None and e[6].successor is None
+
+
+def test_restates_needs_a_shared_kind_with_another_value():
+    old = frozenset({("time", "12:00"), ("weekday", "wednesday")})
+    assert restates(old, frozenset({("time", "11:30")}))
+    assert not restates(old, frozenset({("time", "12:00")}))  # the same value again
+    assert not restates(old, frozenset({("money", "$20")}))  # another kind
+    assert not restates(frozenset(), frozenset({("time", "11:30")}))
+
+
+def test_links_stay_within_the_lookahead_and_the_task():
+    msgs = [{"role": "user", "content": "Book a table at 12:00 please."}]
+    msgs += [{"role": "assistant" if i % 2 == 0 else "user", "content": f"Something else entirely, item {i}."}
+             for i in range(LOOKAHEAD)]
+    msgs.append({"role": "user", "content": "Make it 13:00."})  # too far after the first message
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(msgs)
+    assert cm.history.entries[0].successor is None
+    # a new task (after a closing exchange) never links back to the old one
+    cm2 = ContextManager(scorer="rules", budget=100_000)
+    cm2.extend([{"role": "user", "content": "Book a table at 12:00 please."},
+                {"role": "assistant", "content": "Booked. Have a good day!"},
+                {"role": "user", "content": "Can you find me a taxi at 18:00?"}])
+    e = cm2.history.entries
+    assert e[2].task != e[0].task
+    assert e[0].successor is None
+
+
+def test_page_in_of_an_old_value_shows_the_value_that_replaced_it():
+    msgs = _booking(30)
+    cm = ContextManager(scorer="rules", budget=1000)
+    cm.extend(msgs)
+    plain = cm.build()
+    tiers = {d.turn: d.tier for d in plain.decisions}
+    assert tiers[3] != "verbatim" and tiers[5] != "verbatim"  # both out of the plain window
+    win = cm.build(query="For the restaurant booking for 2 people on wednesday, what time was booked?")
+    text = "\n".join(str(m.get("content")) for m in win.messages)
+    assert "12:00" in text  # the booking request the query names is paged in ...
+    assert "11:30" in text  # ... with the message that replaced its time
+    assert text.index("12:00") < text.index("11:30")  # in conversation order: the current value last
+    assert win.tokens <= win.budget
+    d = {x.turn: x for x in win.decisions}
+    assert d[3].paged_in and d[5].paged_in
+
+
+def test_a_verbatim_hit_brings_back_what_replaced_it():
+    msgs = _booking(30)
+    msgs[3] = {"role": "user", "content": "Yes, please book me a table for 2 people at 12:00 on wednesday. "
+                                          "It must be a quiet table, never near the kitchen."}  # a hard constraint
+    cm = ContextManager(scorer="rules", budget=1000)
+    cm.extend(msgs)
+    plain = {d.turn: d.tier for d in cm.build().decisions}
+    assert plain[3] == "verbatim" and plain[5] == "archived"  # the old value stays, the new one is out
+    win = cm.build(query="what time is the restaurant table for 2 people on wednesday?")
+    text = "\n".join(str(m.get("content")) for m in win.messages)
+    assert "12:00" in text and "11:30" in text
+    assert {x.turn: x for x in win.decisions}[5].paged_in
