@@ -132,7 +132,8 @@ class _Grow:
 class History:
     """Entries of one session in order, their units and tier state.
 
-    Token totals (tokens): ``total_tokens`` (every message verbatim), ``pinned_tokens``,
+    Token totals (tokens): ``total_tokens`` (every message verbatim), ``pinned_tokens`` (the pinned
+    entries in their current tier: verbatim, or condensed while pins exceed the budget),
     ``msg_tokens`` (current tokens of the entries not archived) and ``stub_tokens`` (stub tokens of
     the archived ones); ``n_compacted`` counts entries not verbatim.
     """
@@ -148,6 +149,7 @@ class History:
         self.date_source: int | None = None  # index of the message that gave it
         self.task_starts: list[int] = [0]  # index of the first entry of each task
         self.active_pins: list[int] = []  # entries pinned as instructions of the active task
+        self.condensed: set[int] = set()  # pinned entries shown condensed (pins over the budget)
         self.total_tokens = 0
         self.pinned_tokens = 0
         self.msg_tokens = 0
@@ -175,7 +177,8 @@ class History:
         for i in done:
             e = self.entries[i]
             e.pinned, e.pin = False, None
-            self.pinned_tokens -= e.tokens
+            self.pinned_tokens -= e.cur_tokens
+            self.condensed.discard(i)
         self.active_pins = []
         self.task_no += 1
         self.task_starts.append(len(self.entries))
@@ -200,9 +203,17 @@ class History:
             i = self.active_pins.pop(0)
             e = self.entries[i]
             e.pinned, e.pin = False, None
-            self.pinned_tokens -= e.tokens
+            self.pinned_tokens -= e.cur_tokens
+            self.condensed.discard(i)
             out.append(i)
         return out
+
+    def condensable_pins(self) -> list[int]:
+        """Indices of the pinned entries that may be shown condensed while pinned content exceeds the
+        budget: the instructions of the active task and the user corrections (never a system
+        message), largest verbatim size first."""
+        idx = [i for i, e in enumerate(self.entries) if e.pinned and e.pin in (Pin.INSTRUCTION, Pin.CORRECTION)]
+        return sorted(idx, key=lambda i: (-self.entries[i].tokens, i))
 
     def append(self, msg: Message, text: str, tokens: int, pred: Prediction, entities: tuple[str, ...],
                pin: Pin | None, constraints: tuple[str, ...] = ()) -> Entry:
@@ -242,6 +253,9 @@ class History:
             self.stub_tokens -= e.cur_tokens
         else:
             self.msg_tokens -= e.cur_tokens
+        if e.pinned:  # a condensed pin (see SessionState.fit_pins): pinned_tokens counts what is shown
+            self.pinned_tokens += form.tokens - e.cur_tokens
+            (self.condensed.add if tier != Tier.VERBATIM else self.condensed.discard)(i)
         self.n_compacted += (tier != Tier.VERBATIM) - (e.tier != Tier.VERBATIM)
         e.tier = tier
         e.cur_tokens = form.tokens

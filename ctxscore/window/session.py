@@ -103,10 +103,11 @@ class SessionState:
         relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
         vals, rel = self.values.values(h, relevance)
         reserved = self._reserved(query, B, vals)
-        if h.release_instructions(B - REPLY_PRIMING_TOKENS - reserved):
+        limit = B - REPLY_PRIMING_TOKENS - reserved
+        if h.release_instructions(limit):
             self.stuck = None  # the released instructions can be compacted
+        changed: list[int] = self.fit_pins(limit)
         occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
-        changed: list[int] = []
         fits = h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B
         if not fits:  # compaction has begun or will: prepare forms a few at a time, not all in its turn
             self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
@@ -143,6 +144,48 @@ class SessionState:
         for layer in self.layers:
             layer.after_build(window, self.view)
         return window
+
+    def fit_pins(self, limit: int) -> list[int]:
+        """Show pinned instructions and corrections condensed while pinned content exceeds ``limit``
+        tokens, verbatim again once it fits.
+
+        Over the limit (after :meth:`History.release_instructions`), the largest pinned instruction
+        or correction still verbatim is moved to its structured form (a long message: its head, key
+        blocks and tail, the other blocks archived in place) -- its hard-constraint sentences,
+        entities and key spans byte-exact, the prose around them dropped -- one at a time until pinned
+        content fits or none is left that a form makes smaller; it stays pinned (never archived).
+        Within the limit, condensed pins are restored verbatim while they still fit. System messages
+        are never condensed.
+
+        Args:
+            limit: the most tokens pinned entries may hold (the budget less reply priming and the
+                layers' sections).
+
+        Returns:
+            The indices whose tier changed (for the store and the layers).
+        """
+        h, forms = self.history, self.forms
+        changed: list[int] = []
+        if h.pinned_tokens > limit:
+            for i in h.condensable_pins():
+                if h.pinned_tokens <= limit:
+                    break
+                e = h.entries[i]
+                if e.tier != Tier.VERBATIM or e.no_compress:
+                    continue
+                tier = forms.reached(e, Tier.STRUCTURED)
+                if tier != Tier.VERBATIM and forms.get(e, tier).tokens < e.cur_tokens and forms.set_tier(h, i, tier):
+                    changed.append(i)
+        elif h.condensed:
+            for i in sorted(h.condensed, key=lambda j: h.entries[j].tokens - h.entries[j].cur_tokens):
+                e = h.entries[i]
+                if h.pinned_tokens + e.tokens - e.cur_tokens <= limit and forms.set_tier(h, i, Tier.VERBATIM):
+                    changed.append(i)
+        if changed and self.layers:
+            entries: list[Entry] = [h.entries[i] for i in changed]
+            for layer in self.layers:
+                layer.on_tiers(entries)
+        return changed
 
     def _reserved(self, query: str | None, B: int, vals: np.ndarray) -> int:
         """Tokens of the layers' sections (they count like pinned content)."""

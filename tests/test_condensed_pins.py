@@ -1,0 +1,66 @@
+"""Pinned content over the budget: the newest instruction is shown condensed, its hard constraint
+byte-exact, and verbatim again once the budget allows."""
+
+from __future__ import annotations
+
+from ctxscore import ContextManager
+from ctxscore.tokens import REPLY_PRIMING_TOKENS
+from ctxscore.window.result import WarningKind
+
+PROSE = ("I would love a room with a desk, good wifi, a quiet view over the garden, a comfortable chair and a "
+         "kettle, since I will be working late most evenings and like to have tea while I read. ") * 3
+CONSTRAINT = "It must cost at most 120 euros a night."
+REQUEST = "Please book a hotel in Paris for the conference. " + PROSE + CONSTRAINT + " " + PROSE
+
+
+def _messages() -> list[dict]:
+    return [{"role": "system", "content": "You are a travel agent."}, {"role": "user", "content": REQUEST}]
+
+
+def _pinned_shown(cm: ContextManager) -> int:
+    return sum(e.cur_tokens for e in cm.history.entries if e.pinned)
+
+
+def test_a_long_newest_instruction_is_condensed_to_its_constraint_and_restored_when_it_fits():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(_messages())
+    full = cm.build()
+    assert full.messages[-1]["content"] == REQUEST
+    verbatim = cm.history.pinned_tokens + REPLY_PRIMING_TOKENS
+    budget = verbatim // 2  # the instruction alone is above the budget
+    tight = cm.build(budget=budget)
+    assert tight.tokens <= budget
+    assert not any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in tight.warnings)
+    assert cm.history.pinned_tokens == _pinned_shown(cm)  # the real quantity moved, not only the warning
+    assert cm.history.pinned_tokens + REPLY_PRIMING_TOKENS <= budget
+    last = tight.decisions[-1]
+    assert last.pinned and last.tier != "verbatim" and last.tokens_after < last.tokens_before
+    text = tight.messages[-1]["content"]
+    assert CONSTRAINT in text and "kettle" not in text  # the constraint byte-exact, the prose gone
+    assert tight.messages[0]["content"] == "You are a travel agent."  # system messages stay verbatim
+    again = cm.build(budget=100_000)
+    assert again.messages[-1]["content"] == REQUEST and again.decisions[-1].tier == "verbatim"
+    assert cm.history.pinned_tokens + REPLY_PRIMING_TOKENS == verbatim
+    assert not cm.history.condensed
+
+
+def test_system_messages_are_never_condensed_and_overflow_is_still_reported():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend([{"role": "system", "content": "Follow the policy. " + PROSE * 4}, {"role": "user", "content": REQUEST}])
+    system = cm.history.entries[0].tokens
+    win = cm.build(budget=system // 2)
+    assert win.messages[0]["content"].startswith("Follow the policy. ")
+    assert win.decisions[0].tier == "verbatim"
+    assert any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in win.warnings)
+    assert CONSTRAINT in win.messages[-1]["content"]  # the instruction is condensed, its constraint kept
+    assert cm.history.pinned_tokens == _pinned_shown(cm)
+
+
+def test_a_condensed_instruction_of_a_finished_task_leaves_the_pinned_total():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(_messages())
+    cm.build(budget=(cm.history.pinned_tokens + REPLY_PRIMING_TOKENS) // 2)
+    assert cm.history.condensed
+    cm.history.start_task()
+    assert cm.history.pinned_tokens == _pinned_shown(cm)
+    assert not cm.history.condensed
