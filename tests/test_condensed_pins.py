@@ -64,3 +64,23 @@ def test_a_condensed_instruction_of_a_finished_task_leaves_the_pinned_total():
     cm.history.start_task()
     assert cm.history.pinned_tokens == _pinned_shown(cm)
     assert not cm.history.condensed
+
+
+def test_a_build_that_raises_on_overflow_keeps_memory_and_store_in_step(tmp_path):
+    from ctxscore import Policy
+    from ctxscore.errors import BudgetError
+    from ctxscore.messages import Tier
+
+    big_system = {"role": "system", "content": "Never share a passenger's data with anyone. " * 60}
+    db = tmp_path / "s.db"
+    cm = ContextManager(scorer="rules", budget=100_000, store=db, session_id="s", policy=Policy(on_overflow="raise"))
+    cm.extend([big_system, {"role": "user", "content": REQUEST}])
+    try:
+        cm.build(budget=200)  # the system message alone is over: the build raises after condensing the request
+    except BudgetError:
+        pass
+    else:
+        raise AssertionError("a system message over the budget must raise with on_overflow='raise'")
+    shown = {e.msg.id: e.tier for e in cm.history.entries}
+    assert shown[cm.history.entries[1].msg.id] != Tier.VERBATIM
+    assert {r.message.id: r.tier for r in cm.store.load("s")} == shown  # the store holds what memory shows

@@ -269,6 +269,9 @@ def test_bad_requests_get_openai_style_errors(proxy, upstream):
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     r = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": []})
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    r = httpx.post(proxy.url + "/v1/chat/completions", headers={"content-type": "application/json"},
+                   content=b'{"model": "m", "temperature": NaN, "messages": [{"role": "user", "content": "hi"}]}')
+    assert r.status_code == 400 and "NaN is not a JSON number" in r.json()["error"]["message"]  # never forwarded changed
     assert upstream.chat_requests() == []  # nothing bad reached the upstream
 
 

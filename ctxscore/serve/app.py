@@ -651,6 +651,12 @@ class _Release:
                 self.sessions.done(self.sess)
 
 
+def _non_finite(name: str) -> Any:
+    """``json.loads``'s hook for ``NaN`` / ``Infinity``: refused (JSON has no such numbers, and the
+    upstream would receive them changed)."""
+    raise ValueError(f"{name} is not a JSON number; send a finite number or null")
+
+
 def _dump_json(value: Any) -> bytes:
     """``value`` as compact UTF-8 JSON (orjson; the json module for what orjson refuses, such as
     integers over 64 bits)."""
@@ -687,8 +693,8 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
     try:
         body = orjson.loads(raw)
     except ValueError:
-        try:  # what orjson refuses and the json module reads (NaN, integers over 64 bits, lone surrogates)
-            body = json.loads(raw)
+        try:  # what orjson refuses and the json module reads (integers over 64 bits, lone surrogates)
+            body = json.loads(raw, parse_constant=_non_finite)
         except ValueError as exc:
             return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
     if not isinstance(body, dict):

@@ -118,6 +118,7 @@ class SessionState:
             changed += self._compact(vals, B, reserved)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
+            self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
         occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
         plan = plan_page_in(hits, h, vals, self.forms, pol, B, occ, _terms(query)) if hits else PageInPlan()
