@@ -104,6 +104,7 @@ class _Planner:
         self.unplaced: list[str] = []
         self.evicted: set[int] = set()
         self.done: set[int] = set()
+        self.keep: set[int] = set()  # units never evicted: what replaced a hit (see plan)
         self._evictable: dict[int, list[int]] | None = None  # computed once, when room is first needed
 
     def unit_value(self, members: list[int]) -> float:
@@ -120,6 +121,8 @@ class _Planner:
             i = ids.get(h.id)
             if i is None:
                 continue
+            if entries[i].successor is not None:  # what replaced a hit is never evicted to make room
+                self.keep.add(entries[entries[i].successor].unit)  # type: ignore[index]
             if entries[i].tier != Tier.VERBATIM:
                 cands.append((h.id, i))
             elif _successor(self.h, i) is not None:  # shown already; what replaced it is not
@@ -139,6 +142,8 @@ class _Planner:
         """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit), then its neighbours."""
         u = self.h.entries[hit].unit
         members = self.h.units[u]
+        if all(i in self.shown for i in members):
+            return  # shown already with an earlier hit (what replaced it, its question): no second slot
         delta = self.delta(members)
         tiers: dict[int, Tier] = {}
         texts: dict[int, Form] = {}
@@ -188,7 +193,8 @@ class _Planner:
             self._evictable = self.h.eligible_units(self.policy.recent_turns)
         room = sorted(
             (m for uu, m in self._evictable.items()
-             if uu != u and uu not in self.done and not self.evicted.intersection(m) and self.h.archivable(m)
+             if uu != u and uu not in self.done and uu not in self.keep and not self.evicted.intersection(m)
+             and self.h.archivable(m)
              and not any(i in self.shown for i in m)
              and any(entries[i].tier != Tier.ARCHIVED for i in m)),
             key=self.unit_value,
