@@ -91,3 +91,31 @@ def test_a_verbatim_hit_brings_back_what_replaced_it():
     text = "\n".join(str(m.get("content")) for m in win.messages)
     assert "12:00" in text and "11:30" in text
     assert {x.turn: x for x in win.decisions}[5].paged_in
+
+
+def _plan(cm: ContextManager, turns: list[int], budget: int):
+    """The page-in plan for hits on ``turns`` (best first), as a build at ``budget`` would make it."""
+    from ctxscore.store.retrieval import Hit
+    from ctxscore.window import tiers
+    from ctxscore.window.pagein import plan_page_in
+
+    h, st = cm.history, cm.state
+    hits = [Hit(id=h.entries[t].msg.id, turn=t, score=1.0 / (k + 1), snippet="", lists=frozenset({"keyword"}))
+            for k, t in enumerate(turns)]
+    vals, _ = st.values.values(h, {})
+    occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, cm.policy, budget)
+    return plan_page_in(hits, h, vals, st.forms, cm.policy, budget, occ)
+
+
+def test_a_message_shown_with_an_earlier_hit_takes_no_second_slot():
+    from ctxscore import Policy
+
+    cm = ContextManager(scorer="rules", budget=1000, policy=Policy(page_in_k=2))
+    cm.extend(_booking(30))
+    cm.build()
+    e = cm.history.entries
+    museum = next(i for i in range(12, len(e)) if e[i].tier != "verbatim")
+    assert e[3].tier != "verbatim" and e[5].tier != "verbatim" and e[3].successor == 5
+    plan = _plan(cm, [3, 5, museum], 1000)  # 5 is shown with 3 (what replaced it): the second slot is the museum's
+    assert {3, 5, museum} <= set(plan.shown)
+
