@@ -34,8 +34,10 @@ import numpy as np
 
 from .retrieval import BM25_B, BM25_K1, CONTEXT_WEIGHT, RankedList, vector_ranking
 
-#: Keyword terms whose row counts a :class:`SessionIndex` keeps (least recently used dropped first).
+#: Keyword terms whose row counts a :class:`SessionIndex` keeps (least recently used dropped first),
+#: and the rows they may hold in all (a common term of a long session holds most of its rows).
 TERMS_CACHED = 2048
+TERM_ROWS_CACHED = 50_000
 # A cached term behind by more rows than this is counted again in one scan of the joined texts.
 _RESCAN_ROWS = 32
 
@@ -203,6 +205,7 @@ class SessionIndex:
         # keyword term -> (rows counted, row -> phrase frequency): a term of an earlier query is
         # counted again only in the rows added since (the session's queries repeat their words)
         self._term_freqs: OrderedDict[str, tuple[int, dict[int, float]]] = OrderedDict()
+        self._term_rows = 0  # rows held by the cached terms
 
     def extend(self, messages: Iterable[IndexedMessage]) -> None:
         """Add messages (in insertion order)."""
@@ -232,9 +235,11 @@ class SessionIndex:
         return "keyword", [self._row(self.messages[r]) for r in ranked]
 
     def _term_freq(self, term: str) -> dict[int, float]:
-        """Row -> phrase frequency of ``term`` over the whole session (cached; see :data:`TERMS_CACHED`)."""
+        """Row -> phrase frequency of ``term`` over the whole session (cached; see :data:`TERMS_CACHED`
+        and :data:`TERM_ROWS_CACHED`)."""
         n = len(self.messages)
         seen, freq = self._term_freqs.pop(term, (0, None))
+        self._term_rows -= len(freq) if freq is not None else 0
         if freq is None or seen > n or n - seen > _RESCAN_ROWS:
             text, t_starts, ctx, c_starts = self._joined()
             in_text = _row_counts(text, t_starts, self._texts, term)
@@ -249,8 +254,10 @@ class SessionIndex:
                 if a or b:
                     freq[r] = _freq(a, b)
         self._term_freqs[term] = (n, freq)
-        while len(self._term_freqs) > TERMS_CACHED:
-            self._term_freqs.popitem(last=False)
+        self._term_rows += len(freq)
+        while len(self._term_freqs) > 1 and (len(self._term_freqs) > TERMS_CACHED or self._term_rows > TERM_ROWS_CACHED):
+            _, (_, old) = self._term_freqs.popitem(last=False)
+            self._term_rows -= len(old)
         return freq
 
     def stem(self, stems: Sequence[str], limit: int) -> RankedList:

@@ -1,0 +1,41 @@
+"""The server stores' in-memory keyword ranking: the per-term row counts it keeps between searches
+give exactly the ranking of a fresh count, as the session grows and when the cache drops terms."""
+
+from __future__ import annotations
+
+import pytest
+from test_manager import agent_session
+
+from ctxscore.messages import Message
+from ctxscore.store import session_index
+from ctxscore.store.retrieval import query_terms, trigram_tokens
+from ctxscore.store.session_index import SessionIndex, indexed_message
+from ctxscore.store.sqlite import index_text
+from ctxscore.store.stemming import stem_index
+
+
+def _indexed(turn: int, m: dict):
+    text = Message.from_dict(m).text()
+    indexed = index_text(text)
+    stems, n = stem_index(indexed)
+    return indexed_message(f"m{turn}", turn, text, indexed, "", trigram_tokens(indexed), stems, [], n, None)
+
+
+QUERIES = ["which flight and seat did we book?", "the hotel price per night", "flight seat total price booked"]
+
+
+@pytest.mark.parametrize("rows_cached", [session_index.TERM_ROWS_CACHED, 5])
+def test_cached_term_counts_rank_as_a_fresh_count(monkeypatch, rows_cached):
+    monkeypatch.setattr(session_index, "TERM_ROWS_CACHED", rows_cached)
+    msgs = [_indexed(i, m) for i, m in enumerate(agent_session(12))]
+    growing = SessionIndex()
+    for start in range(0, len(msgs), 7):  # the session grows between searches
+        growing.extend(msgs[start:start + 7])
+        fresh = SessionIndex()
+        fresh.extend(msgs[:start + 7])
+        for q in QUERIES:
+            terms = query_terms(q)[0]
+            assert growing.keyword(terms, 100) == fresh.keyword(terms, 100)
+    assert growing._term_rows == sum(len(f) for _, f in growing._term_freqs.values())
+    if rows_cached == 5:
+        assert growing._term_rows <= 5 or len(growing._term_freqs) == 1  # the cap holds
