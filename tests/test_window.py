@@ -11,8 +11,8 @@ from test_manager import agent_session
 
 from ctxscore import ContextManager, Policy
 from ctxscore.compress.base import compress_verified
-from ctxscore.errors import ConfigError
 from ctxscore.compress.verify import verify
+from ctxscore.errors import ConfigError
 from ctxscore.messages import Tier
 from ctxscore.window.layers import Layer
 from ctxscore.window.tiers import plan_compaction
