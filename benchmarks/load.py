@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: import the checkout's packages
 
-from benchmarks.load_proxy import pct  # noqa: E402
+from benchmarks.load_proxy import pct, run_threads  # noqa: E402
 from training.paths import DEFAULT_BUNDLED, corpora_root  # noqa: E402
 
 
@@ -338,12 +338,7 @@ def main() -> int:
                                                      args.llm_ms / 1000, results[k], errors, args.routing == "sticky"))
                for k, sid in enumerate(sids)]
     load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    wall = time.perf_counter() - t0
+    wall = run_threads(threads)
     stats, managers = stop_workers(procs, pairs)
     figures = summary(args, stats, results, errors, wall, managers, sessions)
     figures["source"] = "tau-bench" if tau else "bundled"

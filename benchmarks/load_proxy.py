@@ -43,6 +43,16 @@ def pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else (xs[0] if xs else 0.0)
 
 
+def run_threads(threads: list[threading.Thread]) -> float:
+    """Start ``threads``, wait for them all; the wall seconds that took."""
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t0
+
+
 def start_upstream(sessions: dict[str, list[dict]], llm_s: float) -> ThreadingHTTPServer:
     """The fake upstream: ``POST /v1/chat/completions`` answers after ``llm_s`` with the assistant
     message named by the request's ``X-Bench-Reply: <session>|<index>`` header."""
@@ -137,12 +147,7 @@ def phase(name: str, sessions: dict[str, list[dict]], upstream: str, args: Any, 
                for k, (sid, msgs) in enumerate(sessions.items())]
     cpu0 = [cpu_seconds(p.pid) for p, _ in procs]
     load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    wall = time.perf_counter() - t0
+    wall = run_threads(threads)
     cpu = sum(cpu_seconds(p.pid) - c for (p, _), c in zip(procs, cpu0, strict=True))
     managers: dict[str, int] = {}
     for b in bases:

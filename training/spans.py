@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ctxscore.compress.verify import key_spans as rule_key_spans
+from ctxscore.compress.verify import occurrences
 from ctxscore.messages import Message
 from ctxscore.scoring.spans import N_FEATURES, SpanExtractor, _window, token_features, tokenize
 
@@ -34,19 +35,6 @@ log = logging.getLogger("training.spans")
 WEAK_WEIGHT = 0.3
 #: Sources whose weak spans are slot annotations (the other sources' weak spans are rule guesses).
 SLOT_SOURCES = frozenset({"sgd", "multiwoz", "crosswoz"})
-
-
-def occurrences(text: str, spans: Sequence[str]) -> list[tuple[int, int]]:
-    """Character spans of every occurrence of each span in ``text`` (empty spans ignored)."""
-    out = []
-    for s in spans:
-        if not s:
-            continue
-        start = text.find(s)
-        while start >= 0:
-            out.append((start, start + len(s)))
-            start = text.find(s, start + 1)
-    return out
 
 
 def token_labels(text: str, toks: Sequence[tuple[int, int]], spans: Sequence[str]) -> np.ndarray:

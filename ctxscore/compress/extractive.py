@@ -31,7 +31,7 @@ from typing import Any
 from ..messages import Tier
 from ..scoring.rules import RuleConfig, default_config, entity_spans
 from .base import CompressionResult, compress_verified
-from .verify import _EN_NEG, _ZH_NEG, key_spans
+from .verify import _EN_NEG, _ZH_NEG, key_spans, occurrences
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
 # Filler words at the start of a sentence, removed only as whole words: an ASCII word must not be
@@ -58,14 +58,7 @@ _STATUS = re.compile(r"[a-z][a-z_ ]{0,23}")
 def _keep_intervals(text: str, keep: Sequence[str] | None) -> list[tuple[int, int]]:
     """Character spans of every occurrence of each ``keep`` string and of every negation in ``text``."""
     out = [m.span() for rx in (_EN_NEG, _ZH_NEG) for m in rx.finditer(text)]
-    for k in dict.fromkeys(keep or ()):
-        if not k:
-            continue
-        i = text.find(k)
-        while i >= 0:
-            out.append((i, i + len(k)))
-            i = text.find(k, i + 1)
-    return sorted(out)
+    return sorted(out + occurrences(text, list(dict.fromkeys(keep or ()))))
 
 
 def _holds_negation(sentence: str) -> bool:

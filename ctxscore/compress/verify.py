@@ -144,3 +144,17 @@ def verify(original: str, form: str, spans: Sequence[str] | None = None,
     longer = len(form) >= len(original)
     return Verdict(ok=bool(form.strip()) and not missing and not invented and not longer,
                    missing=missing, invented=invented, longer=longer)
+
+
+def occurrences(text: str, spans: Sequence[str]) -> list[tuple[int, int]]:
+    """Character spans ``(start, end)`` of every occurrence of each span in ``text``, overlapping
+    ones included, in the order found (empty spans ignored)."""
+    out = []
+    for s in spans:
+        if not s:
+            continue
+        start = text.find(s)
+        while start >= 0:
+            out.append((start, start + len(s)))
+            start = text.find(s, start + 1)
+    return out
