@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,24 +46,26 @@ def _policies(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _fraction(text: str) -> float:
-    v = float(text)
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"a fraction budget must be in (0, 1], got {text} (use --budget-tokens for tokens)")
-    return v
+def _fraction_of(what: str, hint: str = "") -> Callable[[str], float]:
+    """An argparse type: a float in (0, 1], refused as ``"<what> must be in (0, 1], got X<hint>"``."""
+
+    def check(text: str) -> float:
+        v = float(text)
+        if not 0 < v <= 1:
+            raise argparse.ArgumentTypeError(f"{what} must be in (0, 1], got {text}{hint}")
+        return v
+
+    return check
+
+
+_fraction = _fraction_of("a fraction budget", " (use --budget-tokens for tokens)")
+_final_fraction = _fraction_of("a fraction of the final length")
 
 
 def _positive(text: str) -> int:
     v = int(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return v
-
-
-def _final_fraction(text: str) -> float:
-    v = float(text)
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"a fraction of the final length must be in (0, 1], got {text}")
     return v
 
 

@@ -230,7 +230,8 @@ def fit(queries: Sequence[Query], seed: int = 0, max_iter: int = 250) -> Any:
     return model.fit(X, y, sample_weight=w)
 
 
-def _ranks(order_turns: np.ndarray, hit: np.ndarray) -> float:
+def _ranks(hit: np.ndarray) -> float:
+    """1-based rank of the first True in ``hit`` (inf when none)."""
     idx = np.flatnonzero(hit)
     return float(idx[0] + 1) if len(idx) else float("inf")
 
@@ -245,8 +246,8 @@ def rank_metrics(queries: Sequence[Query], scores: Callable[[np.ndarray], np.nda
     acc: dict[str, list[float]] = {k: [] for k in ("src", "val")}
     for q in queries:
         order = np.arange(len(q.turns)) if scores is None else np.lexsort((np.arange(len(q.turns)), -scores(q.X)))
-        acc["src"].append(_ranks(q.turns[order], q.is_source[order]))
-        acc["val"].append(_ranks(q.turns[order], q.label[order]))
+        acc["src"].append(_ranks(q.is_source[order]))
+        acc["val"].append(_ranks(q.label[order]))
     out: dict[str, float] = {"n": float(len(queries))}
     for k, ranks in acc.items():
         r = np.array(ranks) if ranks else np.array([np.inf])

@@ -14,10 +14,12 @@ blocks a question names (:func:`query_blocks`).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from ..scoring.spans import is_json
+from .verify import occurrences
 
 #: Messages longer than this (characters) are handled block by block.
 BLOCK_MIN_CHARS = 3000
@@ -41,12 +43,7 @@ class Block:
 
 def _json_blocks(text: str) -> list[tuple[int, int]] | None:
     """Cuts between the top-level elements of a JSON array or object, by bracket depth (strings skipped)."""
-    t = text.lstrip()
-    if not t or t[0] not in "[{":
-        return None
-    try:
-        json.loads(text)
-    except (ValueError, RecursionError):
+    if not is_json(text):
         return None
     cuts, depth, in_str, esc = [], 0, False, False
     for i, ch in enumerate(text):
@@ -145,11 +142,8 @@ def key_blocks(text: str, blocks: Sequence[Block], share: float = 0.3, spans: Se
     budget = share * len(text)
     used = sum(blocks[i].end - blocks[i].start for i in keep)
     held: set[int] = set()
-    for sp in dict.fromkeys(s for s in spans if s):
-        at = text.find(sp)
-        while at >= 0:
-            held.update(i for i, b in enumerate(blocks) if b.start < at + len(sp) and b.end > at)
-            at = text.find(sp, at + 1)
+    for a, e in occurrences(text, list(dict.fromkeys(spans))):
+        held.update(i for i, b in enumerate(blocks) if b.start < e and b.end > a)
 
     def score(i: int) -> float:
         b = blocks[i]

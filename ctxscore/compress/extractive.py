@@ -31,7 +31,7 @@ from typing import Any
 from ..messages import Tier
 from ..scoring.rules import RuleConfig, default_config, entity_spans
 from .base import CompressionResult, compress_verified
-from .verify import _EN_NEG, _ZH_NEG, key_spans, occurrences
+from .verify import _EN_NEG, _ZH_NEG, _negated, key_spans, occurrences
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
 # Filler words at the start of a sentence, removed only as whole words: an ASCII word must not be
@@ -59,10 +59,6 @@ def _keep_intervals(text: str, keep: Sequence[str] | None) -> list[tuple[int, in
     """Character spans of every occurrence of each ``keep`` string and of every negation in ``text``."""
     out = [m.span() for rx in (_EN_NEG, _ZH_NEG) for m in rx.finditer(text)]
     return sorted(out + occurrences(text, list(dict.fromkeys(keep or ()))))
-
-
-def _holds_negation(sentence: str) -> bool:
-    return _EN_NEG.search(sentence) is not None or _ZH_NEG.search(sentence) is not None
 
 
 class _Raw(str):
@@ -238,7 +234,7 @@ def aggressive_compress(text: str, config: RuleConfig | None = None, max_sentenc
     chosen = set(middle[-budget:] if budget else [])
     wanted = [k for k in dict.fromkeys(keep or ()) if k]
     chosen |= {i for i in range(1, len(sents) - 1)
-               if _holds_negation(sents[i]) or any(k in sents[i] for k in wanted)}
+               if _negated(sents[i]) or any(k in sents[i] for k in wanted)}
     return "\n".join([sents[0], *(sents[i] for i in sorted(chosen)), sents[-1]])
 
 

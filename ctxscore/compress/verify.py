@@ -89,10 +89,7 @@ def key_spans(text: str, config: RuleConfig | None = None, *, learned: bool = Tr
         span = span.strip(_QUOTES) or span
         if span:
             out.setdefault(span, None)
-    if learned and extractor is None:
-        extractor = registered_spans()
-    elif not learned:
-        extractor = None
+    extractor = (extractor or registered_spans()) if learned else None
     if extractor is not None:
         for span in extractor(text):
             if span and span.strip() and span in text:

@@ -175,6 +175,7 @@ class SpanExtractor:
         self._hasher: Any = None
         self._lock = threading.Lock()
         self._memo: dict[tuple[str, str, float], list[tuple[int, int]]] = {}
+        self._key_memo: dict[tuple[str, str], list[str]] = {}  # (role, text) -> key_spans (a form, its blocks, the ledger ask)
 
     def _hash(self, feats: list[list[str]]) -> Any:
         if self._hasher is None:
@@ -217,11 +218,21 @@ class SpanExtractor:
         """The spans a compressed form of ``text`` must keep: the key spans at probability
         ``require_threshold`` less the trivial ones (:func:`useful`), and ``[]`` for JSON content (its structured form keeps every leaf, and the
         classifier's runs there are bits of syntax). Substrings of ``text``, distinct, in text order."""
-        if _is_json(text):
-            return []
-        thr = max(self.threshold, self.require_threshold)
-        spans = dict.fromkeys(text[a:b] for a, b in self.keep_positions(text, role, thr))
-        return [s for s in spans if useful(s)]
+        key = (role, text)
+        with self._lock:
+            got = self._key_memo.get(key)
+        if got is not None:
+            return list(got)
+        if is_json(text):
+            out: list[str] = []
+        else:
+            thr = max(self.threshold, self.require_threshold)
+            out = [s for s in dict.fromkeys(text[a:b] for a, b in self.keep_positions(text, role, thr)) if useful(s)]
+        with self._lock:
+            if len(self._key_memo) > 4096:
+                self._key_memo.clear()
+            self._key_memo[key] = out
+        return list(out)
 
     def facts(self, text: str) -> list[tuple[str, str]]:
         """A fact-ledger extractor: ``[("key span", span)]`` for each of :meth:`key_spans` of ``text``."""
@@ -238,8 +249,8 @@ def useful(span: str) -> bool:
     return bool(words) and not all(w in STOP_WORDS for w in words)
 
 
-def _is_json(text: str) -> bool:
-    """``text`` is a JSON object or array."""
+def is_json(text: str) -> bool:
+    """``text`` is a JSON object or array (surrounding whitespace allowed)."""
     t = text.strip()
     if not t or t[0] not in "[{":
         return False

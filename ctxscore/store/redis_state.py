@@ -142,12 +142,6 @@ class RedisHotState:
             v = self.client.hget(self._key(session_id, "meta"), "version")
         return None if v is None else int(v)
 
-    def meta(self, session_id: str) -> tuple[int | None, int | None]:
-        """(version, message count) of the session in one round trip (``None``: no hot state)."""
-        with self._guard("read the session version"):
-            v, n = self.client.hmget(self._key(session_id, "meta"), ["version", "messages"])
-        return (None if v is None else int(v)), (None if n is None else int(n))
-
     def state(self, session_id: str) -> tuple[int | None, int | None, int, str | None]:
         """(version, message count, detaches, generation) of the session in one round trip: ``detaches``
         counts the rebases (:meth:`HotStore.detach`) since the hot state was written, so a worker whose

@@ -102,15 +102,7 @@ def _row_counts(joined: str, starts: list[int], parts: Sequence[str], term: str)
     find, n_rows, i = joined.find, len(starts), joined.find(term)
     while i >= 0:
         r = bisect.bisect_right(starts, i) - 1
-        part = parts[r]
-        if overlap:
-            n, j = 0, part.find(term)
-            while j >= 0:
-                n += 1
-                j = part.find(term, j + 1)
-        else:
-            n = part.count(term)
-        counts[r] = n
+        counts[r] = _count(parts[r], term, overlap)
         if r + 1 >= n_rows:
             break
         i = find(term, starts[r + 1])
@@ -246,7 +238,6 @@ class SessionIndex:
             in_ctx = _row_counts(ctx, c_starts, self._ctxs, term)
             freq = {r: _freq(in_text.get(r, 0), in_ctx.get(r, 0)) for r in sorted(in_text.keys() | in_ctx.keys())}
         elif seen < n:
-            freq = dict(freq)  # the cached dict may be in use by a caller's bm25: never changed in place
             overlap = _self_overlapping(term)
             for r in range(seen, n):
                 m = self.messages[r]

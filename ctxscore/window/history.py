@@ -175,10 +175,7 @@ class History:
         become goal records that compete by value); returns their indices."""
         done = self.active_pins
         for i in done:
-            e = self.entries[i]
-            e.pinned, e.pin = False, None
-            self.pinned_tokens -= e.cur_tokens
-            self.condensed.discard(i)
+            self._unpin(i)
         self.active_pins = []
         self.task_no += 1
         self.task_starts.append(len(self.entries))
@@ -201,12 +198,16 @@ class History:
         out: list[int] = []
         while self.pinned_tokens > limit and len(self.active_pins) > 1:
             i = self.active_pins.pop(0)
-            e = self.entries[i]
-            e.pinned, e.pin = False, None
-            self.pinned_tokens -= e.cur_tokens
-            self.condensed.discard(i)
+            self._unpin(i)
             out.append(i)
         return out
+
+    def _unpin(self, i: int) -> None:
+        """Entry ``i`` is pinned no longer (its shown tokens leave :attr:`pinned_tokens`)."""
+        e = self.entries[i]
+        e.pinned, e.pin = False, None
+        self.pinned_tokens -= e.cur_tokens
+        self.condensed.discard(i)
 
     def condensable_pins(self) -> list[int]:
         """Indices of the pinned entries that may be shown condensed while pinned content exceeds the

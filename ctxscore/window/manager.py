@@ -158,7 +158,9 @@ class ContextManager:
                 if is_append([e.msg for e in self.history.entries[verified:]], tail):
                     kept = len(self.history)
                     return SyncResult(self.extend(tail[kept - verified:]), "append", kept)
-            incoming = [Message.from_dict(m, where=f"message {i}") for i, m in enumerate(messages)]
+                incoming = [*(Message.from_dict(m, where=f"message {i}") for i, m in enumerate(messages[:verified])), *tail]
+            else:
+                incoming = [Message.from_dict(m, where=f"message {i}") for i, m in enumerate(messages)]
             plan = plan_sync([e.msg for e in self.history.entries], incoming)
             if plan.mode != "rebased":
                 return SyncResult(self.extend(incoming[plan.start:]), plan.mode, plan.kept)

@@ -109,13 +109,13 @@ class SessionState:
         changed: list[int] = self.fit_pins(limit)
         occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
         fits = h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B
-        if not fits:  # compaction has begun or will: prepare forms a few at a time, not all in its turn
-            self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
         if fits:
             if h.n_compacted:  # the full history fits below the first threshold: all verbatim
                 changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
-        elif occ >= pol.t_archive * B and self.stuck != (len(h), B):
-            changed += self._compact(vals, B, reserved)
+        else:  # compaction has begun or will: prepare forms a few at a time, not all in its turn
+            self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
+            if occ >= pol.t_archive * B and self.stuck != (len(h), B):
+                changed += self._compact(vals, B, reserved)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
@@ -182,11 +182,15 @@ class SessionState:
                 e = h.entries[i]
                 if h.pinned_tokens + e.tokens - e.cur_tokens <= limit and forms.set_tier(h, i, Tier.VERBATIM):
                     changed.append(i)
+        self._notify_tiers(changed)
+        return changed
+
+    def _notify_tiers(self, changed: list[int]) -> None:
+        """Tell the layers which entries changed tier."""
         if changed and self.layers:
-            entries: list[Entry] = [h.entries[i] for i in changed]
+            entries: list[Entry] = [self.history.entries[i] for i in changed]
             for layer in self.layers:
                 layer.on_tiers(entries)
-        return changed
 
     def _reserved(self, query: str | None, B: int, vals: np.ndarray) -> int:
         """Tokens of the layers' sections (they count like pinned content)."""
@@ -200,10 +204,7 @@ class SessionState:
         if plan.stuck:
             self.stuck = (len(self.history), B)  # nothing left to compact until the history changes
         changed = [i for i, t in plan.changes.items() if self.forms.set_tier(self.history, i, t)]
-        if changed and self.layers:
-            entries: list[Entry] = [self.history.entries[i] for i in changed]
-            for layer in self.layers:
-                layer.on_tiers(entries)
+        self._notify_tiers(changed)
         return changed
 
     def _save_tiers(self, changed: list[int], warns: list[WindowWarning]) -> None:
