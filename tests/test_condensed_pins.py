@@ -84,3 +84,26 @@ def test_a_build_that_raises_on_overflow_keeps_memory_and_store_in_step(tmp_path
     shown = {e.msg.id: e.tier for e in cm.history.entries}
     assert shown[cm.history.entries[1].msg.id] != Tier.VERBATIM
     assert {r.message.id: r.tier for r in cm.store.load("s")} == shown  # the store holds what memory shows
+
+
+def test_a_page_in_that_finds_no_room_shows_the_instructions_condensed_for_that_build_only():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(_messages())
+    cm.add({"role": "assistant", "content": "Noted. Your conference badge code is ZX-4412, keep it for the check-in."})
+    for i in range(12):
+        cm.add({"role": "user", "content": f"Tell me about museum number {i} near the venue."})
+        cm.add({"role": "assistant", "content": f"Museum {i} shows paintings and sculptures of many periods. " * 2})
+    pinned = cm.history.pinned_tokens + REPLY_PRIMING_TOKENS
+    budget = pinned + 60  # the instruction leaves no room for the message that holds the code
+    plain = cm.build(budget=budget)
+    assert "ZX-4412" not in str(plain.messages) and REQUEST in str(plain.messages)
+    asked = cm.build(query="What is my conference badge code?", budget=budget)
+    text = str(asked.messages)
+    assert "ZX-4412" in text and asked.tokens <= budget
+    assert CONSTRAINT in text and REQUEST not in text  # condensed for this build, its constraint byte-exact
+    assert asked.messages[0]["content"] == "You are a travel agent."  # the system message stays verbatim
+    request = next(d for d in asked.decisions if d.pinned and d.role == "user")
+    assert request.tier != "verbatim" and request.tokens_after < request.tokens_before
+    again = cm.build(budget=budget)  # tiers did not change: the next build without a query is the same
+    assert again.messages == plain.messages
+    assert cm.history.entries[1].tier == "verbatim" and not cm.history.condensed

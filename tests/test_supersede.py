@@ -36,6 +36,19 @@ def test_a_later_value_of_the_same_kind_links_the_earlier_message_to_it():
     assert e[5].successor is None and e[6].successor is None
 
 
+def test_asking_for_an_alternative_links_the_messages_it_replaces():
+    # MultiWOZ: the cuisine is no entity, so only the alternative cue ("how about") says it was replaced
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend([{"role": "user", "content": "Somewhere in the centre. I'm looking for some traditional food."},
+               {"role": "assistant", "content": "I'm sorry, there aren't any traditional restaurants in the centre."},
+               {"role": "user", "content": "Ok, how about lebanese food?"},
+               {"role": "assistant", "content": "Ali Baba serves lebanese food in the centre."},
+               {"role": "user", "content": "That sounds good, thank you."}])
+    e = cm.history.entries
+    assert e[0].successor == 2 and e[1].successor == 2
+    assert e[2].successor is None and e[3].successor is None  # nothing after it asks for another one
+
+
 def test_restates_needs_a_shared_kind_with_another_value():
     old = frozenset({("time", "12:00"), ("weekday", "wednesday")})
     assert restates(old, frozenset({("time", "11:30")}))
@@ -46,7 +59,7 @@ def test_restates_needs_a_shared_kind_with_another_value():
 
 def test_links_stay_within_the_lookahead_and_the_task():
     msgs = [{"role": "user", "content": "Book a table at 12:00 please."}]
-    msgs += [{"role": "assistant" if i % 2 == 0 else "user", "content": f"Something else entirely, item {i}."}
+    msgs += [{"role": "assistant" if i % 2 == 0 else "user", "content": f"An unrelated remark, item {i}."}
              for i in range(LOOKAHEAD)]
     msgs.append({"role": "user", "content": "Make it 13:00."})  # too far after the first message
     cm = ContextManager(scorer="rules", budget=100_000)

@@ -205,6 +205,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
         stubs[i] = forms.get(history.entries[i], Tier.ARCHIVED).tokens
     for i in plan.shown:
         codes[i] = CODE[Tier.COMPRESSED if i in plan.texts else plan.forms.get(i, Tier.VERBATIM)]
+    for i, tier in plan.condensed.items():  # pins condensed for this build to make room for the best hit
+        codes[i] = CODE[tier]
     arch = np.flatnonzero(codes == ARCHIVED)
     cap = stub_cap(policy, min(budget, stub_budget or budget))
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), cap, side="right")) if len(arch) else 0

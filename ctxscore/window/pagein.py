@@ -11,8 +11,11 @@ were current; a hit already verbatim in the window whose successor is not brings
 (within the first ``page_in_k`` units, and after them in the room left). When a hit does not fit within
 ``page_in_limit`` of the budget, the lowest-value evictable units (not pinned, not recent) are
 shown as stubs for this build to make room: the best hit may displace anything evictable, later
-hits only units worth less than themselves; when even that is not enough, the best hit's unit is
-shown in its structured form. Tiers do not change: the next build without a query is the same.
+hits only units worth less than themselves; when even that is not enough for the best hit, the
+pinned instructions and corrections are shown condensed for this build (largest first, as
+:meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
+hard constraints, entities and key spans byte-exact), and then the best hit's unit is shown in its
+structured form. Tiers do not change: the next build without a query is the same.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class PageInPlan:
         forms: entries of ``shown`` that are shown in a compressed tier rather than verbatim (the
             best hit's unit did not fit verbatim), entry index -> tier.
         texts: long entries of ``shown`` shown as the blocks the query names, entry index -> form.
+        condensed: pinned entries shown condensed for this build to make room for the best hit,
+            entry index -> tier (structured or compressed).
     """
 
     shown: dict[int, str] = field(default_factory=dict)
@@ -60,6 +65,7 @@ class PageInPlan:
     unplaced: tuple[str, ...] = ()
     forms: dict[int, Tier] = field(default_factory=dict)
     texts: dict[int, Form] = field(default_factory=dict)
+    condensed: dict[int, Tier] = field(default_factory=dict)
 
     def without_last(self) -> PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay)."""
@@ -69,7 +75,7 @@ class PageInPlan:
         drop = order[-1]
         shown = {i: h for i, h in self.shown.items() if h != drop}
         return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown},
-                          {i: f for i, f in self.texts.items() if i in shown})
+                          {i: f for i, f in self.texts.items() if i in shown}, self.condensed if shown else {})
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
@@ -105,6 +111,7 @@ class _Planner:
         self.evicted: set[int] = set()
         self.done: set[int] = set()
         self.keep: set[int] = set()  # units never evicted: what replaced a hit (see plan)
+        self.condensed: dict[int, Tier] = {}  # pinned entries condensed for the best hit (see condense_pins)
         self._evictable: dict[int, list[int]] | None = None  # computed once, when room is first needed
 
     def unit_value(self, members: list[int]) -> float:
@@ -136,7 +143,7 @@ class _Planner:
             if entries[ids[hid]].tier == Tier.VERBATIM and entries[hit].unit not in self.done and hit not in self.shown:
                 self.companion(hid, entries[hit].unit, hit)
         return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
-                          unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts)
+                          unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed)
 
     def place(self, hid: str, hit: int) -> None:
         """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit), then its neighbours."""
@@ -149,6 +156,7 @@ class _Planner:
         texts: dict[int, Form] = {}
         if self.occ + delta > self.limit:
             self.make_room(u, delta, hit)
+            saved = self.condense_pins(delta) if not self.done and self.occ + delta > self.limit else 0
             if self.occ + delta > self.limit:  # long members: only the blocks the query names
                 delta, texts = _query_blocks(members, self.forms, self.h, self.terms, self.limit - self.occ, delta)
             if self.occ + delta > self.limit and not self.done:  # the best hit: its structured form rather than nothing
@@ -156,6 +164,9 @@ class _Planner:
                 delta, tiers = _structured(members, hit, self.forms, self.h, self.occ, self.limit, self.delta(members))
             if self.occ + delta > self.limit:
                 self.unplaced.append(hid)
+                if saved:  # condensing the pins did not make room for it: show them as they were
+                    self.condensed.clear()
+                    self.occ += saved
                 return
         for i in members:
             self.shown[i] = hid
@@ -184,6 +195,24 @@ class _Planner:
             for i in self.h.units[nb]:
                 self.shown.setdefault(i, hid)
             self.occ += extra
+
+    def condense_pins(self, delta: int) -> int:
+        """Show pinned instructions and corrections (never a system message) in their structured form
+        for this build, the largest first, until ``delta`` more tokens fit; returns the tokens saved."""
+        saved = 0
+        for i in self.h.condensable_pins():
+            if self.occ + delta <= self.limit:
+                break
+            e = self.h.entries[i]
+            if e.tier != Tier.VERBATIM or e.no_compress or i in self.shown:
+                continue
+            tier = self.forms.reached(e, Tier.STRUCTURED)
+            form = self.forms.get(e, tier) if tier != Tier.VERBATIM else None
+            if form is not None and form.tokens < e.cur_tokens:
+                self.condensed[i] = tier
+                self.occ -= e.cur_tokens - form.tokens
+                saved += e.cur_tokens - form.tokens
+        return saved
 
     def make_room(self, u: int, delta: int, hit: int) -> None:
         """Show the lowest-value evictable units as stubs until ``delta`` tokens fit: the best hit may

@@ -6,8 +6,9 @@ alone (kept verbatim, or paged in because the query names the booking) says the 
 were current. Each entry therefore records its *successor* (:attr:`Entry.successor`): the first
 user message within :data:`LOOKAHEAD` messages after it, in the same task, that
 
-- is a correction (the rule file's ``correction`` keywords: "actually", "instead", "make it" ...,
-  改成 ...), or
+- is a correction or asks for an alternative (the rule file's ``correction`` keywords: "actually",
+  "instead", "make it" ..., 改成 ...; its ``alternative`` keywords: "how about", "any other",
+  "another" ..., 换一, 别的 ...), or
 - gives another value of a kind the earlier message holds (a time after a time, a date after a
   date, another amount, another name), i.e. a typed value the earlier message does not hold.
 
@@ -19,36 +20,21 @@ message arrives; nothing is dropped or rewritten (the originals stay as they wer
 from __future__ import annotations
 
 from ..messages import Message, Role
-from ..scoring.rules import RuleConfig, scan_text, typed_entity_spans
+from ..scoring.rules import RESTATE_LOOKAHEAD, RuleConfig, asks_to_replace, restates  # noqa: F401 - restates is part of this module's API
+from ..scoring.rules import typed_values as text_values
 from .history import History
 
-#: A successor is looked for among this many messages after an entry (two exchanges).
-LOOKAHEAD = 4
-#: Characters of a message's start searched for correction keywords.
-CORRECTION_CHARS = 300
-#: Entity kinds that never make a successor (a quoted phrase is not a value of a kind).
-_SKIP_KINDS = frozenset({"quoted"})
+#: A successor is looked for among this many messages after an entry (see
+#: :data:`ctxscore.scoring.rules.RESTATE_LOOKAHEAD`).
+LOOKAHEAD = RESTATE_LOOKAHEAD
 
 
 def typed_values(msg: Message, config: RuleConfig) -> frozenset[tuple[str, str]]:
-    """The typed values of a message: ``(entity kind, lower-cased text)`` of each entity span of its
-    scan text (the rule file's pattern names: ``time``, ``date_words``, ``money``, ``proper_name`` ...).
-
-    Returns:
-        A frozenset (empty for a system message or one without entities).
-    """
+    """The typed values of a message (:func:`ctxscore.scoring.rules.typed_values` of its text; empty for
+    a system message)."""
     if msg.role == Role.SYSTEM:
         return frozenset()
-    text = scan_text(msg.text())
-    return frozenset((kind, text[s:e].strip().lower()) for s, e, kind in typed_entity_spans(text, config)
-                     if kind not in _SKIP_KINDS and text[s:e].strip())
-
-
-def restates(old: frozenset[tuple[str, str]], new: frozenset[tuple[str, str]]) -> bool:
-    """Whether ``new`` holds a value of a kind ``old`` holds that ``old`` does not hold (another time
-    after a time ...). Both are :func:`typed_values` sets."""
-    kinds = {k for k, _ in old}
-    return any(k in kinds and (k, v) not in old for k, v in new)
+    return text_values(msg.text(), config)
 
 
 def link(history: History, config: RuleConfig) -> list[int]:
@@ -65,8 +51,7 @@ def link(history: History, config: RuleConfig) -> list[int]:
     e = history.entries[j]
     if e.msg.role != Role.USER:
         return []
-    rx = config.keyword_regexes.get("correction")
-    correction = rx is not None and rx.search(e.msg.content[:CORRECTION_CHARS]) is not None
+    correction = asks_to_replace(e.msg.content, config)
     start = max(history.task_starts[-1] if e.task == history.task_no else 0, j - LOOKAHEAD)
     out = []
     for k in range(start, j):
