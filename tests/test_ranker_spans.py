@@ -143,6 +143,32 @@ def test_pair_features_shape_and_neutral_unknown_turns(trained):
     assert terms("Trains leaving") == ["train", "leav"]
 
 
+def test_pair_features_mark_a_replaced_value_and_the_side_of_the_anchor():
+    rows = SessionRows()
+    texts = [("user", "Find me a therapist in Los Gatos please."),                # 0: the city, replaced at 2
+             ("assistant", "Dr. Lee is a therapist in Los Gatos. Shall I book?"),
+             ("user", "Do you have any other alternatives? Find someone in San Rafael."),  # 2: the current city
+             ("assistant", "Dr. Kim works in San Rafael."),
+             ("user", "Great, thanks.")]
+    texts += [("user" if i % 2 else "assistant", f"Museum {i} shows paintings.") for i in range(15)]  # 20 rows
+    for i, (role, t) in enumerate(texts):
+        rows.add(i, role, t, None, None)
+    assert rows.rows[0].successor == 2 and rows.rows[1].successor == 2  # an alternative cue links both
+    assert rows.rows[2].successor == -1 and rows.rows[3].successor == -1
+    from ctxscore.store.retrieval import Hit
+
+    hits = [Hit(id=f"m{i}", turn=i, score=1.0, snippet="") for i in range(5)]
+    X = pair_features("Which city did the user settle on, San Rafael?", None, hits, rows, list(range(5)))
+    col = {n: i for i, n in enumerate(FEATURE_NAMES)}
+    assert X[0, col["replaced"]] == 1.0 and X[2, col["replaced"]] == 0.0
+    assert X[0, col["replaced_gap_log"]] == np.float32(np.log1p(2))
+    assert X[0, col["replaced_by_asked"]] == 1.0  # the message that replaced it names a place, which is asked
+    # "rafael" is a rare query term (2 of 20 messages): messages 2 and 3 hold it; 4 comes after it, 0 before
+    assert X[4, col["anchor_before_log"]] == np.float32(np.log1p(1)) and X[4, col["anchor_after_log"]] == np.float32(np.log1p(20))
+    assert X[0, col["anchor_after_log"]] == np.float32(np.log1p(2)) and X[0, col["anchor_before_log"]] == np.float32(np.log1p(20))
+    assert X[0, col["later_type_log"]] > 0  # later messages hold a place too
+
+
 def test_span_runs_merge_joining_punctuation():
     text = "Call 010-69771665 or visit 33 - 34 Saint Andrews Street."
     toks = tokenize(text)

@@ -99,7 +99,7 @@ def _predictions(scorer: Any, sset: outcomes.SessionSet) -> dict[str, np.ndarray
 
 
 def train_ranker(scorer: Any, ctx: Any, spec: Any, *, cache_dir: str | None = None, seed: int = 0,
-                 max_iter: int = 100) -> tuple[Ranker | None, dict[str, float], str]:
+                 max_iter: int = 300) -> tuple[Ranker | None, dict[str, float], str]:
     """Fit the page-in ranker for ``scorer`` (see :mod:`training.ranker`).
 
     Returns:

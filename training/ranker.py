@@ -214,8 +214,10 @@ def stack(queries: Sequence[Query]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return X, y, (np.concatenate(w) if w else np.zeros(0)), (np.concatenate(g) if g else np.zeros(0, int))
 
 
-def fit(queries: Sequence[Query], seed: int = 0, max_iter: int = 250) -> Any:
-    """A fitted ``HistGradientBoostingClassifier`` on the candidates of ``queries``.
+def fit(queries: Sequence[Query], seed: int = 0, max_iter: int = 300) -> Any:
+    """A fitted ``HistGradientBoostingClassifier`` on the candidates of ``queries`` (early stopping on
+    a tenth of them, scikit-learn's default above 10,000 rows). Learning rate 0.1 and up to 300 trees
+    beat 0.06 and 100 trees on the dev sessions (source top-4 0.679 vs 0.656; held-out 0.666 vs 0.651).
 
     Raises:
         ValueError: no positive or no negative candidate.
@@ -225,7 +227,7 @@ def fit(queries: Sequence[Query], seed: int = 0, max_iter: int = 250) -> Any:
     X, y, w, _ = stack(queries)
     if not len(y) or y.min() == y.max():
         raise ValueError("ranker training needs positive and negative candidates; no probes matched a message")
-    model = HistGradientBoostingClassifier(learning_rate=0.06, max_iter=max_iter, max_leaf_nodes=31,
+    model = HistGradientBoostingClassifier(learning_rate=0.1, max_iter=max_iter, max_leaf_nodes=31,
                                            min_samples_leaf=40, l2_regularization=1.0, random_state=seed)
     return model.fit(X, y, sample_weight=w)
 

@@ -22,6 +22,12 @@ Features (:data:`FEATURE_NAMES`, one row per candidate, float32):
   whether the message holds one itself;
 - slot type: the query asks for a date, time, amount, count, id, name, place or phone number and
   the message (or the previous one) holds an entity of that type (the rule file's entity patterns);
+- replaced: a later user message within :data:`~ctxscore.scoring.rules.RESTATE_LOOKAHEAD` messages
+  restates this one (a correction or alternative cue, or another value of a kind it holds: the rows'
+  version of :attr:`ctxscore.window.history.Entry.successor`, without task boundaries), how many
+  messages later, and whether that message holds an asked type; ``ln(1 + messages)`` among the next
+  :data:`~ctxscore.scoring.rules.RESTATE_LOOKAHEAD` that hold an asked type; the distance to the
+  nearest anchor before the message and after it (the answer usually follows the task's naming);
 - the message: recency (``ln(1 + age)``, age / session length), role, tool calls, question, the
   stored category probabilities and value, ``ln(1 + characters)``, ``ln(1 + entities)``.
 
@@ -46,7 +52,16 @@ import numpy as np
 
 from ..messages import CATEGORIES
 from ..store.retrieval import Hit
-from .rules import RuleConfig, default_config, scan_text, typed_entity_spans
+from .rules import (
+    RESTATE_LOOKAHEAD,
+    RuleConfig,
+    asks_to_replace,
+    default_config,
+    restates,
+    scan_text,
+    typed_entity_spans,
+    typed_values,
+)
 
 #: Fused hits the ranker re-orders per query (the page-in planner reads the best of them). On the
 #: held-out sessions 100 hold the probe's source for 0.87 of the probes (60: 0.85) and raise the
@@ -94,6 +109,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "type_match", "type_match_prev", "type_asked",
     "age_log", "age_frac", "role_system", "role_user", "role_assistant", "role_tool", "tool_calls", "question",
     *(f"cat_{c}" for c in CATEGORIES), "value", "log_chars", "log_entities",
+    "replaced", "replaced_gap_log", "replaced_by_asked", "later_type_log", "anchor_before_log", "anchor_after_log",
 )
 
 
@@ -147,6 +163,8 @@ class Row:
     length: int
     types: frozenset[str]
     n_entities: int
+    values: frozenset[tuple[str, str]] = frozenset()
+    successor: int = -1  # turn of the later user message that restates this one (-1: none)
 
 
 @dataclass
@@ -182,8 +200,15 @@ class SessionRows:
         probs = {c: float((p.get("probs") or {}).get(c, 0.0)) for c in CATEGORIES}
         value = p.get("value")
         emb = None if embedding is None else np.asarray(embedding, dtype=np.float32)
+        values = typed_values(text, self.config) if role != "system" else frozenset()
+        if role == "user":  # link the earlier rows this one restates (see the module docstring)
+            cue = asks_to_replace(text, self.config)
+            for k in range(max(0, turn - RESTATE_LOOKAHEAD), turn):
+                old = self.rows[k]
+                if old.successor < 0 and old.role != "system" and (cue or restates(old.values, values)):
+                    old.successor = turn
         self.rows.append(Row(turn, role, text, emb, probs, float(value) if value is not None else 0.0, tool_calls,
-                             tf, sum(tf.values()), types, len(spans)))
+                             tf, sum(tf.values()), types, len(spans), values))
         self.ids.append(message_id)
         for t in tf:
             self.df[t] += 1
@@ -248,12 +273,14 @@ def _query_terms(query: str, rows: SessionRows) -> tuple[dict[str, float], list[
 
 def _anchors(rows: SessionRows, turns: Sequence[int], anchors: list[tuple[str, float]]) -> np.ndarray:
     """Per turn: (ln(1 + distance in turns to the nearest anchor message), idf-weighted proximity,
-    anchor in the message) -> ``(len(turns), 3)``."""
-    out = np.zeros((len(turns), 3))
+    anchor in the message, ln(1 + distance to the nearest anchor at or before it), the same after it)
+    -> ``(len(turns), 5)``; a side without an anchor reads ``ln(1 + session length)``."""
+    out = np.zeros((len(turns), 5))
     if not anchors or not len(turns):
         return out
     t = np.asarray(turns, dtype=np.float64)
     best = np.full(len(t), np.inf)
+    before, after = np.full(len(t), np.inf), np.full(len(t), np.inf)
     prox = np.zeros(len(t))
     for term, idf in anchors:
         post = np.asarray(rows.postings.get(term, ()), dtype=np.float64)
@@ -263,11 +290,16 @@ def _anchors(rows: SessionRows, turns: Sequence[int], anchors: list[tuple[str, f
         left = np.abs(t - post[np.clip(k - 1, 0, len(post) - 1)])
         right = np.abs(post[np.clip(k, 0, len(post) - 1)] - t)
         d = np.minimum(left, right)
+        at = np.searchsorted(post, t, side="right")  # anchors at or before t: post[:at]
+        before = np.minimum(before, np.where(at > 0, t - post[np.clip(at - 1, 0, len(post) - 1)], np.inf))
+        after = np.minimum(after, np.where(at < len(post), post[np.clip(at, 0, len(post) - 1)] - t, np.inf))
         best = np.minimum(best, d)
         prox += idf * np.exp(-d / 6.0)
     out[:, 0] = np.log1p(np.where(np.isfinite(best), best, len(rows.rows)))
     out[:, 1] = prox / sum(idf for _, idf in anchors)
     out[:, 2] = best == 0
+    out[:, 3] = np.log1p(np.where(np.isfinite(before), before, len(rows.rows)))
+    out[:, 4] = np.log1p(np.where(np.isfinite(after), after, len(rows.rows)))
     return out
 
 
@@ -321,10 +353,11 @@ def pair_features(query: str, query_embedding: np.ndarray | None, hits: Sequence
     top_bm = max(float(bm.max()) if len(bm) else 0.0, 1e-9)
     X[:, 10], X[:, 14] = _rank_log(cos), _rank_log(bm)
     known = [t for t in turns if 0 <= t < n]
-    anc = np.zeros((len(turns), 3))
+    anc = np.zeros((len(turns), 5))
     if known:
         anc[[j for j, t in enumerate(turns) if 0 <= t < n]] = _anchors(rows, known, anchors)
-    X[:, 18:21] = anc
+    X[:, 18:21] = anc[:, :3]
+    X[:, 44:46] = anc[:, 3:]
     X[:, 21] = float(bool(anchors))
     for j, (h, t) in enumerate(zip(hits, turns, strict=True)):
         r = rows.rows[t] if 0 <= t < n else None
@@ -343,6 +376,11 @@ def pair_features(query: str, query_embedding: np.ndarray | None, hits: Sequence
                        r.role == "tool", r.tool_calls, r.text.rstrip().endswith(("?", "？"))]
         X[j, 33:37] = [r.probs[c] for c in CATEGORIES]
         X[j, 37:40] = [r.value, math.log1p(len(r.text)), math.log1p(r.n_entities)]
+        if r.successor >= 0:
+            X[j, 40:43] = [1.0, math.log1p(r.successor - t), float(bool(asked & rows.rows[r.successor].types))]
+        if asked:
+            X[j, 43] = math.log1p(sum(1 for k in range(t + 1, min(n, t + 1 + RESTATE_LOOKAHEAD))
+                                      if asked & rows.rows[k].types))
     return X.astype(np.float32)
 
 
