@@ -96,6 +96,22 @@ def test_a_named_but_missing_ranker_is_refused(trained, tmp_path):
         LearnedScorer.from_pretrained(bad)
 
 
+def test_a_ranker_of_other_features_is_left_out_with_a_warning(trained, tmp_path, caplog):
+    import shutil
+
+    _, out = trained
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    cfg = json.loads((old / "config.json").read_text(encoding="utf-8"))
+    cfg["ranker"]["features"] = cfg["ranker"]["features"][:40]  # an export from before the six replaced/anchor features
+    (old / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    with caplog.at_level("WARNING", logger="ctxscore"):
+        scorer = LearnedScorer.from_pretrained(old)
+    assert scorer.ranker is None and scorer.spans is not None
+    assert "page-in ranker is not used" in caplog.text and "re-export" in caplog.text
+    assert scorer.predict([Message(role="user", content="Book a table for 2 at 19:00.")])[0].category
+
+
 def _session(data: Path) -> dict:
     return json.loads((data / "eval_sessions.jsonl").read_text(encoding="utf-8").splitlines()[0])
 
@@ -153,7 +169,7 @@ def test_pair_features_mark_a_replaced_value_and_the_side_of_the_anchor():
     texts += [("user" if i % 2 else "assistant", f"Museum {i} shows paintings.") for i in range(15)]  # 20 rows
     for i, (role, t) in enumerate(texts):
         rows.add(i, role, t, None, None)
-    assert rows.rows[0].successor == 2 and rows.rows[1].successor == 2  # an alternative cue links both
+    assert rows.rows[0].successor == 2 and rows.rows[1].successor == 2  # another place restates both
     assert rows.rows[2].successor == -1 and rows.rows[3].successor == -1
     from ctxscore.store.retrieval import Hit
 
@@ -167,6 +183,25 @@ def test_pair_features_mark_a_replaced_value_and_the_side_of_the_anchor():
     assert X[4, col["anchor_before_log"]] == np.float32(np.log1p(1)) and X[4, col["anchor_after_log"]] == np.float32(np.log1p(20))
     assert X[0, col["anchor_after_log"]] == np.float32(np.log1p(2)) and X[0, col["anchor_before_log"]] == np.float32(np.log1p(20))
     assert X[0, col["later_type_log"]] > 0  # later messages hold a place too
+
+
+def test_rows_link_a_value_that_is_no_entity_through_the_alternative_cue():
+    from ctxscore.scoring.rules import RuleConfig, default_config
+
+    texts = [("user", "I'm looking for some traditional food in the centre."),
+             ("assistant", "There are no traditional restaurants in the centre."),
+             ("user", "Ok, how about lebanese food?"),
+             ("assistant", "Ali Baba serves lebanese food.")]
+    rows = SessionRows()
+    for i, (role, t) in enumerate(texts):
+        rows.add(i, role, t, None, None)
+    assert [r.successor for r in rows.rows] == [2, 2, -1, -1]  # "how about": the cuisine was replaced
+    cfg = default_config()
+    older = RuleConfig.from_dict({**cfg.raw, "keywords": {k: v for k, v in cfg.keywords.items() if k != "alternative"}})
+    rows = SessionRows(config=older)  # a rule file without the group: no cue, and the cuisine is no entity
+    for i, (role, t) in enumerate(texts):
+        rows.add(i, role, t, None, None)
+    assert [r.successor for r in rows.rows] == [-1, -1, -1, -1]
 
 
 def test_span_runs_merge_joining_punctuation():

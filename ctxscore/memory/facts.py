@@ -31,7 +31,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from ..messages import Message, Role
-from ..scoring.rules import RuleConfig, scan_text, sentences
+from ..scoring.rules import UNTYPED_KINDS, RuleConfig, scan_text, sentences
 
 #: A learned extractor: ``text -> [(slot, value)]`` with each value a substring of ``text``.
 Extractor = Callable[[str], Sequence[tuple[str, str]]]
@@ -63,7 +63,6 @@ _KIND = {
     "number_unit": "quantity", "id_mixed": "id", "code3": "code", "long_number": "number", "snake_case": "name",
     "camel_case": "name", "dotted_call": "name", "quoted": "quoted", "proper_name": "name", "hash_tag": "tag",
 }
-_SKIP_KINDS = frozenset({"quoted"})
 
 _RELATIVE = {"today": 0, "tonight": 0, "tomorrow": 1, "yesterday": -1, "今天": 0, "今晚": 0, "明天": 1, "后天": 2, "昨天": -1}
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
@@ -229,7 +228,7 @@ def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
             continue
         pos = start = base  # naming words are looked for after the previous value of the sentence
         for s, e, kind in spans:
-            if not (base <= s < base + len(sent)) or kind in _SKIP_KINDS:
+            if not (base <= s < base + len(sent)) or kind in UNTYPED_KINDS:
                 continue
             value = text[s:e].strip()
             if not value or len(value) > MAX_VALUE_CHARS:

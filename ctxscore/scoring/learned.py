@@ -16,6 +16,7 @@ the rules alone).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +37,8 @@ from .rules import DEFAULT_RULES_PATH, RuleClassifier, RuleConfig, default_confi
 from .spans import REQUIRE_THRESHOLD as SPAN_REQUIRE_THRESHOLD
 from .spans import THRESHOLD as SPAN_THRESHOLD
 from .spans import SpanExtractor
+
+log = logging.getLogger("ctxscore")
 
 #: Callback for uncertain messages: ``(message, learned_prediction) -> Prediction | None``.
 Fallback = Callable[[Message, Prediction], "Prediction | None"]
@@ -286,7 +289,9 @@ class LearnedScorer:
         Raises:
             ModelLoadError: everything :func:`ctxscore.scoring.package.read_package` refuses, rule
                 signals that differ from the ones the heads were trained on, or an embedder whose
-                package is not installed. Every message says how to fix it.
+                package is not installed. Every message says how to fix it. A page-in ranker trained
+                on other features than this ctxscore computes (an older export) is not an error: the
+                scorer loads without it, with a warning, and page-in uses the fused order.
         """
         pkg = read_package(path)
         spec, folder = pkg.spec, pkg.folder
@@ -313,11 +318,16 @@ class LearnedScorer:
             )
         config = pkg.config
         threshold = config.get("uncertainty_threshold", 0.0) if uncertainty_threshold is None else uncertainty_threshold
+        ranker = None
+        if pkg.ranker is not None:
+            try:
+                ranker = Ranker(pkg.ranker, (config.get("ranker") or {}).get("features", RANKER_FEATURES))
+            except ValueError as exc:  # an older export: the heads still work, page-in uses the fused order
+                log.warning("%s: the page-in ranker is not used: %s; %s", folder, exc, REEXPORT_HINT)
         try:
             return cls(pkg.classifier, pkg.regressor, spec, rules=rules, rules_path=pkg.rules_path, embedder=embedder,
                        uncertainty_threshold=float(threshold), fallback=fallback, config=config,
-                       ranker=None if pkg.ranker is None else Ranker(pkg.ranker, (config.get("ranker") or {}).get(
-                           "features", RANKER_FEATURES)),
+                       ranker=ranker,
                        spans=None if pkg.spans is None else SpanExtractor(
                            pkg.spans, float((config.get("spans") or {}).get("threshold", SPAN_THRESHOLD)),
                            require_threshold=float((config.get("spans") or {}).get(

@@ -24,7 +24,8 @@ Features (:data:`FEATURE_NAMES`, one row per candidate, float32):
   the message (or the previous one) holds an entity of that type (the rule file's entity patterns);
 - replaced: a later user message within :data:`~ctxscore.scoring.rules.RESTATE_LOOKAHEAD` messages
   restates this one (a correction or alternative cue, or another value of a kind it holds: the rows'
-  version of :attr:`ctxscore.window.history.Entry.successor`, without task boundaries), how many
+  version of :attr:`ctxscore.window.history.Entry.successor`, without task boundaries and under the
+  packaged default rule file, which the ranker was trained with), how many
   messages later, and whether that message holds an asked type; ``ln(1 + messages)`` among the next
   :data:`~ctxscore.scoring.rules.RESTATE_LOOKAHEAD` that hold an asked type; the distance to the
   nearest anchor before the message and after it (the answer usually follows the task's naming);
@@ -273,8 +274,9 @@ def _query_terms(query: str, rows: SessionRows) -> tuple[dict[str, float], list[
 
 def _anchors(rows: SessionRows, turns: Sequence[int], anchors: list[tuple[str, float]]) -> np.ndarray:
     """Per turn: (ln(1 + distance in turns to the nearest anchor message), idf-weighted proximity,
-    anchor in the message, ln(1 + distance to the nearest anchor at or before it), the same after it)
-    -> ``(len(turns), 5)``; a side without an anchor reads ``ln(1 + session length)``."""
+    anchor in the message, ln(1 + distance to the nearest anchor message at or before it: 0 when the
+    message holds one), ln(1 + distance to the nearest one strictly after it)) -> ``(len(turns), 5)``;
+    a side without an anchor reads ``ln(1 + session length)``."""
     out = np.zeros((len(turns), 5))
     if not anchors or not len(turns):
         return out

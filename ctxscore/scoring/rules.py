@@ -335,8 +335,8 @@ def _scan_spans(text: str, cfg: RuleConfig) -> tuple[tuple[int, int], ...]:
         (s, e) for s, e, _ in _scan_typed(text, cfg))
 
 
-#: Entity kinds that never make a typed value (a quoted phrase is not a value of a kind).
-_UNTYPED_KINDS = frozenset({"quoted"})
+#: Entity kinds that never make a typed value or a fact (a quoted phrase is not a value of a kind).
+UNTYPED_KINDS = frozenset({"quoted"})
 
 
 def typed_values(text: str, config: RuleConfig | None = None) -> frozenset[tuple[str, str]]:
@@ -345,14 +345,14 @@ def typed_values(text: str, config: RuleConfig | None = None) -> frozenset[tuple
     ``proper_name`` ...), quoted phrases left out. Empty when it holds no entity."""
     scan = scan_text(text)
     return frozenset((kind, scan[s:e].strip().lower()) for s, e, kind in typed_entity_spans(scan, config)
-                     if kind not in _UNTYPED_KINDS and scan[s:e].strip())
+                     if kind not in UNTYPED_KINDS and scan[s:e].strip())
 
 
 #: Characters of a message's start searched for correction and alternative keywords.
 CUE_CHARS = 300
 #: A later user message restates an earlier one within this many messages (six exchanges; on the
 #: held-out sessions 12 leaked fewer superseded values with page-in than 4 or 20, on the dev sessions
-#: as many): :mod:`ctxscore.window.supersede` and the ranker's ``superseded`` feature.
+#: as many): :mod:`ctxscore.window.supersede` and the ranker's ``replaced*`` features.
 RESTATE_LOOKAHEAD = 12
 
 

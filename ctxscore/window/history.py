@@ -77,9 +77,10 @@ class Entry:
         blocks: the semantic blocks of a long message, once computed.
         values: its typed values, ``(entity kind, lower-cased text)`` pairs of its scan text
             (:func:`ctxscore.window.supersede.typed_values`).
-        successor: index of the later user message that restates what this one said (a correction,
-            or another value of the same kind) within :data:`~ctxscore.window.supersede.LOOKAHEAD`
-            messages of the same task, or ``None`` (:mod:`ctxscore.window.supersede`).
+        successor: index of the first later user message that restates what this one said (a
+            correction, a request for an alternative, or another value of the same kind) within
+            :data:`~ctxscore.window.supersede.LOOKAHEAD` messages of the same task, or ``None``
+            (:mod:`ctxscore.window.supersede`; the first restatement wins).
     """
 
     msg: Message

@@ -11,11 +11,13 @@ were current; a hit already verbatim in the window whose successor is not brings
 (within the first ``page_in_k`` units, and after them in the room left). When a hit does not fit within
 ``page_in_limit`` of the budget, the lowest-value evictable units (not pinned, not recent) are
 shown as stubs for this build to make room: the best hit may displace anything evictable, later
-hits only units worth less than themselves; when even that is not enough for the best hit, the
-pinned instructions and corrections are shown condensed for this build (largest first, as
-:meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
-hard constraints, entities and key spans byte-exact), and then the best hit's unit is shown in its
-structured form. Tiers do not change: the next build without a query is the same.
+hits only units worth less than themselves. A unit that still does not fit is shown as the blocks
+the query names (long messages), or, for the best hit, in its structured form. When even that does
+not fit for the best hit, the pinned instructions and corrections are shown condensed for this build
+(largest first, as :meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins
+exceed the budget: hard constraints, entities and key spans byte-exact; only as far as the hit's
+smallest form needs), and the hit takes the richest of those forms that then fits. Tiers do not
+change: the next build without a query is the same.
 """
 
 from __future__ import annotations
@@ -156,12 +158,14 @@ class _Planner:
         texts: dict[int, Form] = {}
         if self.occ + delta > self.limit:
             self.make_room(u, delta, hit)
-            saved = self.condense_pins(delta) if not self.done and self.occ + delta > self.limit else 0
-            if self.occ + delta > self.limit:  # long members: only the blocks the query names
-                delta, texts = _query_blocks(members, self.forms, self.h, self.terms, self.limit - self.occ, delta)
-            if self.occ + delta > self.limit and not self.done:  # the best hit: its structured form rather than nothing
-                texts = {}
-                delta, tiers = _structured(members, hit, self.forms, self.h, self.occ, self.limit, self.delta(members))
+            full = delta
+            delta, texts, tiers = self.fitted(members, hit, full)
+            saved = 0
+            if self.occ + delta > self.limit and not self.done:
+                # the best hit: the pins condensed for this build, as far as its smallest form needs
+                saved = self.condense_pins(min(full, _all_structured(members, self.forms, self.h)))
+                if saved:
+                    delta, texts, tiers = self.fitted(members, hit, full)
             if self.occ + delta > self.limit:
                 self.unplaced.append(hid)
                 if saved:  # condensing the pins did not make room for it: show them as they were
@@ -196,6 +200,18 @@ class _Planner:
                 self.shown.setdefault(i, hid)
             self.occ += extra
 
+    def fitted(self, members: list[int], hit: int, full: int) -> tuple[int, dict[int, Form], dict[int, Tier]]:
+        """The richest form of a unit that fits in the room left: verbatim (``full`` tokens added),
+        the blocks the query names (long members), for the best hit its structured form; ``(tokens
+        added, block forms, tiers)`` of the first that fits, else of the last one tried."""
+        if self.occ + full <= self.limit:
+            return full, {}, {}
+        delta, texts = _query_blocks(members, self.forms, self.h, self.terms, self.limit - self.occ, full)
+        if self.occ + delta <= self.limit or self.done:
+            return delta, texts, {}
+        delta, tiers = _structured(members, hit, self.forms, self.h, self.occ, self.limit, full)
+        return delta, {}, tiers
+
     def condense_pins(self, delta: int) -> int:
         """Show pinned instructions and corrections (never a system message) in their structured form
         for this build, the largest first, until ``delta`` more tokens fit; returns the tokens saved."""
@@ -206,12 +222,11 @@ class _Planner:
             e = self.h.entries[i]
             if e.tier != Tier.VERBATIM or e.no_compress or i in self.shown:
                 continue
-            tier = self.forms.reached(e, Tier.STRUCTURED)
-            form = self.forms.get(e, tier) if tier != Tier.VERBATIM else None
-            if form is not None and form.tokens < e.cur_tokens:
-                self.condensed[i] = tier
-                self.occ -= e.cur_tokens - form.tokens
-                saved += e.cur_tokens - form.tokens
+            got = self.forms.condensed(e)
+            if got is not None:
+                self.condensed[i] = got[0]
+                self.occ -= e.cur_tokens - got[1].tokens
+                saved += e.cur_tokens - got[1].tokens
         return saved
 
     def make_room(self, u: int, delta: int, hit: int) -> None:
@@ -290,6 +305,13 @@ def _date_source(history: History, i: int) -> int | None:
         return None
     u = history.entries[j].unit
     return None if all(history.entries[k].tier == Tier.VERBATIM for k in history.units[u]) else u
+
+
+def _all_structured(members: list[int], forms: Forms, history: History) -> int:
+    """Tokens added by showing every member of a unit in its structured form (its smallest form)."""
+    entries = history.entries
+    return sum(forms.get(entries[i], forms.reached(entries[i], Tier.STRUCTURED)).tokens - entries[i].cur_tokens
+               for i in members)
 
 
 def _structured(members: list[int], hit: int, forms: Forms, history: History, occ: int, limit: float,

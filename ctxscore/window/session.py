@@ -174,8 +174,8 @@ class SessionState:
                 e = h.entries[i]
                 if e.tier != Tier.VERBATIM or e.no_compress:
                     continue
-                tier = forms.reached(e, Tier.STRUCTURED)
-                if tier != Tier.VERBATIM and forms.get(e, tier).tokens < e.cur_tokens and forms.set_tier(h, i, tier):
+                got = forms.condensed(e)
+                if got is not None and forms.set_tier(h, i, got[0]):
                     changed.append(i)
         elif h.condensed:
             for i in sorted(h.condensed, key=lambda j: h.entries[j].tokens - h.entries[j].cur_tokens):

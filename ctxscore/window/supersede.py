@@ -30,8 +30,12 @@ LOOKAHEAD = RESTATE_LOOKAHEAD
 
 
 def typed_values(msg: Message, config: RuleConfig) -> frozenset[tuple[str, str]]:
-    """The typed values of a message (:func:`ctxscore.scoring.rules.typed_values` of its text; empty for
-    a system message)."""
+    """The typed values of a message: :func:`ctxscore.scoring.rules.typed_values` of its text.
+
+    Returns:
+        A frozenset of ``(entity kind, lower-cased text)`` pairs (empty for a system message or one
+        without entities).
+    """
     if msg.role == Role.SYSTEM:
         return frozenset()
     return text_values(msg.text(), config)

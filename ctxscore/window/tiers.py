@@ -172,6 +172,15 @@ class Forms:
         return tier
 
 
+    def condensed(self, e: Entry) -> tuple[Tier, Form] | None:
+        """The tier and form a pinned entry is condensed to (its structured form, or the gentler tier
+        compression reaches), or ``None`` when no form is smaller than what it shows now (tokens)."""
+        tier = self.reached(e, Tier.STRUCTURED)
+        if tier == Tier.VERBATIM:
+            return None
+        form = self.get(e, tier)
+        return (tier, form) if form.tokens < e.cur_tokens else None
+
     def set_tier(self, history: History, i: int, tier: Tier) -> bool:
         """Move entry ``i`` to ``tier`` (or the gentler tier its compression reaches); True if it changed."""
         e = history.entries[i]
