@@ -61,7 +61,7 @@ from .rules import (
     restates,
     scan_text,
     typed_entity_spans,
-    typed_values,
+    values_of,
 )
 
 #: Fused hits the ranker re-orders per query (the page-in planner reads the best of them). On the
@@ -201,7 +201,7 @@ class SessionRows:
         probs = {c: float((p.get("probs") or {}).get(c, 0.0)) for c in CATEGORIES}
         value = p.get("value")
         emb = None if embedding is None else np.asarray(embedding, dtype=np.float32)
-        values = typed_values(text, self.config) if role != "system" else frozenset()
+        values = values_of(scan, spans) if role != "system" else frozenset()  # rules.typed_values of the text
         if role == "user":  # link the earlier rows this one restates (see the module docstring)
             cue = asks_to_replace(text, self.config)
             for k in range(max(0, turn - RESTATE_LOOKAHEAD), turn):

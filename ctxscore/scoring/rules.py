@@ -344,7 +344,12 @@ def typed_values(text: str, config: RuleConfig | None = None) -> frozenset[tuple
     text (:func:`scan_text`; the rule file's pattern names: ``time``, ``date_words``, ``money``,
     ``proper_name`` ...), quoted phrases left out. Empty when it holds no entity."""
     scan = scan_text(text)
-    return frozenset((kind, scan[s:e].strip().lower()) for s, e, kind in typed_entity_spans(scan, config)
+    return values_of(scan, typed_entity_spans(scan, config))
+
+
+def values_of(scan: str, spans: Sequence[tuple[int, int, str]]) -> frozenset[tuple[str, str]]:
+    """:func:`typed_values` from a scan text and its :func:`typed_entity_spans` already computed."""
+    return frozenset((kind, scan[s:e].strip().lower()) for s, e, kind in spans
                      if kind not in UNTYPED_KINDS and scan[s:e].strip())
 
 

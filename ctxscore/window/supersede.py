@@ -8,7 +8,7 @@ user message within :data:`LOOKAHEAD` messages after it, in the same task, that
 
 - is a correction or asks for an alternative (the rule file's ``correction`` keywords: "actually",
   "instead", "make it" ..., 改成 ...; its ``alternative`` keywords: "how about", "any other",
-  "another" ..., 换一, 别的 ...), or
+  "find another" ..., 换一, 再找 ...), or
 - gives another value of a kind the earlier message holds (a time after a time, a date after a
   date, another amount, another name), i.e. a typed value the earlier message does not hold.
 
