@@ -32,10 +32,10 @@ class Policy:
         low_water: occupancy that a value-ordered archive pass brings the window down to (0.6).
         recent_turns: the last K turns stay verbatim (3); 0 protects only the newest message.
         blend: weight of the learned value against the rule value, in [0, 1] (0.5).
-        page_in_k: at most this many archived units are paged back in for a query (8; within the
-            budget, so fewer when they do not fit); 0 turns page-in off. 8 is the smallest depth
+        page_in_k: at most this many archived units are paged back in for a query (12; within the
+            budget, so fewer when they do not fit); 0 turns page-in off. 12 is the smallest depth
             within 0.005 of the best recall with page-in on the dev sessions at 25% of the full
-            context (4: 0.814, 8: 0.838, 12: 0.842, 16: 0.843).
+            context (4: 0.814, 8: 0.866, 12: 0.873, 16: 0.875).
         page_in_limit: paged-in originals may fill the window up to this fraction of the budget (1.0);
             to make room, the lowest-value evictable units are shown as stubs for that build only.
         page_in_floor: the relevance floor: a hit with no query term in it is paged in only when its
@@ -59,7 +59,7 @@ class Policy:
     low_water: float = 0.6
     recent_turns: int = 3
     blend: float = 0.5
-    page_in_k: int = 8
+    page_in_k: int = 12
     page_in_limit: float = 1.0
     page_in_floor: float = 0.35
     max_compress_chars: int = 8000

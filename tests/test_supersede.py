@@ -109,15 +109,13 @@ def test_a_verbatim_hit_brings_back_what_replaced_it():
 def _plan(cm: ContextManager, turns: list[int], budget: int):
     """The page-in plan for hits on ``turns`` (best first), as a build at ``budget`` would make it."""
     from ctxscore.store.retrieval import Hit
-    from ctxscore.window import tiers
     from ctxscore.window.pagein import plan_page_in
 
     h, st = cm.history, cm.state
     hits = [Hit(id=h.entries[t].msg.id, turn=t, score=1.0 / (k + 1), snippet="", lists=frozenset({"keyword"}))
             for k, t in enumerate(turns)]
     vals, _ = st.values.values(h, {})
-    occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, cm.policy, budget)
-    return plan_page_in(hits, h, vals, st.forms, cm.policy, budget, occ)
+    return plan_page_in(hits, h, vals, st.forms, cm.policy, budget)
 
 
 def test_a_message_shown_with_an_earlier_hit_takes_no_second_slot():

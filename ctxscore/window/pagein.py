@@ -35,7 +35,7 @@ from ..scoring.ranker import RERANK_POOL
 from ..store.base import Store
 from ..store.retrieval import Hit
 from .history import Form, History
-from .tiers import Forms
+from .tiers import Forms, occupancy
 
 log = logging.getLogger("ctxscore")
 
@@ -81,7 +81,7 @@ class PageInPlan:
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
-                 budget: int, occupancy: int, terms: Sequence[str] = ()) -> PageInPlan:
+                 budget: int, reserved: int = 0, terms: Sequence[str] = ()) -> PageInPlan:
     """Plan the page-in of one build (see the module docstring).
 
     Args:
@@ -91,21 +91,30 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         forms: the form cache (stub sizes of evicted units).
         policy: ``page_in_k``, ``page_in_limit`` and ``recent_turns``.
         budget: the token budget of this build.
-        occupancy: the window's estimated tokens before page-in.
+        reserved: tokens of the window's layer sections (beside the messages and their stubs).
         terms: the query's terms (a long message that does not fit is shown as the blocks holding them).
+
+    The room is counted as :func:`~ctxscore.window.tiers.occupancy` counts the window: the messages
+    shown plus the archive stubs up to their cap. Paging in an archived message therefore adds its
+    tokens and frees its stub only where the stubs are under the cap (past the cap they are collapsed
+    into one line, which paging one in does not shorten).
     """
     hits = [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)]
-    return _Planner(history, values, forms, policy, budget, occupancy, terms).plan(hits)
+    return _Planner(history, values, forms, policy, budget, reserved, terms).plan(hits)
 
 
 class _Planner:
     """The state of one page-in plan (see :func:`plan_page_in`)."""
 
     def __init__(self, history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
-                 occupancy: int, terms: Sequence[str]) -> None:
+                 reserved: int, terms: Sequence[str]) -> None:
         self.h, self.values, self.forms, self.policy, self.terms = history, values, forms, policy, terms
+        self.budget, self.reserved = budget, reserved
         self.limit = policy.page_in_limit * budget
-        self.occ = occupancy
+        # what the window's occupancy is made of, as this plan changes it: message tokens, stub tokens,
+        # and each entry the plan changed (shown, evicted, condensed) -> (archived, tokens)
+        self.msg, self.stub = history.msg_tokens, history.stub_tokens
+        self.state: dict[int, tuple[bool, int]] = {}
         self.shown: dict[int, str] = {}
         self.tiers: dict[int, Tier] = {}
         self.texts: dict[int, Form] = {}
@@ -119,9 +128,42 @@ class _Planner:
     def unit_value(self, members: list[int]) -> float:
         return float(max(self.values[i] for i in members))
 
-    def delta(self, members: list[int]) -> int:
-        """Tokens added by showing ``members`` verbatim."""
-        return sum(self.h.entries[i].tokens - self.h.entries[i].cur_tokens for i in members)
+    @property
+    def occ(self) -> int:
+        """The window's estimated tokens under the plan so far."""
+        return occupancy(self.msg, self.stub, self.policy, self.budget) + self.reserved
+
+    def _now(self, i: int) -> tuple[bool, int]:
+        """Entry ``i`` under the plan so far: (shown as a stub, tokens)."""
+        e = self.h.entries[i]
+        return self.state.get(i, (e.tier == Tier.ARCHIVED, e.cur_tokens))
+
+    def _moved(self, targets: dict[int, int]) -> tuple[int, int]:
+        """``(message tokens, stub tokens)`` after showing each entry of ``targets`` at its tokens."""
+        msg, stub = self.msg, self.stub
+        for i, t in targets.items():
+            was_stub, cur = self._now(i)
+            if was_stub:
+                stub -= cur
+            else:
+                msg -= cur
+            msg += t
+        return msg, stub
+
+    def delta(self, targets: dict[int, int]) -> int:
+        """Tokens the window grows by when each entry of ``targets`` is shown at its tokens."""
+        msg, stub = self._moved(targets)
+        return occupancy(msg, stub, self.policy, self.budget) - occupancy(self.msg, self.stub, self.policy, self.budget)
+
+    def show(self, targets: dict[int, int]) -> None:
+        """Count each entry of ``targets`` as shown at its tokens."""
+        self.msg, self.stub = self._moved(targets)
+        for i, t in targets.items():
+            self.state[i] = (False, t)
+
+    def verbatim(self, members: list[int]) -> dict[int, int]:
+        """The tokens of ``members`` shown verbatim."""
+        return {i: self.h.entries[i].tokens for i in members}
 
     def plan(self, hits: list[Hit]) -> PageInPlan:
         entries, ids = self.h.entries, self.h.ids
@@ -153,30 +195,31 @@ class _Planner:
         members = self.h.units[u]
         if all(i in self.shown for i in members):
             return  # shown already with an earlier hit (what replaced it, its question): no second slot
-        delta = self.delta(members)
+        targets = self.verbatim(members)
         tiers: dict[int, Tier] = {}
         texts: dict[int, Form] = {}
-        if self.occ + delta > self.limit:
-            self.make_room(u, delta, hit)
-            full = delta
-            delta, texts, tiers = self.fitted(members, hit, full)
+        if self.occ + self.delta(targets) > self.limit:
+            self.make_room(u, targets, hit)
+            targets, texts, tiers = self.fitted(members, hit)
             saved = 0
-            if self.occ + delta > self.limit and not self.done:
+            if self.occ + self.delta(targets) > self.limit and not self.done:
                 # the best hit: the pins condensed for this build, as far as its smallest form needs
-                saved = self.condense_pins(min(full, _all_structured(members, self.forms, self.h)))
+                smallest = min(self.delta(self.verbatim(members)), self.delta(self.all_structured(members)))
+                saved = self.condense_pins(smallest)
                 if saved:
-                    delta, texts, tiers = self.fitted(members, hit, full)
-            if self.occ + delta > self.limit:
+                    targets, texts, tiers = self.fitted(members, hit)
+            if self.occ + self.delta(targets) > self.limit:
                 self.unplaced.append(hid)
                 if saved:  # condensing the pins did not make room for it: show them as they were
+                    for i in self.condensed:
+                        self.msg += self.h.entries[i].cur_tokens - self.state.pop(i)[1]
                     self.condensed.clear()
-                    self.occ += saved
                 return
         for i in members:
             self.shown[i] = hid
         self.tiers.update(tiers)
         self.texts.update(texts)
-        self.occ += delta
+        self.show(targets)
         self.done.add(u)
         pair = _neighbour(self.h, hit)
         # what replaced the hit (or the question it answers) first: it may make room, like the hit
@@ -191,26 +234,61 @@ class _Planner:
     def companion(self, hid: str, nb: int, hit: int, room: bool = False) -> None:
         """Show unit ``nb`` verbatim with the hit ``hid`` when it fits (``room``: making room for it
         like for a later hit, units worth less than the hit ``hit``)."""
-        members = [i for i in self.h.units[nb] if i not in self.shown]
-        extra = self.delta(members)
-        if room and self.occ + extra > self.limit:
-            self.make_room(nb, extra, hit)
-        if self.occ + extra <= self.limit:
+        targets = self.verbatim([i for i in self.h.units[nb] if i not in self.shown])
+        if room and self.occ + self.delta(targets) > self.limit:
+            self.make_room(nb, targets, hit)
+        if self.occ + self.delta(targets) <= self.limit:
             for i in self.h.units[nb]:
                 self.shown.setdefault(i, hid)
-            self.occ += extra
+            self.show(targets)
 
-    def fitted(self, members: list[int], hit: int, full: int) -> tuple[int, dict[int, Form], dict[int, Tier]]:
-        """The richest form of a unit that fits in the room left: verbatim (``full`` tokens added),
-        the blocks the query names (long members), for the best hit its structured form; ``(tokens
-        added, block forms, tiers)`` of the first that fits, else of the last one tried."""
-        if self.occ + full <= self.limit:
+    def fitted(self, members: list[int], hit: int) -> tuple[dict[int, int], dict[int, Form], dict[int, Tier]]:
+        """The richest form of a unit that fits in the room left: verbatim, the blocks the query
+        names (long members), for the best hit its structured form; ``(tokens of each member, block
+        forms, tiers)`` of the first that fits, else of the last one tried."""
+        full = self.verbatim(members)
+        if self.occ + self.delta(full) <= self.limit:
             return full, {}, {}
-        delta, texts = _query_blocks(members, self.forms, self.h, self.terms, self.limit - self.occ, full)
-        if self.occ + delta <= self.limit or self.done:
-            return delta, texts, {}
-        delta, tiers = _structured(members, hit, self.forms, self.h, self.occ, self.limit, full)
-        return delta, {}, tiers
+        targets, texts = self.query_blocks(members)
+        if self.occ + self.delta(targets) <= self.limit or self.done:
+            return targets, texts, {}
+        targets, tiers = self.structured(members, hit)
+        return targets, {}, tiers
+
+    def query_blocks(self, members: list[int]) -> tuple[dict[int, int], dict[int, Form]]:
+        """The unit with its long members shown as the blocks holding the query's terms: ``(tokens of
+        each member, forms)``, or the verbatim figures when no member is long or no block matches."""
+        entries = self.h.entries
+        room = self.limit - self.occ
+        texts: dict[int, Form] = {}
+        targets: dict[int, int] = {}
+        for i in members:
+            e = entries[i]
+            f = self.forms.query_form(e, list(self.terms), int(room) - self.delta(targets)) if e.tokens > room / 2 else None
+            if f is not None and f.tokens < e.tokens:
+                texts[i] = f
+                targets[i] = f.tokens
+            else:
+                targets[i] = e.tokens
+        return (targets, texts) if texts else (self.verbatim(members), {})
+
+    def structured(self, members: list[int], hit: int) -> tuple[dict[int, int], dict[int, Tier]]:
+        """The cheapest way to show a unit that does not fit verbatim: the hit verbatim and the other
+        members structured, else every member structured; ``(tokens of each member, tiers)`` of the
+        first that fits, else the verbatim figures."""
+        entries = self.h.entries
+        for keep in (hit, None):
+            tiers = {i: self.forms.reached(entries[i], Tier.STRUCTURED) for i in members if i != keep}
+            targets = {i: self.forms.get(entries[i], tiers[i]).tokens if i in tiers else entries[i].tokens
+                       for i in members}
+            if self.occ + self.delta(targets) <= self.limit:
+                return targets, {i: t for i, t in tiers.items() if t != Tier.VERBATIM}
+        return self.verbatim(members), {}
+
+    def all_structured(self, members: list[int]) -> dict[int, int]:
+        """The tokens of every member of a unit in its structured form (its smallest form)."""
+        entries = self.h.entries
+        return {i: self.forms.get(entries[i], self.forms.reached(entries[i], Tier.STRUCTURED)).tokens for i in members}
 
     def condense_pins(self, delta: int) -> int:
         """Show pinned instructions and corrections (never a system message) in their structured form
@@ -225,13 +303,15 @@ class _Planner:
             got = self.forms.condensed(e)
             if got is not None:
                 self.condensed[i] = got[0]
-                self.occ -= e.cur_tokens - got[1].tokens
+                self.state[i] = (False, got[1].tokens)
+                self.msg -= e.cur_tokens - got[1].tokens
                 saved += e.cur_tokens - got[1].tokens
         return saved
 
-    def make_room(self, u: int, delta: int, hit: int) -> None:
-        """Show the lowest-value evictable units as stubs until ``delta`` tokens fit: the best hit may
-        displace anything evictable, later hits only units worth less than themselves."""
+    def make_room(self, u: int, targets: dict[int, int], hit: int) -> None:
+        """Show the lowest-value evictable units as stubs until ``targets`` (entry -> tokens shown)
+        fit: the best hit may displace anything evictable, later hits only units worth less than
+        themselves."""
         entries = self.h.entries
         if self._evictable is None:
             self._evictable = self.h.eligible_units(self.policy.recent_turns)
@@ -244,12 +324,17 @@ class _Planner:
             key=self.unit_value,
         )
         for m in room:
-            if self.occ + delta <= self.limit:
+            if self.occ + self.delta(targets) <= self.limit:
                 break
             if self.done and self.unit_value(m) >= self.values[hit]:
                 break
-            self.occ -= sum(entries[i].cur_tokens - self.forms.get(entries[i], Tier.ARCHIVED).tokens
-                            for i in m if entries[i].tier != Tier.ARCHIVED)
+            for i in m:
+                was_stub, cur = self._now(i)
+                if not was_stub:
+                    stub = self.forms.get(entries[i], Tier.ARCHIVED).tokens
+                    self.msg -= cur
+                    self.stub += stub
+                    self.state[i] = (True, stub)
             self.evicted.update(m)
 
 
@@ -268,22 +353,6 @@ def _neighbour(history: History, i: int) -> int | None:
     return e.unit
 
 
-def _query_blocks(members: list[int], forms: Forms, history: History, terms: Sequence[str], room: float,
-                  delta: int) -> tuple[int, dict[int, Form]]:
-    """The unit with its long members shown as the blocks holding the query's terms: ``(tokens added,
-    forms)``, or the verbatim figures when no member is long or no block matches."""
-    entries = history.entries
-    texts: dict[int, Form] = {}
-    d = 0
-    for i in members:
-        e = entries[i]
-        f = forms.query_form(e, list(terms), int(room) - d) if e.tokens > room / 2 else None
-        if f is not None and f.tokens < e.tokens:
-            texts[i] = f
-            d += f.tokens - e.cur_tokens
-        else:
-            d += e.tokens - e.cur_tokens
-    return (d, texts) if texts else (delta, {})
 
 
 def _successor(history: History, i: int) -> int | None:
@@ -307,26 +376,8 @@ def _date_source(history: History, i: int) -> int | None:
     return None if all(history.entries[k].tier == Tier.VERBATIM for k in history.units[u]) else u
 
 
-def _all_structured(members: list[int], forms: Forms, history: History) -> int:
-    """Tokens added by showing every member of a unit in its structured form (its smallest form)."""
-    entries = history.entries
-    return sum(forms.get(entries[i], forms.reached(entries[i], Tier.STRUCTURED)).tokens - entries[i].cur_tokens
-               for i in members)
 
 
-def _structured(members: list[int], hit: int, forms: Forms, history: History, occ: int, limit: float,
-                delta: int) -> tuple[int, dict[int, Tier]]:
-    """The cheapest way to show a unit that does not fit verbatim: the hit verbatim and the other
-    members structured, else every member structured; ``(tokens added, tiers)`` of the first that
-    fits, else the verbatim figures."""
-    entries = history.entries
-    for keep in (hit, None):
-        tiers = {i: forms.reached(entries[i], Tier.STRUCTURED) for i in members if i != keep}
-        d = sum((forms.get(entries[i], tiers[i]).tokens if i in tiers else entries[i].tokens) - entries[i].cur_tokens
-                for i in members)
-        if occ + d <= limit:
-            return d, {i: t for i, t in tiers.items() if t != Tier.VERBATIM}
-    return delta, {}
 
 
 def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> list[Hit]:

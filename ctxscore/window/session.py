@@ -120,8 +120,7 @@ class SessionState:
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
-        occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
-        plan = plan_page_in(hits, h, vals, self.forms, pol, B, occ, _terms(query)) if hits else PageInPlan()
+        plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query)) if hits else PageInPlan()
         window = self._assemble(query, B, plan, vals, rel, warns)
         if (not plan.shown and not plan.evicted and window.tokens >= pol.t_archive * B
                 and self.stuck != (len(h), B)):
