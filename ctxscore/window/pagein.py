@@ -264,7 +264,8 @@ class _Planner:
         targets: dict[int, int] = {}
         for i in members:
             e = entries[i]
-            f = self.forms.query_form(e, list(self.terms), int(room) - self.delta(targets)) if e.tokens > room / 2 else None
+            f = (self.forms.query_form(e, list(self.terms), int(room) - self.delta(targets))
+                 if e.tokens > room / 2 else None)
             if f is not None and f.tokens < e.tokens:
                 texts[i] = f
                 targets[i] = f.tokens

@@ -1,0 +1,37 @@
+"""Page-in plans its room as the window counts it, so what it plans is what the window shows."""
+
+from ctxscore import ContextManager, Policy
+
+
+def office_chat(turns: int) -> list[dict]:
+    """Short turns: acknowledgements, and answers naming an office and a date (every eighth one a
+    locker's code instead)."""
+    out = [{"role": "system", "content": "You are a concise assistant."}]
+    for t in range(turns):
+        out.append({"role": "user", "content": "ok" if t % 2 else "Great, thanks!"})
+        if t % 8 == 3:
+            out.append({"role": "assistant", "content": f"Locker {100 + t} opens with code {7000 + t}."})
+        else:
+            day = f"2024-03-{1 + t % 28:02d}"
+            out.append({"role": "assistant", "content": f"No update from Harbor Street on {day}, round {t}."})
+    return out
+
+
+def test_a_page_in_plan_counts_archive_stubs_as_the_window_does(monkeypatch):
+    # ~300 archived answers: their stubs pass the cap and collapse into one line, so paging one in
+    # adds its whole size; a plan that counted each stub as freed planned 12 page-ins and kept 8
+    import ctxscore.window.session as session
+
+    plans = []
+    plan_page_in = session.plan_page_in
+    monkeypatch.setattr(session, "plan_page_in", lambda *a, **k: plans.append(plan_page_in(*a, **k)) or plans[-1])
+    cm = ContextManager(scorer="rules", budget=300, policy=Policy(page_in_k=12))
+    cm.extend(office_chat(160))
+    cm.build()
+    assert sum(e.tier == "archived" for e in cm.history.entries) > 250
+    win = cm.build(query="which locker code")
+    planned = set(plans[-1].shown.values())
+    lockers = [m["content"] for m in win.messages if "Locker" in str(m.get("content"))]
+    assert win.tokens <= 300
+    assert planned <= set(win.paged_in), (sorted(planned), win.paged_in)  # nothing planned was undone
+    assert len(lockers) >= 6
