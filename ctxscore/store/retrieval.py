@@ -14,6 +14,7 @@ patterns escape ``%`` and ``_`` (:func:`like_pattern`).
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -191,8 +192,9 @@ def fuse(lists: Iterable[RankedList], k: int = 10, only: Callable[[str], bool] |
     Returns:
         Up to ``k`` hits, best first (ties broken by the later turn); each names its lists.
     """
-    fused: dict[str, Hit] = {}
-    seen: dict[str, set[str]] = {}
+    scores: dict[str, float] = {}
+    meta: dict[str, tuple[int, str]] = {}  # id -> (turn, snippet) of its first row
+    kinds: dict[str, set[str]] = {}
     for kind, rows in lists:
         w = RRF_WEIGHTS[kind]
         rank = 0
@@ -200,13 +202,15 @@ def fuse(lists: Iterable[RankedList], k: int = 10, only: Callable[[str], bool] |
             if only is not None and not only(mid):
                 continue
             rank += 1
-            hit = fused.get(mid)
-            if hit is None:
-                hit = fused[mid] = Hit(id=mid, turn=turn, score=0.0, snippet=snippet,
-                                       similarity=(similarity or {}).get(mid))
-                seen[mid] = set()
-            hit.score += w / (RRF_K + rank)
-            seen[mid].add(kind)
-    for mid, hit in fused.items():
-        hit.lists = frozenset(seen[mid])
-    return sorted(fused.values(), key=lambda h: (-h.score, -h.turn))[:k]
+            if mid in scores:
+                scores[mid] += w / (RRF_K + rank)
+                kinds[mid].add(kind)
+            else:
+                scores[mid] = 0.0 + w / (RRF_K + rank)
+                meta[mid] = (turn, snippet)
+                kinds[mid] = {kind}
+    # only the best k become hits (heapq.nsmallest is sorted(...)[:k], ties in insertion order)
+    best = heapq.nsmallest(k, scores, key=lambda m: (-scores[m], -meta[m][0]))
+    sim = similarity or {}
+    return [Hit(id=m, turn=meta[m][0], score=scores[m], snippet=meta[m][1], lists=frozenset(kinds[m]),
+                similarity=sim.get(m)) for m in best]
