@@ -296,7 +296,7 @@ def _rank_tables(summary: dict[str, Any]) -> list[str]:
         return []
     lines = ["", "## Source rank of the probe's fact", "",
              "`ContextManager.search(probe, k=40)` at the session end (the hybrid search page-in uses): the share of "
-             "facts whose source message is the first hit, in the top 4, 10 (page-in shows up to 12), 40; not found: not "
+             "facts whose source message is the first hit, in the top 4, 10, 40 (page-in shows up to 12 units a query); not found: not "
              "in the top 40; MRR: mean of 1/rank (0 when not found).", "",
              "| scorer | group | facts | top-1 | top-4 | top-10 | top-40 | not found | MRR |",
              "|---|---|---|---|---|---|---|---|---|"]

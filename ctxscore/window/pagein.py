@@ -84,20 +84,20 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
                  budget: int, reserved: int = 0, terms: Sequence[str] = ()) -> PageInPlan:
     """Plan the page-in of one build (see the module docstring).
 
+    The room is counted as :func:`~ctxscore.window.tiers.occupancy` counts the window: the messages
+    shown plus the archive stubs up to their cap. Paging in an archived message therefore adds its
+    tokens and frees its stub only where the stubs are under the cap (past the cap they are collapsed
+    into one line, which paging one in does not shorten).
+
     Args:
         hits: the query's search hits, best first.
         history: the session history (read only).
         values: the value of every entry, shape (n,).
         forms: the form cache (stub sizes of evicted units).
-        policy: ``page_in_k``, ``page_in_limit`` and ``recent_turns``.
+        policy: ``page_in_k``, ``page_in_limit``, ``recent_turns`` and ``stub_fraction`` (the stub cap).
         budget: the token budget of this build.
         reserved: tokens of the window's layer sections (beside the messages and their stubs).
         terms: the query's terms (a long message that does not fit is shown as the blocks holding them).
-
-    The room is counted as :func:`~ctxscore.window.tiers.occupancy` counts the window: the messages
-    shown plus the archive stubs up to their cap. Paging in an archived message therefore adds its
-    tokens and frees its stub only where the stubs are under the cap (past the cap they are collapsed
-    into one line, which paging one in does not shorten).
     """
     hits = [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)]
     return _Planner(history, values, forms, policy, budget, reserved, terms).plan(hits)
@@ -354,8 +354,6 @@ def _neighbour(history: History, i: int) -> int | None:
     return e.unit
 
 
-
-
 def _successor(history: History, i: int) -> int | None:
     """The unit of the later user message that restates entry ``i`` (:attr:`Entry.successor`, see
     :mod:`ctxscore.window.supersede`), when it is not verbatim: a page-in of an old statement then
@@ -375,10 +373,6 @@ def _date_source(history: History, i: int) -> int | None:
         return None
     u = history.entries[j].unit
     return None if all(history.entries[k].tier == Tier.VERBATIM for k in history.units[u]) else u
-
-
-
-
 
 
 def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> list[Hit]:
