@@ -26,7 +26,10 @@ def test_sections_are_in_the_documented_order_and_add_up():
     assert names == ["system", "archive_stubs", "history", "recent"]
     assert sum(s.tokens for s in win.sections) + 3 == win.tokens  # + reply priming
     assert sum(s.messages for s in win.sections) == len(win.messages)
-    assert win.messages[0]["role"] == "system" and win.messages[1]["content"].startswith("[archived")
+    system = win.sections[0].messages  # the system prompt and the pinned request that follows it
+    assert [m["role"] for m in win.messages[:system]] == ["system", "user"]
+    assert win.messages[1]["content"] == agent_session(10)[1]["content"]
+    assert win.messages[system]["content"].startswith("[archived")  # the stub note follows the system section
     stubs = next(s for s in win.sections if s.name == "archive_stubs")
     assert stubs.messages == 1 and any(d.tier == "archived" for d in win.decisions)
 

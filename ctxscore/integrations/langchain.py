@@ -203,16 +203,28 @@ def trim_messages(messages: Sequence[BaseMessage | dict[str, Any]], *, max_token
     return to_langchain(window.messages)
 
 
-def _split_system(window: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
-    """The window's leading system messages joined (text), and the rest."""
-    k = 0
-    while k < len(window) and window[k]["role"] == "system":
-        k += 1
+def _split_system(window: Any) -> tuple[str | None, list[dict[str, Any]]]:
+    """The window's system messages ahead of its conversation joined (text), and the other messages.
+
+    Ahead of the conversation are the sections before ``history`` and ``recent``: the system prompt,
+    the layers' notes and the archive note, which the window may place after a pinned task statement
+    (a user message; :class:`~ctxscore.window.assemble.SystemSection`). Chat models that take one
+    system message first (Anthropic's) need them joined; the user messages among them keep their order.
+    System messages inside the conversation stay where they are.
+    """
+    head = 0
+    for info in window.sections:
+        if info.name in ("history", "recent"):
+            break
+        head += info.messages
+    msgs = window.messages
+    system = [d for d in msgs[:head] if d["role"] == "system"]
     texts = []
-    for d in window[:k]:
+    for d in system:
         c = d["content"]
         texts.append(c if isinstance(c, str) else "\n".join(p.get("text", "") for p in c if isinstance(p, dict)))
-    return ("\n\n".join(texts) if k else None), window[k:]
+    rest = [d for d in msgs[:head] if d["role"] != "system"] + list(msgs[head:])
+    return ("\n\n".join(texts) if system else None), rest
 
 
 class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
@@ -221,8 +233,9 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
     ``create_agent(model, tools, middleware=[ContextMiddleware(budget=8000)])``. The agent's state
     keeps every message; before each model call the state's messages (with the system prompt) are
     synced into the session's :class:`~ctxscore.ContextManager` (only new ones are scored) and the
-    model is called with the window built for the last user message. The window's leading system
-    messages (the system prompt, the archive note) become the request's system message.
+    model is called with the window built for the last user message. The window's system messages
+    ahead of the conversation (the system prompt, the layers' notes, the archive note) become the
+    request's system message.
 
     Args:
         budget: token budget of the window (the model's messages; > 0).
@@ -269,7 +282,7 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
         cm.sync(dicts)
         window = cm.build(query=_last_user_text(dicts))
         self.last_window = window
-        system, rest = _split_system(window.messages)
+        system, rest = _split_system(window)
         return request.override(system_message=SystemMessage(content=system) if system is not None else None,
                                 messages=to_langchain(rest))
 

@@ -66,7 +66,7 @@ def window_map(window: Any, view: Any) -> list[Shown]:
         k += info.messages
         idx: list[int] | None = None
         if info.name == "system":
-            idx = list(range(view.lead))
+            idx = view.system_indices()
         elif info.name in ("history", "recent"):
             lo, hi = (view.lead, view.recent) if info.name == "history" else (view.recent, n)
             idx = [i for i in range(lo, hi) if codes[i] != ARCHIVED]

@@ -62,7 +62,9 @@ class BuildView:
             the stub cap; the older ones are collapsed into one line).
         collapsed: indices of archived entries collapsed into one line.
         paged: entry index -> hit id of the entries paged in for the query.
-        lead: entries before this index are the leading system messages.
+        lead: entries before this index are the system section: the leading system messages, the
+            pinned system and user messages that follow them and the active task's statement
+            (:func:`_system_end`; :meth:`system_indices`, the archived ones among them are stubs).
         recent: entries from this index on belong to the last ``recent_turns`` turns.
         values: the value of every entry in this build, shape (n,), or ``None``.
         overrides: entries shown in a form made for this build (the blocks a query names), index -> form.
@@ -83,6 +85,10 @@ class BuildView:
     recent: int = 0
     values: np.ndarray | None = None
     overrides: dict[int, Form] = field(default_factory=dict)
+
+    def system_indices(self) -> list[int]:
+        """The entries the system section shows: those before :attr:`lead` not archived, in order."""
+        return [i for i in range(self.lead) if self.codes[i] != ARCHIVED]
 
     def note(self, lines: Sequence[str]) -> tuple[dict[str, Any], int]:
         """A system note holding ``lines`` and its tokens."""
@@ -134,13 +140,16 @@ def _render(view: BuildView, indices: Sequence[int]) -> tuple[list[dict[str, Any
 
 
 class SystemSection:
-    """The system messages at the start of the conversation (pinned, verbatim)."""
+    """The system messages at the start of the conversation, the pinned system and user messages that
+    follow them and the active task's statement (after archived earlier tasks), in order and in their
+    current form (:meth:`BuildView.system_indices`). They come before the archive stubs, whose note
+    changes at every compaction, so the prefix a provider's prompt cache reuses holds them."""
 
     name = "system"
     position = SECTION_POSITIONS["system"]
 
     def render(self, view: BuildView) -> tuple[list[dict[str, Any]], int]:
-        return _render(view, range(view.lead))
+        return _render(view, view.system_indices())
 
 
 class StubSection:
@@ -213,10 +222,33 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     lead = 0
     while lead < n and history.entries[lead].msg.role == Role.SYSTEM:
         lead += 1
+    lead = _system_end(history, codes, lead)
     recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))
     return BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
                      paged=dict(plan.shown), lead=lead, recent=recent, values=values, overrides=dict(plan.texts))
+
+
+def _system_end(history: History, codes: np.ndarray, lead: int) -> int:
+    """Where the system section ends: after the leading system messages (``lead``), the pinned system
+    and user messages that follow them, and the active task's first pinned user messages (its
+    statement) when only archived messages come between. They stay ahead of the stub note, which
+    changes at every compaction: what precedes it is the prefix a provider's prompt cache reuses."""
+    entries, n, j = history.entries, len(history), lead
+
+    def pinned(i: int) -> bool:
+        return codes[i] != ARCHIVED and entries[i].pinned and entries[i].msg.role in (Role.SYSTEM, Role.USER)
+
+    while j < n and pinned(j):
+        j += 1
+    end = j
+    while j < n and codes[j] == ARCHIVED and entries[j].task < history.task_no:  # archived earlier tasks
+        j += 1
+    if j > end and j < n and pinned(j) and entries[j].task == history.task_no and entries[j].msg.role == Role.USER:
+        while j < n and pinned(j):
+            j += 1
+        end = j
+    return end
 
 
 def assemble(view: BuildView, sections: Sequence[Section], values: ValueModel, vals: np.ndarray, rel: np.ndarray,

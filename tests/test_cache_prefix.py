@@ -1,0 +1,81 @@
+"""Prompt-cache stability of the window: the pinned task statement stays ahead of the archive note,
+whose text changes at every compaction, so the prefix a provider's prompt cache reuses holds it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctxscore import ContextManager
+
+SYSTEM = "You are a coding agent working in a shell. Run one command per turn."
+TASK = ("<pr_description>\nThe CSV exporter drops the header row when the file is empty. Fix "
+        "export_csv in reports/export.py so an empty table still writes its header.\n"
+        + "".join(f"Steps to reproduce, case {i}: call export_csv(rows=[], columns=['id', 'name', 'total_{i}']) "
+                  f"and open the file; it is empty, where the header id,name,total_{i} was expected.\n" for i in range(12))
+        + "</pr_description>")
+
+
+def steps(k: int, start: int = 0) -> list[dict]:
+    """``k`` agent steps: a command and its long output (as a user observation, mini-SWE style)."""
+    out = []
+    for i in range(start, start + k):
+        out += [{"role": "assistant", "content": f"THOUGHT: look at part {i} of the module.\n\n```bash\nsed -n {i}p reports/export.py\n```"},
+                {"role": "user", "content": "<returncode>0</returncode>\n<output>\n"
+                 + "\n".join(f"line {i}.{r}: value_{r} = compute({r}, {i})" for r in range(30)) + "\n</output>"}]
+    return out
+
+
+def windows(cm: ContextManager, msgs: list[dict], budget: int) -> list:
+    out = []
+    for m in msgs:
+        cm.add(m)
+        out.append(cm.build(budget=budget))
+    return out
+
+
+def test_the_task_statement_comes_before_the_archive_note_on_every_compaction_turn():
+    cm = ContextManager(scorer="rules")
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *steps(12)]
+    wins = windows(cm, msgs, 900)
+    archived = [w for w in wins if any(d.tier == "archived" for d in w.decisions)]
+    assert len(archived) >= 10  # the budget forces compaction nearly every turn
+    for w in archived:
+        assert [m["content"] for m in w.messages[:2]] == [SYSTEM, TASK]
+        assert w.sections[0].name == "system" and w.sections[0].messages == 2
+        assert w.messages[2]["role"] == "system" and w.messages[2]["content"].startswith("[archived")
+    # consecutive windows share the system prompt and the task statement even when the note changed
+    for a, b in zip(archived, archived[1:]):
+        assert a.messages[:2] == b.messages[:2]
+
+
+def test_the_active_tasks_statement_moves_ahead_of_the_archived_earlier_task():
+    cm = ContextManager(scorer="rules")
+    second = TASK.replace("CSV exporter", "JSON exporter").replace("export_csv", "export_json")
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *steps(6),
+            {"role": "user", "content": second}, *steps(8, start=6)]
+    w = windows(cm, msgs, 900)[-1]
+    entries = cm.history.entries
+    k = 2 + 12  # system, first task, 6 steps of two messages
+    assert entries[k].msg.content == second and entries[k].task == entries[-1].task > entries[1].task  # a second task
+    contents = [m["content"] for m in w.messages]
+    assert contents[0] == SYSTEM and second in contents
+    note = next(i for i, c in enumerate(contents) if c.startswith("[archived"))
+    assert contents.index(second) < note  # the statement is in the system section, the note after it
+    assert contents.index(second) < w.sections[0].messages
+
+
+def test_langchain_gets_one_system_message_and_the_task_first():
+    pytest.importorskip("langchain_core")
+    from ctxscore.integrations.langchain import _split_system
+
+    cm = ContextManager(scorer="rules")
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *steps(8)]
+    w = windows(cm, msgs, 900)[-1]
+    assert w.messages[1]["content"] == TASK and w.messages[2]["content"].startswith("[archived")
+    system, rest = _split_system(w)
+    assert system is not None and system.startswith(SYSTEM) and "[archived" in system  # note joined into it
+    assert rest[0] == {"role": "user", "content": TASK}
+    assert all(m["role"] != "system" for m in rest)
+    assert json.dumps(rest[1:]) == json.dumps(w.messages[3:])  # the conversation after the note, unchanged
