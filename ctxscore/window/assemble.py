@@ -8,7 +8,7 @@ order (``../shared/DESIGN.md``) and the built-in positions:
 ===============  ========  ==========================================================
 section          position  content
 ===============  ========  ==========================================================
-system           0         system messages and instructions at the start
+system           0         system messages, pinned instructions, task statement
 constraints      10        hard constraints (a layer)
 goal             20        goal and task state (a layer)
 profile          30        user profile (a layer)
@@ -231,8 +231,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
 
 def _system_end(history: History, codes: np.ndarray, lead: int) -> int:
     """Where the system section ends: after the leading system messages (``lead``), the pinned system
-    and user messages that follow them, and the active task's first pinned user messages (its
-    statement) when only archived messages come between. They stay ahead of the stub note, which
+    and user messages that follow them, and the pinned user messages that open the active task (its
+    statement) when only archived messages of earlier tasks come between. They stay ahead of the stub note, which
     changes at every compaction: what precedes it is the prefix a provider's prompt cache reuses."""
     entries, n, j = history.entries, len(history), lead
 
@@ -241,14 +241,12 @@ def _system_end(history: History, codes: np.ndarray, lead: int) -> int:
 
     while j < n and pinned(j):
         j += 1
-    end = j
-    while j < n and codes[j] == ARCHIVED and entries[j].task < history.task_no:  # archived earlier tasks
-        j += 1
-    if j > end and j < n and pinned(j) and entries[j].task == history.task_no and entries[j].msg.role == Role.USER:
+    start = history.task_starts[-1]  # the active task's first entry
+    if j < start < n and bool(np.all(codes[j:start] == ARCHIVED)) and pinned(start) and entries[start].msg.role == Role.USER:
+        j = start  # everything between is archived earlier tasks: their stubs follow the statement
         while j < n and pinned(j):
             j += 1
-        end = j
-    return end
+    return j
 
 
 def assemble(view: BuildView, sections: Sequence[Section], values: ValueModel, vals: np.ndarray, rel: np.ndarray,
