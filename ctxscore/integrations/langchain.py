@@ -8,10 +8,11 @@ matters instead of the newest messages.
   ``args`` dumped); arguments that are not JSON come back as ``invalid_tool_calls``.
 - :class:`ContextMiddleware` (needs the ``langchain`` package, v1): the agent's state keeps the full
   history; before each model call the middleware syncs it into a :class:`~ctxscore.ContextManager`
-  (one per LangGraph thread) and the model sees the built window (``wrap_model_call``; leading
-  system messages of the window -- the system prompt and the archive note -- become the request's
-  system message).
-- :func:`trim_messages`: one window of a message list, as LangChain messages.
+  (one per LangGraph thread) and the model sees the built window (``wrap_model_call``; the
+  window's system messages ahead of the conversation -- the system prompt, the layers' notes and
+  the archive note -- become the request's one system message).
+- :func:`trim_messages`: one window of a message list, as LangChain messages (one system message
+  first, the same way).
 
 Importing this module without ``langchain-core`` raises :class:`ImportError` with the install hint;
 without ``langchain`` only :class:`ContextMiddleware` does.
@@ -200,7 +201,8 @@ def trim_messages(messages: Sequence[BaseMessage | dict[str, Any]], *, max_token
     with ContextManager(budget=max_tokens, scorer=scorer, encoding=encoding, **manager_kwargs) as cm:
         cm.extend(dicts)
         window = cm.build(query=query if query is not None else _last_user_text(dicts))
-    return to_langchain(window.messages)
+    system, rest = _split_system(window)
+    return ([SystemMessage(content=system)] if system is not None else []) + to_langchain(rest)
 
 
 def _split_system(window: Any) -> tuple[str | None, list[dict[str, Any]]]:
@@ -210,7 +212,9 @@ def _split_system(window: Any) -> tuple[str | None, list[dict[str, Any]]]:
     the layers' notes and the archive note, which the window may place after a pinned task statement
     (a user message; :class:`~ctxscore.window.assemble.SystemSection`). Chat models that take one
     system message first (Anthropic's) need them joined; the user messages among them keep their order.
-    System messages inside the conversation stay where they are.
+    System messages inside the conversation stay where they are. The joined message holds the archive
+    note, which changes at every compaction, so a provider's prompt cache does not reuse the task
+    statement here as it does for the OpenAI-style window.
     """
     head = 0
     for info in window.sections:

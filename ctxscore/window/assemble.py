@@ -169,7 +169,7 @@ class StubSection:
 
 
 class HistorySection:
-    """The conversation after the leading system messages and before the recent turns, in order:
+    """The conversation after the system section and before the recent turns, in order:
     originals, compressed forms and messages paged in for the query (archived ones are stubs)."""
 
     name = "history"
@@ -231,8 +231,10 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
 
 def _system_end(history: History, codes: np.ndarray, lead: int) -> int:
     """Where the system section ends: after the leading system messages (``lead``), the pinned system
-    and user messages that follow them, and the pinned user messages that open the active task (its
-    statement) when only archived messages of earlier tasks come between. They stay ahead of the stub note, which
+    and user messages that follow them, and the pinned messages that open the active task (its system
+    prompt or statement) when only archived messages of earlier tasks come between. Hard constraints
+    and corrections are never archived, so an earlier task that holds one keeps the active task's
+    statement after the note, in conversation order. They stay ahead of the stub note, which
     changes at every compaction: what precedes it is the prefix a provider's prompt cache reuses."""
     entries, n, j = history.entries, len(history), lead
 
@@ -242,7 +244,7 @@ def _system_end(history: History, codes: np.ndarray, lead: int) -> int:
     while j < n and pinned(j):
         j += 1
     start = history.task_starts[-1]  # the active task's first entry
-    if j < start < n and bool(np.all(codes[j:start] == ARCHIVED)) and pinned(start) and entries[start].msg.role == Role.USER:
+    if j < start < n and bool(np.all(codes[j:start] == ARCHIVED)) and pinned(start):
         j = start  # everything between is archived earlier tasks: their stubs follow the statement
         while j < n and pinned(j):
             j += 1
