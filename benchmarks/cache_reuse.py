@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: import the checkout's packages
 
+from ctxscore.messages import last_user_text  # noqa: E402
 from ctxscore.tokens import TokenCounter  # noqa: E402
 from eval.cache import PrefixReuse  # noqa: E402
 from eval.policies import Managed, TrimMessages  # noqa: E402
@@ -42,14 +43,14 @@ def replay(session, name: str, budget: int, with_query: bool, counter: TokenCoun
     """(window tokens, reused prefix tokens) summed over the turns of one replay."""
     pol = make(name, session.session_id, counter)
     reuse = PrefixReuse(counter)
-    query = None
     tokens = cached = 0
+    query = None
     try:
         for m in session.messages:
             pol.add(m)
-            if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip():
-                query = m["content"]  # the proxy's query: the last user message
-            win = pol.build(budget, query if with_query else None)
+            if with_query and m.get("role") == "user":
+                query = last_user_text([m])  # the proxy's query: the last user message's text
+            win = pol.build(budget, query)
             tokens += win.tokens
             cached += min(reuse.update(win.messages), win.tokens)
     finally:

@@ -13,6 +13,7 @@ store's search see the text parts joined by newlines.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -322,3 +323,16 @@ def _message_id(mid: Any, where: str) -> str | None:
         raise InputError(f"{where}: 'id' must not be empty; omit it to get an automatic id")
     _check_text(mid, "id", where)
     return mid
+
+
+def last_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
+    """The text of the last user message of OpenAI-style dicts (text parts joined by newlines), or
+    ``None`` when there is none or it is empty: the query the proxy and the LangChain middleware
+    build the window for."""
+    for m in reversed(messages):
+        if m.get("role") == Role.USER:
+            c = m.get("content")
+            if isinstance(c, list):
+                c = "\n".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
+            return c or None
+    return None

@@ -28,7 +28,7 @@ from typing import Any
 
 from .._optional import require
 from ..errors import InputError
-from ..messages import Role
+from ..messages import Role, last_user_text
 from ..window.manager import ContextManager
 
 require("langchain_core", "langchain", "ctxscore.integrations.langchain")
@@ -168,16 +168,6 @@ def to_langchain(messages: Sequence[dict[str, Any]]) -> list[BaseMessage]:
     return out
 
 
-def _last_user_text(dicts: Sequence[dict[str, Any]]) -> str | None:
-    for d in reversed(dicts):
-        if d.get("role") == "user":
-            c = d.get("content")
-            if isinstance(c, list):
-                c = "\n".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
-            return c or None
-    return None
-
-
 def trim_messages(messages: Sequence[BaseMessage | dict[str, Any]], *, max_tokens: int, query: str | None = None,
                   scorer: Any = "rules", encoding: str = "cl100k_base", **manager_kwargs: Any) -> list[BaseMessage]:
     """The ctxscore window of ``messages`` as LangChain messages (like ``trim_messages(messages,
@@ -200,7 +190,7 @@ def trim_messages(messages: Sequence[BaseMessage | dict[str, Any]], *, max_token
     dicts = to_openai_dicts(messages)
     with ContextManager(budget=max_tokens, scorer=scorer, encoding=encoding, **manager_kwargs) as cm:
         cm.extend(dicts)
-        window = cm.build(query=query if query is not None else _last_user_text(dicts))
+        window = cm.build(query=query if query is not None else last_user_text(dicts))
     system, rest = _split_system(window)
     return ([SystemMessage(content=system)] if system is not None else []) + to_langchain(rest)
 
@@ -284,7 +274,7 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
         head = [request.system_message] if request.system_message is not None else []
         dicts = to_openai_dicts([*head, *request.messages])
         cm.sync(dicts)
-        window = cm.build(query=_last_user_text(dicts))
+        window = cm.build(query=last_user_text(dicts))
         self.last_window = window
         system, rest = _split_system(window)
         return request.override(system_message=SystemMessage(content=system) if system is not None else None,

@@ -66,7 +66,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse  # noq
 
 from ..config import Policy, check_budget  # noqa: E402
 from ..errors import ConfigError, CtxScoreError, InputError, StoreError  # noqa: E402
-from ..messages import Message, Role  # noqa: E402
+from ..messages import Message, last_user_text  # noqa: E402
 from ..tokens import REPLY_PRIMING_TOKENS  # noqa: E402
 from ..window.manager import ContextManager  # noqa: E402
 
@@ -378,16 +378,6 @@ class _Stream(StreamingResponse):
             await self._on_close()
 
 
-def _last_user_text(msgs: list[dict[str, Any]]) -> str | None:
-    for m in reversed(msgs):
-        if m.get("role") == Role.USER:
-            c = m.get("content")
-            if isinstance(c, list):
-                return "\n".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text") or None
-            return c or None
-    return None
-
-
 class Proxy:
     """The proxy's state: the sessions, the upstream client and the settings (see :func:`create_app`)."""
 
@@ -458,7 +448,7 @@ class Proxy:
             received = sum(cm.counter.count_message(Message.from_dict(m)) for m in msgs) + REPLY_PRIMING_TOKENS
         else:
             received = cm.total_tokens
-        query = _last_user_text(msgs)
+        query = last_user_text(msgs)
         if query and self.query_writer is not None:
             query = self.query_writer.expand(query)
         reserve = self.tools_tokens(cm, tools)

@@ -219,24 +219,22 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     arch = np.flatnonzero(codes == ARCHIVED)
     cap = stub_cap(policy, min(budget, stub_budget or budget))
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), cap, side="right")) if len(arch) else 0
-    lead = 0
-    while lead < n and history.entries[lead].msg.role == Role.SYSTEM:
-        lead += 1
-    lead = _system_end(history, codes, lead)
+    lead = _system_end(history, codes)
     recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))
     return BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
                      paged=dict(plan.shown), lead=lead, recent=recent, values=values, overrides=dict(plan.texts))
 
 
-def _system_end(history: History, codes: np.ndarray, lead: int) -> int:
-    """Where the system section ends: after the leading system messages (``lead``), the pinned system
-    and user messages that follow them, and the pinned messages that open the active task (its system
-    prompt or statement) when only archived messages of earlier tasks come between. Hard constraints
-    and corrections are never archived, so an earlier task that holds one keeps the active task's
-    statement after the note, in conversation order. They stay ahead of the stub note, which
-    changes at every compaction: what precedes it is the prefix a provider's prompt cache reuses."""
-    entries, n, j = history.entries, len(history), lead
+def _system_end(history: History, codes: np.ndarray) -> int:
+    """Where the system section ends: after the leading system messages (always pinned, never
+    archived) and the pinned system and user messages that follow them, and after the pinned
+    messages that open the active task (its system prompt or statement) when only archived messages
+    of earlier tasks come between. Hard constraints and corrections are never archived, so an
+    earlier task that holds one keeps the active task's statement after the note, in conversation
+    order. They stay ahead of the stub note, which changes at every compaction: what precedes it is
+    the prefix a provider's prompt cache reuses."""
+    entries, n, j = history.entries, len(history), 0
 
     def pinned(i: int) -> bool:
         return codes[i] != ARCHIVED and entries[i].pinned and entries[i].msg.role in (Role.SYSTEM, Role.USER)
