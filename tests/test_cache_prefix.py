@@ -95,3 +95,86 @@ def test_trim_messages_gives_one_system_message_first():
                         max_tokens=900)
     assert [m.type for m in out[:2]] == ["system", "human"] and all(m.type != "system" for m in out[1:])
     assert out[0].content.startswith(SYSTEM) and "[archived" in out[0].content and out[1].content == TASK
+
+
+def _note(window) -> int | None:
+    """The index of the window's recalled note (the quotes of its page-ins), if any."""
+    from ctxscore.window.pagein import RECALLED_HEADER
+
+    return next((k for k, m in enumerate(window.messages)
+                 if m["role"] == "system" and str(m["content"]).startswith(RECALLED_HEADER)), None)
+
+
+def test_a_page_in_is_quoted_after_the_last_message_and_leaves_the_window_before_it_as_it_was():
+    cm = ContextManager(scorer="rules")
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *steps(14)]
+    quoted = untouched = 0
+    for m in msgs:
+        cm.add(m)
+        plain = cm.build(budget=2500)
+        asked = cm.build(query="what was the value of line 2.17 in part 2?", budget=2500)
+        assert asked.tokens <= 2500
+        if not asked.paged_in:
+            assert asked.messages == plain.messages
+            continue
+        d = {x.id: x for x in asked.decisions}
+        in_place = [i for i in asked.paged_in if "quoted" not in d[i].reason]  # quoting would have shown less
+        k = _note(asked)
+        assert (k is None) == (len(in_place) == len(asked.paged_in))
+        if k is None:
+            continue
+        assert k == len(asked.messages) - 1 and asked.sections[-1].name == "recalled"
+        note = asked.messages[k]["content"]
+        for i in asked.paged_in:
+            original = msgs[cm.history.ids[i]]["content"]
+            assert (f"[#{cm.history.ids[i]} " in note and original in note) != (i in in_place)  # quoted byte-exact
+        if not in_place:
+            rest = iter(plain.messages)  # nothing is rewritten: low-value units may be left out for the build
+            assert all(any(x == y for y in rest) for x in asked.messages[:-1])
+            quoted += 1
+            untouched += asked.messages[:-1] == plain.messages  # the prefix a prompt cache reuses
+    assert quoted >= 10 and untouched >= 5, (quoted, untouched)
+
+
+def test_in_a_tool_loop_under_one_request_the_recalled_note_stays_where_it_was():
+    cm = ContextManager(scorer="rules")
+    cm.extend([{"role": "system", "content": SYSTEM},
+               {"role": "user", "content": "My staging database password is PLUM-4471; keep it for later."},
+               {"role": "assistant", "content": "Noted: the staging password is PLUM-4471."}, *steps(10)])
+    query = "What was the staging database password I gave you?"
+    cm.add({"role": "user", "content": query})
+    first = cm.build(query=query, budget=3000)
+    k = _note(first)
+    assert k == len(first.messages) - 1 and "PLUM-4471" in first.messages[k]["content"]
+    for i in range(3):  # the agent calls a tool and reads its result; the request stays the last user message
+        cm.add({"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"t{i}", "type": "function", "function": {"name": "psql", "arguments": f'{{"step": {i}}}'}}]})
+        cm.add({"role": "tool", "tool_call_id": f"t{i}", "name": "psql", "content": f"connected, step {i} ok"})
+        w = cm.build(query=query, budget=3000)
+        assert _note(w) == k and w.messages[: k + 1] == first.messages  # the prefix holds the note
+        assert [m.get("tool_call_id") for m in w.messages[k + 1:] if m["role"] == "tool"] == [f"t{j}" for j in range(i + 1)]
+    cm.add({"role": "user", "content": "Thanks. Now list the tables."})
+    moved = cm.build(query="Thanks. Now list the tables.", budget=3000)
+    assert _note(moved) in (None, len(moved.messages) - 1)  # a new request: quotes (if any) go last
+
+
+def test_langchain_joins_the_recalled_note_into_the_system_message():
+    pytest.importorskip("langchain_core")
+    from ctxscore.integrations.langchain import _split_system
+
+    cm = ContextManager(scorer="rules")
+    cm.extend([{"role": "system", "content": SYSTEM},
+               {"role": "user", "content": "My staging database password is PLUM-4471; keep it for later."},
+               {"role": "assistant", "content": "Noted: the staging password is PLUM-4471."}, *steps(10)])
+    query = "What was the staging database password I gave you?"
+    cm.add({"role": "user", "content": query})
+    cm.build(query=query, budget=3000)
+    cm.add({"role": "assistant", "content": "Checking.", "tool_calls": [
+        {"id": "t0", "type": "function", "function": {"name": "psql", "arguments": "{}"}}]})
+    cm.add({"role": "tool", "tool_call_id": "t0", "name": "psql", "content": "connected"})
+    w = cm.build(query=query, budget=3000)
+    k = _note(w)
+    assert k is not None and k < len(w.messages) - 1  # kept inside the conversation
+    system, rest = _split_system(w)
+    assert system is not None and system.startswith(SYSTEM) and system.endswith(w.messages[k]["content"])
+    assert all(m["role"] != "system" for m in rest) and rest[-1]["tool_call_id"] == "t0"

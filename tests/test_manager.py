@@ -122,11 +122,18 @@ def test_page_in_brings_back_archived_original():
     flight = json.loads(original["content"])[0]["flight_number"]
     paged = cm.build(query=f"search results with {flight}")
     assert target.id in paged.paged_in
-    assert any(m.get("content") == original["content"] for m in paged.messages)
+    # quoted byte-exact in one note after the last message; the window before it is the plain one
+    note = paged.messages[-1]
+    assert paged.sections[-1].name == "recalled" and note["role"] == "system"
+    assert note["content"].count(f"[#{target.turn} tool search_flights ") == 1 and original["content"] in note["content"]
+    rest = iter(win.messages)  # nothing before the note is rewritten: units may only be left out for the build
+    assert all(any(m == p for p in rest) for m in paged.messages[:-1])
     assert paged.tokens <= paged.budget  # page-in may use the headroom above the high-water mark
     # the call that produced it comes back with it
     call_idx = target.turn - 1
     assert paged.decisions[call_idx].paged_in
+    assert note["content"].index(msgs[call_idx]["tool_calls"][0]["function"]["arguments"]) < note["content"].index(
+        original["content"])
 
 
 def test_pinned_overflow_is_reported_with_figures():

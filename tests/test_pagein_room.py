@@ -31,7 +31,7 @@ def test_a_page_in_plan_counts_archive_stubs_as_the_window_does(monkeypatch):
     assert sum(e.tier == "archived" for e in cm.history.entries) > 250
     win = cm.build(query="which locker code")
     planned = set(plans[-1].shown.values())
-    lockers = [m["content"] for m in win.messages if "Locker" in str(m.get("content"))]
+    lockers = [line for m in win.messages for line in str(m.get("content")).splitlines() if "Locker" in line]
     assert win.tokens <= 300
     assert planned <= set(win.paged_in), (sorted(planned), win.paged_in)  # nothing planned was undone
-    assert len(lockers) >= 6
+    assert len(lockers) >= 4  # each with its question; the note's header takes 26 of the 300 tokens

@@ -23,7 +23,7 @@ def test_sections_are_in_the_documented_order_and_add_up():
     cm.extend(agent_session(10))
     win = cm.build()
     names = [s.name for s in win.sections]
-    assert names == ["system", "archive_stubs", "history", "recent"]
+    assert names == ["system", "archive_stubs", "history", "recent", "recalled"]
     assert sum(s.tokens for s in win.sections) + 3 == win.tokens  # + reply priming
     assert sum(s.messages for s in win.sections) == len(win.messages)
     system = win.sections[0].messages  # the system prompt and the pinned request that follows it
@@ -201,5 +201,7 @@ def test_long_messages_are_split_into_blocks_kept_and_paged_in_separately():
     assert "ERROR in module_7.py" in form.text and "section 0" in form.text and "archived" in form.text
     assert win.decisions[2].tier in ("compressed", "archived") and "section 23:" not in json.dumps(win.messages)
     paged = cm.build(query="what does section 23 say?")
-    shown = next(m["content"] for m in paged.messages if m.get("tool_call_id") == "c1")
+    note = paged.messages[-1]["content"]
+    assert paged.sections[-1].name == "recalled" and "[#2 tool run_tests c1" in note
+    shown = note[note.index("[#2 tool run_tests c1"):]
     assert "section 23:" in shown and len(shown) < len(log) / 2  # only the blocks the query names

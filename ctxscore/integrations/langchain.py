@@ -202,22 +202,29 @@ def _split_system(window: Any) -> tuple[str | None, list[dict[str, Any]]]:
     the layers' notes and the archive note, which the window may place after a pinned task statement
     (a user message; :class:`~ctxscore.window.assemble.SystemSection`). Chat models that take one
     system message first (Anthropic's) need them joined; the user messages among them keep their order.
-    System messages inside the conversation stay where they are. The joined message holds the archive
+    The note of messages paged in for the query (:class:`~ctxscore.window.assemble.RecalledSection`,
+    after the last message or where the window before had it) is joined last. System messages inside the conversation stay where they are. The joined message holds the archive
     note, which changes at every compaction, so a provider's prompt cache does not reuse the task
     statement here as it does for the OpenAI-style window.
     """
+    from ..window.pagein import RECALLED_HEADER  # noqa: PLC0415
+
+    msgs = window.messages
     head = 0
     for info in window.sections:
         if info.name in ("history", "recent"):
             break
         head += info.messages
-    msgs = window.messages
-    system = [d for d in msgs[:head] if d["role"] == "system"]
+
+    def recalled(d: dict[str, Any]) -> bool:  # the note of page-ins, last or where the window before had it
+        return d["role"] == "system" and isinstance(d["content"], str) and d["content"].startswith(RECALLED_HEADER)
+
+    system = [d for d in msgs[:head] if d["role"] == "system"] + [d for d in msgs[head:] if recalled(d)]
     texts = []
     for d in system:
         c = d["content"]
         texts.append(c if isinstance(c, str) else "\n".join(p.get("text", "") for p in c if isinstance(p, dict)))
-    rest = [d for d in msgs[:head] if d["role"] != "system"] + list(msgs[head:])
+    rest = [d for d in msgs[:head] if d["role"] != "system"] + [d for d in msgs[head:] if not recalled(d)]
     return ("\n\n".join(texts) if system else None), rest
 
 

@@ -16,7 +16,14 @@ ledger           40        fact ledger (a layer)
 archive_stubs    50        stubs of archived messages
 history          60        the rest of the conversation in order
 recent           70        the last turns, verbatim
+recalled         80        messages paged back in for the query (one note)
 ===============  ========  ==========================================================
+
+Page-in appends: the messages a query brings back are quoted in one system note after the last
+message, in conversation order, and the sections before it are what the same build without a query
+would show (its archive stubs included). A provider's prompt cache therefore keeps reusing the
+window's prefix from turn to turn when every build has a query (the proxy, the LangChain middleware),
+as it does for builds without one.
 
 A layer adds a section (any object with ``name``, ``position`` and ``render``) through
 ``ContextManager(sections=[...])``; the manager is not touched.
@@ -34,15 +41,17 @@ from ..config import Policy
 from ..messages import Message, Role, Tier
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from .history import ARCHIVED, CODE, TIERS, Form, History
-from .pagein import PageInPlan
+from .pagein import RECALLED_HEADER, PageInPlan, recalled_tag
 from .result import ContextWindow, Decision, SectionInfo, WindowWarning
 from .tiers import Forms, stub_cap
 from .value import ValueModel
 
 SECTION_POSITIONS = {
     "system": 0, "constraints": 10, "goal": 20, "profile": 30, "ledger": 40,
-    "archive_stubs": 50, "history": 60, "recent": 70,
+    "archive_stubs": 50, "history": 60, "recent": 70, "recalled": 80,
 }
+
+
 
 
 @dataclass
@@ -62,12 +71,19 @@ class BuildView:
             the stub cap; the older ones are collapsed into one line).
         collapsed: indices of archived entries collapsed into one line.
         paged: entry index -> hit id of the entries paged in for the query.
+        quoted: the entries of ``paged`` quoted in the recalled note, in order (``codes`` keeps their
+            tier in the conversation); the others are shown in place (``codes`` has their page-in tier).
+        paged_tiers: entries of ``paged`` shown in a compressed tier rather than verbatim, index -> tier.
         lead: entries before this index are the system section: the leading system messages, the
             pinned system and user messages that follow them and the active task's statement
             (:func:`_system_end`; :meth:`system_indices`, the archived ones among them are stubs).
         recent: entries from this index on belong to the last ``recent_turns`` turns.
         values: the value of every entry in this build, shape (n,), or ``None``.
-        overrides: entries shown in a form made for this build (the blocks a query names), index -> form.
+        overrides: entries of ``paged`` shown in a form made for this build (the blocks a query names),
+            index -> form.
+        recalled_at: the recalled note follows this entry, inside the history or recent section,
+            because the window before held the same note there (see :func:`make_view`); ``None``:
+            after the last message.
     """
 
     history: History
@@ -81,10 +97,32 @@ class BuildView:
     shown_stubs: np.ndarray
     collapsed: np.ndarray
     paged: dict[int, str] = field(default_factory=dict)
+    quoted: list[int] = field(default_factory=list)
+    paged_tiers: dict[int, Tier] = field(default_factory=dict)
     lead: int = 0
     recent: int = 0
     values: np.ndarray | None = None
     overrides: dict[int, Form] = field(default_factory=dict)
+    recalled_at: int | None = None
+
+    def recalled_text(self) -> str | None:
+        """The content of the recalled note (:class:`RecalledSection`), or ``None`` when nothing is quoted."""
+        if not self.quoted:
+            return None
+        return "\n".join([RECALLED_HEADER, *(self.recalled_line(i) for i in self.quoted)])
+
+    def recalled_note(self) -> tuple[dict[str, Any], int]:
+        """The recalled note and its tokens (call only when :attr:`quoted` is not empty)."""
+        msg = Message(role="system", content=self.recalled_text() or "")
+        return msg.to_openai(), self.counter.count_message(msg)
+
+    def recalled_anchor(self) -> tuple[str, int] | None:
+        """``(note content, index of the entry it follows)`` of this build's recalled note, for the next
+        build (:func:`make_view`'s ``anchor``), or ``None`` when there is none."""
+        text = self.recalled_text()
+        if text is None:
+            return None
+        return text, self.recalled_at if self.recalled_at is not None else len(self.history) - 1
 
     def system_indices(self) -> list[int]:
         """The entries the system section shows: those before :attr:`lead` not archived, in order."""
@@ -107,8 +145,21 @@ class BuildView:
         tier = TIERS[self.codes[i]]
         if tier == Tier.VERBATIM:
             return e.msg.to_openai(), e.tokens
-        form = self.overrides.get(i) or self.forms.get(e, tier)
+        form = (self.overrides.get(i) if i not in self.quoted else None) or self.forms.get(e, tier)
         return e.msg.to_openai(content=form.text), form.tokens
+
+    def recalled_line(self, i: int) -> str:
+        """The line that quotes paged-in entry ``i``: its tag (:func:`~ctxscore.window.pagein.recalled_tag`,
+        ``[m12 user] ``), then the entry verbatim (content and rendered tool calls, byte-exact), as the
+        blocks the query names or in its compressed tier (:attr:`overrides`, :attr:`paged_tiers`)."""
+        e = self.history.entries[i]
+        if i in self.overrides:
+            text = self.overrides[i].text
+        elif i in self.paged_tiers:
+            text = self.forms.get(e, self.paged_tiers[i]).text
+        else:
+            text = e.msg.text()
+        return recalled_tag(self.history, i) + text
 
 
 @runtime_checkable
@@ -136,6 +187,10 @@ def _render(view: BuildView, indices: Sequence[int]) -> tuple[list[dict[str, Any
         msg, n = view.render_entry(i)
         out.append(msg)
         tokens += n
+        if i == view.recalled_at:
+            msg, n = view.recalled_note()
+            out.append(msg)
+            tokens += n
     return out, tokens
 
 
@@ -180,6 +235,23 @@ class HistorySection:
         return _render(view, live.tolist())
 
 
+class RecalledSection:
+    """The messages paged back in for the query, quoted in one system note after the last message, in
+    conversation order (:meth:`BuildView.recalled_line`). Empty when nothing is quoted, or when the
+    note stays where the window before had it (:attr:`BuildView.recalled_at`). Appending them leaves
+    the window before it as the build without a query shows it, so a provider's prompt cache reuses
+    that prefix."""
+
+    name = "recalled"
+    position = SECTION_POSITIONS["recalled"]
+
+    def render(self, view: BuildView) -> tuple[list[dict[str, Any]], int]:
+        if not view.quoted or view.recalled_at is not None:
+            return [], 0
+        note, n = view.recalled_note()
+        return [note], n
+
+
 class RecentSection:
     """The last ``recent_turns`` turns, in order (verbatim unless recency protection was relaxed)."""
 
@@ -191,7 +263,8 @@ class RecentSection:
         return _render(view, live.tolist())
 
 
-DEFAULT_SECTIONS: tuple[Section, ...] = (SystemSection(), StubSection(), HistorySection(), RecentSection())
+DEFAULT_SECTIONS: tuple[Section, ...] = (SystemSection(), StubSection(), HistorySection(), RecentSection(),
+                                         RecalledSection())
 
 
 def sort_sections(sections: Sequence[Section]) -> list[Section]:
@@ -201,29 +274,45 @@ def sort_sections(sections: Sequence[Section]) -> list[Section]:
 
 def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Policy, budget: int,
               query: str | None, plan: PageInPlan, values: np.ndarray | None = None,
-              stub_budget: int | None = None) -> BuildView:
-    """The :class:`BuildView` of one build: tier codes with the page-in plan applied, and which stubs
+              stub_budget: int | None = None, anchor: tuple[str, int] | None = None) -> BuildView:
+    """The :class:`BuildView` of one build: tier codes with the page-in plan's evictions and condensed
+    pins applied (its page-ins are quoted in the recalled note and keep their codes), and which stubs
     are shown and which collapse. ``stub_budget`` (default ``budget``) sizes the stub lines: the
     session keeps it from the last build that changed tiers, so a budget that grows with the session
-    (a share of the full context) does not rewrite the stub note at every turn."""
+    (a share of the full context) does not rewrite the stub note at every turn. ``anchor`` is the last
+    window's recalled note and the entry it followed (:meth:`BuildView.recalled_anchor`): when this
+    build quotes the same (a tool loop under one user request), the note stays after that entry, so
+    the window up to and including it repeats the last one's prefix."""
     n = len(history)
     codes = history.codes()
     stubs = history.stub.a[:n].copy()
-    for i in plan.evicted:
+    # the stub note and the system section are the ones the build without a query shows (evictions
+    # and condensed pins are for this build only), unless page-ins in place drop their stub lines
+    if plan.stubs_kept:
+        arch = np.flatnonzero(codes == ARCHIVED)
+        lead = _system_end(history, codes)
+    for i in plan.in_place:  # page-ins shown in place of their current form
+        codes[i] = CODE[Tier.COMPRESSED] if i in plan.texts else CODE[plan.forms.get(i, Tier.VERBATIM)]
+    if not plan.stubs_kept:
+        arch = np.flatnonzero(codes == ARCHIVED)
+        lead = _system_end(history, codes)
+    for i in plan.evicted:  # left out for this build, with no stub line
         codes[i] = ARCHIVED
-        stubs[i] = forms.get(history.entries[i], Tier.ARCHIVED).tokens
-    for i in plan.shown:
-        codes[i] = CODE[Tier.COMPRESSED if i in plan.texts else plan.forms.get(i, Tier.VERBATIM)]
     for i, tier in plan.condensed.items():  # pins condensed for this build to make room for the best hit
         codes[i] = CODE[tier]
-    arch = np.flatnonzero(codes == ARCHIVED)
     cap = stub_cap(policy, min(budget, stub_budget or budget))
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), cap, side="right")) if len(arch) else 0
-    lead = _system_end(history, codes)
     recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))
-    return BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
+    view = BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
-                     paged=dict(plan.shown), lead=lead, recent=recent, values=values, overrides=dict(plan.texts))
+                     paged=dict(plan.shown), quoted=[i for i in sorted(plan.shown) if i not in plan.in_place],
+                     paged_tiers=dict(plan.forms), lead=lead, recent=recent, values=values, overrides=dict(plan.texts))
+    at = anchor[1] if anchor is not None else -1
+    if (view.quoted and lead <= at < n and codes[at] != ARCHIVED
+            and history.units[history.entries[at].unit][-1] == at):  # never between a tool call and its result
+        if view.recalled_text() == anchor[0]:  # type: ignore[index]
+            view.recalled_at = at
+    return view
 
 
 def _system_end(history: History, codes: np.ndarray) -> int:
@@ -279,6 +368,7 @@ class _Snapshot:
     def decisions(self, values: ValueModel) -> list[Decision]:
         v = self.view
         shown = set(v.shown_stubs.tolist())
+        quoted = set(v.quoted)
         out = []
         for i in range(len(v.codes)):
             e = v.history.entries[i]
@@ -286,13 +376,14 @@ class _Snapshot:
             if v.codes[i] == ARCHIVED:
                 after = int(v.stubs[i]) if i in shown else 0
             else:
-                after = (v.overrides.get(i) or v.forms.get(e, tier)).tokens
+                after = ((v.overrides.get(i) if i not in v.quoted else None) or v.forms.get(e, tier)).tokens
             paged = i in v.paged
             out.append(Decision(
                 id=e.msg.id or "", turn=i, role=e.msg.role, category=e.category, value=float(self.vals[i]), tier=tier,
                 tokens_before=e.tokens, tokens_after=after, pinned=e.pinned, paged_in=paged,
                 factors=values.explain(e, self.turn_no, int(self.refs[i]), float(self.rel[i])),
-                reason="paged in for the query" if paged else ("pinned" if e.pinned else ""),
+                reason=("paged in for the query" + (" (quoted after the last message)" if i in quoted else "")) if paged else (
+                    "pinned" if e.pinned else ""),
             ))
         return out
 

@@ -1,23 +1,29 @@
-"""Page-in: which archived or compressed messages come back verbatim for the current query.
+"""Page-in: which archived or compressed messages come back, quoted whole, for the current query.
 
 The planner takes the query's search hits (best first), drops those below the relevance floor (no
-query term in them and an embedding similarity under ``page_in_floor``), and shows up to
+query term in them and an embedding similarity under ``page_in_floor``), and quotes up to
 ``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
 answer replies to, the answer a question got) and by the message that gave its date (a session's
-date marker) when they fit. A hit whose value a later user message replaced (its successor,
-:mod:`ctxscore.window.supersede`: "12:00" -> "how about 11:00 instead?") is shown with that
-message, which may make room like a later hit, so the window does not show the old value as if it
-were current; a hit already verbatim in the window whose successor is not brings the successor in
-(within the first ``page_in_k`` units, and after them in the room left). When a hit does not fit within
-``page_in_limit`` of the budget, the lowest-value evictable units (not pinned, not recent) are
-shown as stubs for this build to make room: the best hit may displace anything evictable, later
-hits only units worth less than themselves. A unit that still does not fit is shown as the blocks
-the query names (long messages), or, for the best hit, in its structured form. When even that does
-not fit for the best hit, the pinned instructions and corrections are shown condensed for this build
-(largest first, as :meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins
-exceed the budget: hard constraints, entities and key spans byte-exact; only as far as the hit's
-smallest form needs), and the hit takes the richest of those forms that then fits. Tiers do not
-change: the next build without a query is the same.
+date marker) when they fit. The quotes go into one note after the last message
+(:class:`~ctxscore.window.assemble.RecalledSection`, in conversation order); the messages stay in the
+conversation in their tier, so the window before the note is the one a build without a query shows
+and a provider's prompt cache keeps reusing it. Only the members of a unit that are not verbatim in
+the conversation are quoted. A hit whose value a later user message replaced (its successor,
+:mod:`ctxscore.window.supersede`: "12:00" -> "how about 11:00 instead?") is quoted with that
+message, which may make room like a later hit, and its line names the message that replaced it, so
+the window does not show the old value as if it were current; a hit already verbatim in the window
+whose successor is not brings the successor in (within the first ``page_in_k`` units, and after them
+in the room left). When a hit does not fit within ``page_in_limit`` of the budget, the lowest-value
+evictable units (not pinned, not recent) are left out of the conversation for this build (the stub
+note stays as it was) to make room: the best hit may displace anything evictable, later hits only
+units worth less than themselves. A unit that still does not fit is quoted as the blocks the query
+names (long messages), or, for the best hit, in its structured form (where that is richer than its
+form in the conversation). When even that does not fit for the best hit, the pinned instructions and
+corrections are shown condensed for this build (largest first, as
+:meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
+hard constraints, entities and key spans byte-exact; only as far as the hit's smallest form needs),
+and the hit takes the richest of those forms that then fits. Tiers do not change: the next build
+without a query is the same.
 """
 
 from __future__ import annotations
@@ -30,11 +36,12 @@ from typing import Any
 import numpy as np
 
 from ..config import Policy
-from ..messages import Role, Tier
+from ..messages import Message, Role, Tier
 from ..scoring.ranker import RERANK_POOL
 from ..store.base import Store
 from ..store.retrieval import Hit
-from .history import Form, History
+from ..tokens import TOKENS_PER_MESSAGE
+from .history import CODE, Form, History
 from .tiers import Forms, occupancy
 
 log = logging.getLogger("ctxscore")
@@ -44,6 +51,27 @@ SEARCH_HITS = 40
 RELEVANCE_HITS = 20
 #: Search hits considered per unit that may be paged in.
 CANDIDATES_PER_SLOT = 3
+#: How a plan shows its page-ins, in the order they are tried (:func:`plan_page_in`): quoted in the
+#: recalled note after the last message (the window before it stays as it was); in place of the
+#: entries' current forms with the stub note unchanged; in place, their stub lines dropped (the most
+#: room, but the window changes from the stub note on).
+MODES = ("quote", "in_place_kept", "in_place")
+#: The first line of the note that quotes the page-ins (:class:`~ctxscore.window.assemble.RecalledSection`).
+RECALLED_HEADER = "Earlier messages paged back in (in their original order; a newer message overrides them):"
+
+
+def recalled_tag(history: History, i: int) -> str:
+    """The tag that opens the quote of entry ``i``: its position in the conversation and its role,
+    ``[#12 user] `` (a tool result names its tool and call, ``[#13 tool search_flights call_9] ``; a
+    message that a later user message restates names its position, ``[#12 user, restated in #63] ``,
+    :mod:`~ctxscore.window.supersede`). Positions, not message ids: ids can be long, and the quote
+    should cost about what the message does."""
+    e = history.entries[i]
+    m = e.msg
+    tag = " ".join(x for x in (f"#{i}", m.role, m.name if m.role == Role.TOOL else None, m.tool_call_id) if x)
+    if e.successor is not None:
+        tag += f", restated in #{e.successor}"
+    return f"[{tag}] "
 
 
 @dataclass(frozen=True)
@@ -51,15 +79,18 @@ class PageInPlan:
     """What one build pages in.
 
     Attributes:
-        shown: entry index -> id of the hit it is shown for (a unit's members share it), in the order
-            the hits ranked.
-        evicted: entries shown as stubs for this build to make room.
+        shown: entry index -> id of the hit it is quoted for in the recalled note (a unit's members
+            share it), in the order the hits ranked.
+        evicted: entries left out of the conversation for this build to make room (no stub line).
         unplaced: hits that had no room even after eviction (ids, best first).
-        forms: entries of ``shown`` that are shown in a compressed tier rather than verbatim (the
+        forms: entries of ``shown`` that are quoted in a compressed tier rather than verbatim (the
             best hit's unit did not fit verbatim), entry index -> tier.
-        texts: long entries of ``shown`` shown as the blocks the query names, entry index -> form.
+        texts: long entries of ``shown`` quoted as the blocks the query names, entry index -> form.
         condensed: pinned entries shown condensed for this build to make room for the best hit,
             entry index -> tier (structured or compressed).
+        in_place: entries of ``shown`` shown in the conversation in place of their current form or
+            stub rather than quoted (quoting them would have placed fewer hits).
+        stubs_kept: the stub note keeps the lines of archived entries shown in place.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
@@ -68,6 +99,19 @@ class PageInPlan:
     forms: dict[int, Tier] = field(default_factory=dict)
     texts: dict[int, Form] = field(default_factory=dict)
     condensed: dict[int, Tier] = field(default_factory=dict)
+    in_place: frozenset[int] = frozenset()
+    stubs_kept: bool = True
+
+    def richness(self, i: int) -> int:
+        """How much of shown entry ``i`` this plan shows: 0 verbatim, 1 the blocks the query names,
+        else the code of its tier (:data:`~ctxscore.window.history.CODE`)."""
+        return 1 if i in self.texts else CODE[self.forms.get(i, Tier.VERBATIM)]
+
+    def covers(self, other: PageInPlan) -> bool:
+        """Every entry ``other`` shows is shown at least as richly here, and nothing more is left out
+        (evicted) or condensed."""
+        return (all(i in self.shown and self.richness(i) <= other.richness(i) for i in other.shown)
+                and self.evicted <= other.evicted and self.condensed.keys() <= other.condensed.keys())
 
     def without_last(self) -> PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay)."""
@@ -77,17 +121,18 @@ class PageInPlan:
         drop = order[-1]
         shown = {i: h for i, h in self.shown.items() if h != drop}
         return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown},
-                          {i: f for i, f in self.texts.items() if i in shown}, self.condensed if shown else {})
+                          {i: f for i, f in self.texts.items() if i in shown}, self.condensed if shown else {},
+                          self.in_place & shown.keys(), self.stubs_kept)
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
                  budget: int, reserved: int = 0, terms: Sequence[str] = ()) -> PageInPlan:
     """Plan the page-in of one build (see the module docstring).
 
-    The room is counted as :func:`~ctxscore.window.tiers.occupancy` counts the window: the messages
-    shown plus the archive stubs up to their cap. Paging in an archived message therefore adds its
-    tokens and frees its stub only where the stubs are under the cap (past the cap they are collapsed
-    into one line, which paging one in does not shorten).
+    The room is counted as :func:`~ctxscore.window.tiers.occupancy` counts the window (the messages
+    shown plus the archive stubs up to their cap), plus the recalled note: a quote adds its tokens and
+    its tag's, the first one the note's header too, and frees nothing (the message keeps its form or
+    stub in the conversation); an evicted unit frees its tokens and adds no stub.
 
     Args:
         hits: the query's search hits, best first.
@@ -100,14 +145,21 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         terms: the query's terms (a long message that does not fit is shown as the blocks holding them).
     """
     hits = [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)]
-    return _Planner(history, values, forms, policy, budget, reserved, terms).plan(hits)
+    if not hits:
+        return PageInPlan()
+    best = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place").plan(hits)
+    for mode in ("quote", "in_place_kept"):  # the first that shows everything the roomiest one does
+        plan = _Planner(history, values, forms, policy, budget, reserved, terms, mode).plan(hits)
+        if plan.covers(best):
+            return plan
+    return best
 
 
 class _Planner:
     """The state of one page-in plan (see :func:`plan_page_in`)."""
 
     def __init__(self, history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
-                 reserved: int, terms: Sequence[str]) -> None:
+                 reserved: int, terms: Sequence[str], mode: str) -> None:
         self.h, self.values, self.forms, self.policy, self.terms = history, values, forms, policy, terms
         self.budget, self.reserved = budget, reserved
         self.limit = policy.page_in_limit * budget
@@ -116,6 +168,10 @@ class _Planner:
         self.msg, self.stub = history.msg_tokens, history.stub_tokens
         self.state: dict[int, tuple[bool, int]] = {}
         self.shown: dict[int, str] = {}
+        self.quoted = 0  # entries counted in the recalled note
+        self.mode = mode
+        self._header: int | None = None
+        self._extra: dict[int, int] = {}
         self.tiers: dict[int, Tier] = {}
         self.texts: dict[int, Form] = {}
         self.unplaced: list[str] = []
@@ -139,16 +195,38 @@ class _Planner:
         return self.state.get(i, (e.tier == Tier.ARCHIVED, e.cur_tokens))
 
     def _moved(self, targets: dict[int, int]) -> tuple[int, int]:
-        """``(message tokens, stub tokens)`` after showing each entry of ``targets`` at its tokens."""
+        """``(message tokens, stub tokens)`` after showing each entry of ``targets`` at its tokens, as
+        the plan's mode shows them (:data:`MODES`): quoted (the entry keeps its form or stub in the
+        conversation; the note grows by its line and, with the first quote, by its header), or in place
+        of its current form (``in_place`` frees its stub too, ``in_place_kept`` keeps the stub line)."""
+        if self.mode == "quote":
+            msg = self.msg + sum(t + self.quote_extra(i) for i, t in targets.items())
+            return msg + (self.header_tokens if targets and not self.quoted else 0), self.stub
         msg, stub = self.msg, self.stub
         for i, t in targets.items():
             was_stub, cur = self._now(i)
-            if was_stub:
-                stub -= cur
-            else:
+            if not was_stub:
                 msg -= cur
+            elif self.mode == "in_place":
+                stub -= cur
             msg += t
         return msg, stub
+
+    @property
+    def header_tokens(self) -> int:
+        """Tokens of the recalled note's header line and chat overhead."""
+        if self._header is None:
+            self._header = self.forms.counter.count_message(Message(role="system", content=RECALLED_HEADER))
+        return self._header
+
+    def quote_extra(self, i: int) -> int:
+        """Tokens a quote of entry ``i`` costs beyond the entry's own tokens: its tag and line break,
+        less the chat overhead a message has and a quote does not."""
+        got = self._extra.get(i)
+        if got is None:
+            e, count = self.h.entries[i], self.forms.counter.count
+            got = self._extra[i] = count(recalled_tag(self.h, i)) + 1 - TOKENS_PER_MESSAGE - count(e.msg.role)
+        return got
 
     def delta(self, targets: dict[int, int]) -> int:
         """Tokens the window grows by when each entry of ``targets`` is shown at its tokens."""
@@ -158,8 +236,11 @@ class _Planner:
     def show(self, targets: dict[int, int]) -> None:
         """Count each entry of ``targets`` as shown at its tokens."""
         self.msg, self.stub = self._moved(targets)
-        for i, t in targets.items():
-            self.state[i] = (False, t)
+        if self.mode == "quote":
+            self.quoted += len(targets)
+        else:
+            for i, t in targets.items():
+                self.state[i] = (False, t)
 
     def verbatim(self, members: list[int]) -> dict[int, int]:
         """The tokens of ``members`` shown verbatim."""
@@ -187,13 +268,15 @@ class _Planner:
             if entries[ids[hid]].tier == Tier.VERBATIM and entries[hit].unit not in self.done and hit not in self.shown:
                 self.companion(hid, entries[hit].unit, hit)
         return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
-                          unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed)
+                          unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed,
+                          in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
+                          stubs_kept=self.mode != "in_place")
 
     def place(self, hid: str, hit: int) -> None:
         """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit), then its neighbours."""
         u = self.h.entries[hit].unit
-        members = self.h.units[u]
-        if all(i in self.shown for i in members):
+        members = self.quotable(self.h.units[u])
+        if not members or all(i in self.shown for i in members):
             return  # shown already with an earlier hit (what replaced it, its question): no second slot
         targets = self.verbatim(members)
         tiers: dict[int, Tier] = {}
@@ -208,14 +291,14 @@ class _Planner:
                 saved = self.condense_pins(smallest)
                 if saved:
                     targets, texts, tiers = self.fitted(members, hit)
-            if self.occ + self.delta(targets) > self.limit:
+            if not targets or self.occ + self.delta(targets) > self.limit:
                 self.unplaced.append(hid)
                 if saved:  # condensing the pins did not make room for it: show them as they were
                     for i in self.condensed:
                         self.msg += self.h.entries[i].cur_tokens - self.state.pop(i)[1]
                     self.condensed.clear()
                 return
-        for i in members:
+        for i in targets:
             self.shown[i] = hid
         self.tiers.update(tiers)
         self.texts.update(texts)
@@ -234,13 +317,19 @@ class _Planner:
     def companion(self, hid: str, nb: int, hit: int, room: bool = False) -> None:
         """Show unit ``nb`` verbatim with the hit ``hid`` when it fits (``room``: making room for it
         like for a later hit, units worth less than the hit ``hit``)."""
-        targets = self.verbatim([i for i in self.h.units[nb] if i not in self.shown])
+        targets = self.verbatim([i for i in self.quotable(self.h.units[nb]) if i not in self.shown])
+        if not targets:
+            return
         if room and self.occ + self.delta(targets) > self.limit:
             self.make_room(nb, targets, hit)
         if self.occ + self.delta(targets) <= self.limit:
-            for i in self.h.units[nb]:
+            for i in targets:
                 self.shown.setdefault(i, hid)
             self.show(targets)
+
+    def quotable(self, members: list[int]) -> list[int]:
+        """The members of a unit that a quote shows more of: those not verbatim in the conversation."""
+        return [i for i in members if self.h.entries[i].tier != Tier.VERBATIM]
 
     def fitted(self, members: list[int], hit: int) -> tuple[dict[int, int], dict[int, Form], dict[int, Tier]]:
         """The richest form of a unit that fits in the room left: verbatim, the blocks the query
@@ -264,7 +353,7 @@ class _Planner:
         targets: dict[int, int] = {}
         for i in members:
             e = entries[i]
-            f = (self.forms.query_form(e, list(self.terms), int(room) - self.delta(targets))
+            f = (self.forms.query_form(e, list(self.terms), int(room) - self.delta({**targets, i: 0} if self.mode == "quote" else targets))
                  if e.tokens > room / 2 else None)
             if f is not None and f.tokens < e.tokens:
                 texts[i] = f
@@ -275,13 +364,17 @@ class _Planner:
 
     def structured(self, members: list[int], hit: int) -> tuple[dict[int, int], dict[int, Tier]]:
         """The cheapest way to show a unit that does not fit verbatim: the hit verbatim and the other
-        members structured, else every member structured; ``(tokens of each member, tiers)`` of the
-        first that fits, else the verbatim figures."""
+        members structured, else every member structured (a member whose structured form is no richer
+        than its form in the conversation is not quoted); ``(tokens of each quoted member, tiers)`` of
+        the first that fits, else the verbatim figures."""
         entries = self.h.entries
         for keep in (hit, None):
             tiers = {i: self.forms.reached(entries[i], Tier.STRUCTURED) for i in members if i != keep}
+            tiers = {i: t for i, t in tiers.items() if CODE[t] < CODE[entries[i].tier]}
             targets = {i: self.forms.get(entries[i], tiers[i]).tokens if i in tiers else entries[i].tokens
-                       for i in members}
+                       for i in members if i in tiers or i == keep}
+            if not targets:
+                continue
             if self.occ + self.delta(targets) <= self.limit:
                 return targets, {i: t for i, t in tiers.items() if t != Tier.VERBATIM}
         return self.verbatim(members), {}
@@ -329,13 +422,11 @@ class _Planner:
                 break
             if self.done and self.unit_value(m) >= self.values[hit]:
                 break
-            for i in m:
+            for i in m:  # left out for this build: the stub note stays as it was
                 was_stub, cur = self._now(i)
                 if not was_stub:
-                    stub = self.forms.get(entries[i], Tier.ARCHIVED).tokens
                     self.msg -= cur
-                    self.stub += stub
-                    self.state[i] = (True, stub)
+                    self.state[i] = (True, 0)
             self.evicted.update(m)
 
 

@@ -62,6 +62,7 @@ class SessionState:
         self.stuck: tuple[int, int] | None = None  # (messages, budget) at which compaction could do no more
         self.unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
         self.stub_budget: int | None = None  # the budget of the last build that changed tiers (sizes the stub note)
+        self.recalled: tuple[str, int] | None = None  # the last window's recalled note and the entry it follows
         ctx = LayerContext(self.session_id, self.store, self.counter, self.rules, self.policy, self.history,
                            self.scorer)
         for layer in self.layers:
@@ -219,8 +220,9 @@ class SessionState:
     def _assemble(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
                   warns: list[WindowWarning]) -> ContextWindow:
         view = self.view = make_view(self.history, self.forms, self.counter, self.policy, B, query, plan, vals,
-                                     self.stub_budget)
+                                     self.stub_budget, self.recalled)
         window = assemble(view, self.sections, self.values, vals, rel, warns)
+        self.recalled = view.recalled_anchor()
         for hook in self.hooks:
             hook(window, view)
         return window
