@@ -161,22 +161,26 @@ def key_blocks(text: str, blocks: Sequence[Block], share: float = 0.3, spans: Se
     return keep
 
 
-def query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str], limit_chars: int) -> set[int]:
+def query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str], limit_chars: int,
+                 ranked: Sequence[int] | None = None) -> set[int]:
     """The blocks a page-in shows for a query: the first block and the blocks holding the most query
-    terms (case-insensitive), within ``limit_chars`` characters."""
+    terms (case-insensitive), within ``limit_chars`` characters. ``ranked`` is
+    :func:`rank_query_blocks` of the same arguments, when the caller keeps it."""
     keep = {0} if blocks else set()
     used = blocks[0].end - blocks[0].start if blocks else 0
-    low = text.lower()
-    terms = [t.lower() for t in terms if t]
-
-    def hits(i: int) -> int:
-        seg = low[blocks[i].start:blocks[i].end]
-        return sum(seg.count(t) for t in terms)
-
-    for i in sorted(range(1, len(blocks)), key=lambda i: (-hits(i), i)):
+    for i in rank_query_blocks(text, blocks, terms) if ranked is None else ranked:
         size = blocks[i].end - blocks[i].start
-        if not hits(i) or used + size > limit_chars:
+        if used + size > limit_chars:
             continue
         keep.add(i)
         used += size
     return keep
+
+
+def rank_query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str]) -> list[int]:
+    """The blocks after the first that hold a query term, the most term occurrences first (ties in
+    order)."""
+    low = text.lower()
+    terms = [t.lower() for t in terms if t]
+    hits = {i: sum(low.count(t, blocks[i].start, blocks[i].end) for t in terms) for i in range(1, len(blocks))}
+    return sorted((i for i, h in hits.items() if h), key=lambda i: (-hits[i], i))

@@ -147,19 +147,32 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     hits = [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)]
     if not hits:
         return PageInPlan()
-    best = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place").plan(hits)
+    first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place")
+    best = first.plan(hits)
+    if not best.shown:
+        return best
     for mode in ("quote", "in_place_kept"):  # the first that shows everything the roomiest one does
-        plan = _Planner(history, values, forms, policy, budget, reserved, terms, mode).plan(hits)
+        plan = _Planner(history, values, forms, policy, budget, reserved, terms, mode, first._evictable).plan(hits)
         if plan.covers(best):
             return plan
     return best
+
+
+def _evictable(history: History, values: np.ndarray, policy: Policy) -> list[tuple[int, list[int]]]:
+    """The units a page-in may leave out to make room, ``(unit, members)`` lowest value first: outside
+    the recent turns, nothing pinned, no hard constraint, not archived already."""
+    entries = history.entries
+    units = [(u, m) for u, m in history.eligible_units(policy.recent_turns).items()
+             if history.archivable(m) and any(entries[i].tier != Tier.ARCHIVED for i in m)]
+    return sorted(units, key=lambda um: float(max(values[i] for i in um[1])))
 
 
 class _Planner:
     """The state of one page-in plan (see :func:`plan_page_in`)."""
 
     def __init__(self, history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
-                 reserved: int, terms: Sequence[str], mode: str) -> None:
+                 reserved: int, terms: Sequence[str], mode: str,
+                 evictable: list[tuple[int, list[int]]] | None = None) -> None:
         self.h, self.values, self.forms, self.policy, self.terms = history, values, forms, policy, terms
         self.budget, self.reserved = budget, reserved
         self.limit = policy.page_in_limit * budget
@@ -179,7 +192,7 @@ class _Planner:
         self.done: set[int] = set()
         self.keep: set[int] = set()  # units never evicted: what replaced a hit (see plan)
         self.condensed: dict[int, Tier] = {}  # pinned entries condensed for the best hit (see condense_pins)
-        self._evictable: dict[int, list[int]] | None = None  # computed once, when room is first needed
+        self._evictable = evictable  # (unit, members) that may make room, lowest value first; computed when first needed
 
     def unit_value(self, members: list[int]) -> float:
         return float(max(self.values[i] for i in members))
@@ -403,23 +416,17 @@ class _Planner:
         return saved
 
     def make_room(self, u: int, targets: dict[int, int], hit: int) -> None:
-        """Show the lowest-value evictable units as stubs until ``targets`` (entry -> tokens shown)
-        fit: the best hit may displace anything evictable, later hits only units worth less than
-        themselves."""
-        entries = self.h.entries
+        """Leave the lowest-value evictable units out of this build until ``targets`` (entry -> tokens
+        shown) fit: the best hit may displace anything evictable, later hits only units worth less
+        than themselves."""
         if self._evictable is None:
-            self._evictable = self.h.eligible_units(self.policy.recent_turns)
-        room = sorted(
-            (m for uu, m in self._evictable.items()
-             if uu != u and uu not in self.done and uu not in self.keep and not self.evicted.intersection(m)
-             and self.h.archivable(m)
-             and not any(i in self.shown for i in m)
-             and any(entries[i].tier != Tier.ARCHIVED for i in m)),
-            key=self.unit_value,
-        )
-        for m in room:
+            self._evictable = _evictable(self.h, self.values, self.policy)
+        for uu, m in self._evictable:
             if self.occ + self.delta(targets) <= self.limit:
                 break
+            if (uu == u or uu in self.done or uu in self.keep or not self.evicted.isdisjoint(m)
+                    or any(i in self.shown for i in m)):
+                continue
             if self.done and self.unit_value(m) >= self.values[hit]:
                 break
             for i in m:  # left out for this build: the stub note stays as it was

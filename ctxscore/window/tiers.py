@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from ..compress.base import Compressor, compress_verified
-from ..compress.blocks import BLOCK_MIN_CHARS, Block, blocked_form, key_blocks, query_blocks, split_blocks
+from ..compress.blocks import (
+    BLOCK_MIN_CHARS,
+    Block,
+    blocked_form,
+    key_blocks,
+    query_blocks,
+    rank_query_blocks,
+    split_blocks,
+)
 from ..compress.extractive import archive_stub
 from ..compress.verify import key_spans
 from ..config import Policy
@@ -81,6 +89,8 @@ class Forms:
         self.config = config
         self.max_compress_chars = max_compress_chars
         self.extractor = extractor
+        # the query forms of the last query's terms: (entry id, limit) -> form, entry id -> ranked blocks
+        self._query: tuple[tuple[str, ...], dict[tuple[str, int], Form | None], dict[str, list[int]]] = ((), {}, {})
 
     def key_spans(self, e: Entry) -> list[str]:
         """The spans every compressed form of ``e`` keeps: its entities, the extractor's key spans and
@@ -148,18 +158,31 @@ class Forms:
         content = e.msg.content
         if len(content) <= BLOCK_MIN_CHARS or e.msg.has_media or not terms:
             return None
+        key = tuple(terms)
+        if self._query[0] != key or len(self._query[1]) > 4096:  # a new query: forget the last one's forms
+            self._query = (key, {}, {})
+        forms, ranks = self._query[1], self._query[2]
+        key_id = e.msg.id or str(id(e))
+        if (key_id, limit_tokens) in forms:
+            return forms[key_id, limit_tokens]
         blocks = self.blocks(e)
+        ranked = ranks.get(key_id)
+        if ranked is None:
+            ranked = ranks[key_id] = rank_query_blocks(content, blocks, terms)
+        got = None
         chars = max(0, limit_tokens) * 3.0  # a first guess of characters per token, corrected below
         for _ in range(3):
-            keep = query_blocks(content, blocks, terms, limit_chars=int(chars))
+            keep = query_blocks(content, blocks, terms, limit_chars=int(chars), ranked=ranked)
             if len(keep) <= 1:
-                return None
+                break
             text = blocked_form(content, blocks, keep, e.msg.id or "")
             form = Form(text, self.counter.count_message(e.msg, content=text), Tier.COMPRESSED)
             if form.tokens <= limit_tokens:
-                return form
+                got = form
+                break
             chars *= 0.9 * limit_tokens / form.tokens
-        return None
+        forms[key_id, limit_tokens] = got
+        return got
 
     def reached(self, e: Entry, tier: Tier) -> Tier:
         """The tier ``e`` actually reaches when asked for ``tier``; marks it ``no_compress`` when
