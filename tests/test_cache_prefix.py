@@ -105,7 +105,7 @@ def _note(window) -> int | None:
                  if m["role"] == "system" and str(m["content"]).startswith(RECALLED_HEADER)), None)
 
 
-def test_a_page_in_is_quoted_after_the_last_message_and_leaves_the_window_before_it_as_it_was():
+def test_a_page_in_is_quoted_before_the_last_message_and_leaves_the_window_around_it_as_it_was():
     cm = ContextManager(scorer="rules")
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *steps(14)]
     quoted = untouched = 0
@@ -123,16 +123,16 @@ def test_a_page_in_is_quoted_after_the_last_message_and_leaves_the_window_before
         assert (k is None) == (len(in_place) == len(asked.paged_in))
         if k is None:
             continue
-        assert k == len(asked.messages) - 1 and asked.sections[-1].name == "recalled"
-        note = asked.messages[k]["content"]
+        assert k == len(asked.messages) - 2  # before the last message (an observation, a unit of its own)
+        note = asked.messages.pop(k)["content"]
         for i in asked.paged_in:
             original = msgs[cm.history.ids[i]]["content"]
             assert (f"[#{cm.history.ids[i]} " in note and original in note) != (i in in_place)  # quoted byte-exact
         if not in_place:
             rest = iter(plain.messages)  # nothing is rewritten: low-value units may be left out for the build
-            assert all(any(x == y for y in rest) for x in asked.messages[:-1])
+            assert all(any(x == y for y in rest) for x in asked.messages)
             quoted += 1
-            untouched += asked.messages[:-1] == plain.messages  # the prefix a prompt cache reuses
+            untouched += asked.messages == plain.messages  # the prefix a prompt cache reuses
     assert quoted >= 10 and untouched >= 5, (quoted, untouched)
 
 
@@ -145,17 +145,17 @@ def test_in_a_tool_loop_under_one_request_the_recalled_note_stays_where_it_was()
     cm.add({"role": "user", "content": query})
     first = cm.build(query=query, budget=3000)
     k = _note(first)
-    assert k == len(first.messages) - 1 and "PLUM-4471" in first.messages[k]["content"]
+    assert k == len(first.messages) - 2 and "PLUM-4471" in first.messages[k]["content"]  # before the request
     for i in range(3):  # the agent calls a tool and reads its result; the request stays the last user message
         cm.add({"role": "assistant", "content": "", "tool_calls": [
             {"id": f"t{i}", "type": "function", "function": {"name": "psql", "arguments": f'{{"step": {i}}}'}}]})
         cm.add({"role": "tool", "tool_call_id": f"t{i}", "name": "psql", "content": f"connected, step {i} ok"})
         w = cm.build(query=query, budget=3000)
-        assert _note(w) == k and w.messages[: k + 1] == first.messages  # the prefix holds the note
+        assert _note(w) == k and w.messages[: len(first.messages)] == first.messages  # the prefix holds the note
         assert [m.get("tool_call_id") for m in w.messages[k + 1:] if m["role"] == "tool"] == [f"t{j}" for j in range(i + 1)]
     cm.add({"role": "user", "content": "Thanks. Now list the tables."})
     moved = cm.build(query="Thanks. Now list the tables.", budget=3000)
-    assert _note(moved) in (None, len(moved.messages) - 1)  # a new request: quotes (if any) go last
+    assert _note(moved) in (None, len(moved.messages) - 2)  # a new request: quotes (if any) go before it
 
 
 def test_langchain_joins_the_recalled_note_into_the_system_message():

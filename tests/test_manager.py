@@ -122,12 +122,15 @@ def test_page_in_brings_back_archived_original():
     flight = json.loads(original["content"])[0]["flight_number"]
     paged = cm.build(query=f"search results with {flight}")
     assert target.id in paged.paged_in
-    # quoted byte-exact in one note after the last message; the window before it is the plain one
-    note = paged.messages[-1]
-    assert paged.sections[-1].name == "recalled" and note["role"] == "system"
+    # quoted byte-exact in one note before the last message; the window around it is the plain one
+    from ctxscore.window.pagein import RECALLED_HEADER
+
+    k = next(i for i, m in enumerate(paged.messages) if str(m.get("content")).startswith(RECALLED_HEADER))
+    note = paged.messages.pop(k)
+    assert note["role"] == "system" and paged.messages[k:] == win.messages[-1:] == [msgs[-1]]
     assert note["content"].count(f"[#{target.turn} tool search_flights ") == 1 and original["content"] in note["content"]
     rest = iter(win.messages)  # nothing before the note is rewritten: units may only be left out for the build
-    assert all(any(m == p for p in rest) for m in paged.messages[:-1])
+    assert all(any(m == p for p in rest) for m in paged.messages)
     assert paged.tokens <= paged.budget  # page-in may use the headroom above the high-water mark
     # the call that produced it comes back with it
     call_idx = target.turn - 1

@@ -201,7 +201,7 @@ def test_long_messages_are_split_into_blocks_kept_and_paged_in_separately():
     assert "ERROR in module_7.py" in form.text and "section 0" in form.text and "archived" in form.text
     assert win.decisions[2].tier in ("compressed", "archived") and "section 23:" not in json.dumps(win.messages)
     paged = cm.build(query="what does section 23 say?")
-    note = paged.messages[-1]["content"]
-    assert paged.sections[-1].name == "recalled" and "[#2 tool run_tests c1" in note
+    note = paged.messages[-2]["content"]  # the recalled note, before the last message
+    assert note.startswith("Earlier messages paged back in") and "[#2 tool run_tests c1" in note
     shown = note[note.index("[#2 tool run_tests c1"):]
     assert "section 23:" in shown and len(shown) < len(log) / 2  # only the blocks the query names

@@ -70,8 +70,8 @@ def window_map(window: Any, view: Any) -> list[Shown]:
         elif info.name in ("history", "recent"):
             lo, hi = (view.lead, view.recent) if info.name == "history" else (view.recent, n)
             live = [i for i in range(lo, hi) if codes[i] != ARCHIVED]
-            at = getattr(view, "recalled_at", None)  # the recalled note kept after this entry
-            idx = [x for i in live for x in ((i, None) if i == at else (i,))]
+            at = getattr(view, "recalled_at", None)  # the recalled note comes before this entry
+            idx = [x for i in live for x in ((None, i) if i == at else (i,))]
         if idx is not None and len(idx) != len(msgs):
             idx = None
         out += [Shown(idx[j] if idx is not None else None, info.name, _text(m)) for j, m in enumerate(msgs)]

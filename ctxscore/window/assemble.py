@@ -81,9 +81,10 @@ class BuildView:
         values: the value of every entry in this build, shape (n,), or ``None``.
         overrides: entries of ``paged`` shown in a form made for this build (the blocks a query names),
             index -> form.
-        recalled_at: the recalled note follows this entry, inside the history or recent section,
-            because the window before held the same note there (see :func:`make_view`); ``None``:
-            after the last message.
+        recalled_at: the recalled note comes right before this entry (the first of its unit, in the
+            history or recent section): the last unit (the latest request, or the latest tool call
+            and its results), or where the window before had the same note (:func:`make_view`);
+            ``None``: after the last message (:class:`RecalledSection`).
     """
 
     history: History
@@ -117,12 +118,12 @@ class BuildView:
         return msg.to_openai(), self.counter.count_message(msg)
 
     def recalled_anchor(self) -> tuple[str, int] | None:
-        """``(note content, index of the entry it follows)`` of this build's recalled note, for the next
-        build (:func:`make_view`'s ``anchor``), or ``None`` when there is none."""
+        """``(note content, index of the entry it precedes)`` of this build's recalled note, for the
+        next build (:func:`make_view`'s ``anchor``), or ``None`` when there is none or it is last."""
         text = self.recalled_text()
-        if text is None:
+        if text is None or self.recalled_at is None:
             return None
-        return text, self.recalled_at if self.recalled_at is not None else len(self.history) - 1
+        return text, self.recalled_at
 
     def system_indices(self) -> list[int]:
         """The entries the system section shows: those before :attr:`lead` not archived, in order."""
@@ -184,13 +185,13 @@ def _render(view: BuildView, indices: Sequence[int]) -> tuple[list[dict[str, Any
     out: list[dict[str, Any]] = []
     tokens = 0
     for i in indices:
-        msg, n = view.render_entry(i)
-        out.append(msg)
-        tokens += n
         if i == view.recalled_at:
             msg, n = view.recalled_note()
             out.append(msg)
             tokens += n
+        msg, n = view.render_entry(i)
+        out.append(msg)
+        tokens += n
     return out, tokens
 
 
@@ -236,11 +237,12 @@ class HistorySection:
 
 
 class RecalledSection:
-    """The messages paged back in for the query, quoted in one system note after the last message, in
-    conversation order (:meth:`BuildView.recalled_line`). Empty when nothing is quoted, or when the
-    note stays where the window before had it (:attr:`BuildView.recalled_at`). Appending them leaves
-    the window before it as the build without a query shows it, so a provider's prompt cache reuses
-    that prefix."""
+    """The messages paged back in for the query, quoted in one system note (:meth:`BuildView.recalled_line`,
+    in conversation order). The note goes right before the last unit (the latest request, or the latest
+    tool call and its results), so the window ends as the conversation does, or stays where the window
+    before had it; this section renders it after the last message only when neither can be shown
+    (:attr:`BuildView.recalled_at` is ``None``). The window before the note is what the same build
+    without a query shows, so a provider's prompt cache reuses that prefix."""
 
     name = "recalled"
     position = SECTION_POSITIONS["recalled"]
@@ -280,9 +282,10 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     are shown and which collapse. ``stub_budget`` (default ``budget``) sizes the stub lines: the
     session keeps it from the last build that changed tiers, so a budget that grows with the session
     (a share of the full context) does not rewrite the stub note at every turn. ``anchor`` is the last
-    window's recalled note and the entry it followed (:meth:`BuildView.recalled_anchor`): when this
-    build quotes the same (a tool loop under one user request), the note stays after that entry, so
-    the window up to and including it repeats the last one's prefix."""
+    window's recalled note and the entry it preceded (:meth:`BuildView.recalled_anchor`): when this
+    build quotes the same (a tool loop under one user request), the note stays before that entry, so
+    the window up to and including it repeats the last one's prefix; else it goes before the last
+    unit."""
     n = len(history)
     codes = history.codes()
     stubs = history.stub.a[:n].copy()
@@ -307,11 +310,13 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
                      paged=dict(plan.shown), quoted=[i for i in sorted(plan.shown) if i not in plan.in_place],
                      paged_tiers=dict(plan.forms), lead=lead, recent=recent, values=values, overrides=dict(plan.texts))
-    at = anchor[1] if anchor is not None else -1
-    if (view.quoted and lead <= at < n and codes[at] != ARCHIVED
-            and history.units[history.entries[at].unit][-1] == at):  # never between a tool call and its result
-        if view.recalled_text() == anchor[0]:  # type: ignore[index]
-            view.recalled_at = at
+    if view.quoted:
+        last = history.entries[n - 1].unit  # the first entry of the last unit
+        for at in ((anchor[1],) if anchor is not None and view.recalled_text() == anchor[0] else ()) + (last,):
+            # a unit's first entry (never between a tool call and its result), shown, after the system section
+            if lead <= at < n and history.entries[at].unit == at and codes[at] != ARCHIVED:
+                view.recalled_at = at
+                break
     return view
 
 

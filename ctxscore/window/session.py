@@ -62,7 +62,7 @@ class SessionState:
         self.stuck: tuple[int, int] | None = None  # (messages, budget) at which compaction could do no more
         self.unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
         self.stub_budget: int | None = None  # the budget of the last build that changed tiers (sizes the stub note)
-        self.recalled: tuple[str, int] | None = None  # the last window's recalled note and the entry it follows
+        self.recalled: tuple[str, int] | None = None  # the last window's recalled note and the entry it precedes
         ctx = LayerContext(self.session_id, self.store, self.counter, self.rules, self.policy, self.history,
                            self.scorer)
         for layer in self.layers:
