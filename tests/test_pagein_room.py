@@ -35,3 +35,20 @@ def test_a_page_in_plan_counts_archive_stubs_as_the_window_does(monkeypatch):
     assert win.tokens <= 300
     assert planned <= set(win.paged_in), (sorted(planned), win.paged_in)  # nothing planned was undone
     assert len(lockers) >= 4  # each with its question; the note's header takes 26 of the 300 tokens
+
+
+def test_the_relevance_floor_admits_what_the_ranker_is_sure_of():
+    from ctxscore.store.retrieval import Hit
+    from ctxscore.window.pagein import above_floor
+
+    pol = Policy()
+    hits = [
+        Hit("lexical", 1, 0.9, "", frozenset({"keyword"}), similarity=0.05),
+        Hit("similar", 2, 0.8, "", frozenset({"vector"}), similarity=pol.page_in_floor),
+        # "为您推荐团城演武厅。" for "用户最终选定的景点叫什么名字？": no query term, cosine 0.12, ranker 0.91
+        Hit("ranked", 3, 0.7, "", frozenset({"vector"}), similarity=0.12, learned=0.91),
+        Hit("unsure", 4, 0.6, "", frozenset({"vector"}), similarity=0.12, learned=pol.page_in_rank_floor / 2),
+        Hit("unranked", 5, 0.5, "", frozenset({"vector"}), similarity=0.12),
+    ]
+    assert [h.id for h in above_floor(hits, pol)] == ["lexical", "similar", "ranked"]
+    assert [h.id for h in above_floor(hits, Policy(page_in_rank_floor=1.0))] == ["lexical", "similar"]

@@ -416,12 +416,13 @@ class Ranker:
 
     def order(self, query: str, query_embedding: np.ndarray | None, hits: Sequence[Hit], rows: SessionRows,
               turns: Sequence[int]) -> list[Hit]:
-        """``hits`` re-ordered by the model (ties keep the fused order); ``Hit.score`` = the probability."""
+        """``hits`` re-ordered by the model (ties keep the fused order); ``Hit.score`` and ``Hit.learned``
+        = the probability."""
         if not hits:
             return []
         p = self.scores(pair_features(query, query_embedding, hits, rows, turns))
         order = sorted(range(len(hits)), key=lambda j: (-p[j], j))
-        return [replace(hits[j], score=float(p[j])) for j in order]
+        return [replace(hits[j], score=float(p[j]), learned=float(p[j])) for j in order]
 
     def session_rows(self, store: Any, session_id: str, hits: Sequence[Hit] = ()) -> SessionRows:
         """The rows of a session, read from ``store`` (only the turns not read before).

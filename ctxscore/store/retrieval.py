@@ -64,6 +64,8 @@ class Hit:
         snippet: the first 120 characters of the message text.
         lists: the ranked lists it came from (``keyword``, ``stem``, ``short``, ``vector``).
         similarity: its cosine similarity to the query embedding, when a vector list was used.
+        learned: the learned ranker's probability that the message holds what the query asks for,
+            when a ranker re-ordered the hits (:mod:`ctxscore.scoring.ranker`); ``None`` otherwise.
     """
 
     id: str
@@ -72,6 +74,7 @@ class Hit:
     snippet: str
     lists: frozenset[str] = frozenset()
     similarity: float | None = None
+    learned: float | None = None
 
     @property
     def lexical(self) -> bool:

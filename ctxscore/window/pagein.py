@@ -1,7 +1,8 @@
 """Page-in: which archived or compressed messages come back, quoted whole, for the current query.
 
 The planner takes the query's search hits (best first), drops those below the relevance floor (no
-query term in them and an embedding similarity under ``page_in_floor``), and quotes up to
+query term in them, an embedding similarity under ``page_in_floor`` and, when a learned ranker
+ordered them, a ranker probability under ``page_in_rank_floor``), and quotes up to
 ``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
 answer replies to, the answer a question got) and by the message that gave its date (a session's
 date marker) when they fit. The quotes go into one note after the last message
@@ -144,7 +145,7 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         reserved: tokens of the window's layer sections (beside the messages and their stubs).
         terms: the query's terms (a long message that does not fit is shown as the blocks holding them).
     """
-    hits = [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)]
+    hits = above_floor(hits, policy)
     if not hits:
         return PageInPlan()
     first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place")
@@ -156,6 +157,15 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         if plan.covers(best):
             return plan
     return best
+
+
+def above_floor(hits: Sequence[Hit], policy: Policy) -> list[Hit]:
+    """The hits above the relevance floor, in their order: a query term occurs in the message, its
+    embedding's cosine similarity to the query's is at least ``policy.page_in_floor``, or a learned
+    ranker gave it a probability of at least ``policy.page_in_rank_floor`` (:attr:`Hit.learned
+    <ctxscore.store.retrieval.Hit.learned>`)."""
+    return [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)
+            or (h.learned is not None and h.learned >= policy.page_in_rank_floor)]
 
 
 def _evictable(history: History, values: np.ndarray, policy: Policy) -> list[tuple[int, list[int]]]:

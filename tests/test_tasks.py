@@ -1,0 +1,63 @@
+"""Task boundaries on exchanges taken from the corpora's train splits (SGD, CrossWOZ, tau-bench):
+where a finished dialogue ends and the next one begins, and where it does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxscore import ContextManager
+
+
+def _tasks(turns: list[tuple[str, str]]) -> list[int]:
+    cm = ContextManager(budget=100_000, scorer="rules")
+    msgs = []
+    for i, (role, text) in enumerate(turns):
+        if role == "call":
+            msgs.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function",
+                         "function": {"name": text, "arguments": "{}"}}]})
+        elif role == "tool":
+            msgs.append({"role": "tool", "tool_call_id": f"c{i - 1}", "content": text})
+        else:
+            msgs.append({"role": role, "content": text})
+    cm.extend(msgs)
+    return [e.task for e in cm.history.entries]
+
+
+@pytest.mark.parametrize("closing, opening", [
+    # the user declined more help, the assistant said goodbye; the next request has no request word
+    ([("user", "No, thanks."), ("assistant", "Have a great day.")],
+     ("user", "I am in need of finding a place that I can live at.")),
+    ([("user", "no thank you."), ("assistant", "Have a lovely day.")],
+     ("user", "Set an alarm titled Cleaning for half past 3 in the afternoon.")),
+    # farewells the rule file did not know
+    ([("user", "Thank you for the assistance. I don't need anything else."), ("assistant", "Have a pleasant day.")],
+     ("user", "Find me for 1 people a house to stay with laundry service and rating minimum 4.1.")),
+    ([("user", "清楚了，真的太谢谢你了。"), ("assistant", "很开心为您服务。")],
+     ("user", "你好，最近要组织个同学聚会，需要订一个餐馆，帮我推荐一个人均消费在50到100元之间的餐馆吧。")),
+    ([("user", "非常感谢，有问题我再问你哈。"), ("assistant", "好的，随时欢迎咨询。")],
+     ("user", "麻烦你帮我找一个400到500元，提供会议室，并且评分为5分的酒店，谢谢。")),
+    # an airline agent hands the user over to a human: the episode is over
+    ([("call", "transfer_to_human_agents"), ("tool", "Transfer successful")],
+     ("user", "Hi, I need to cancel a flight that I booked, please.")),
+])
+def test_a_request_after_a_closing_exchange_opens_a_task(closing, opening):
+    first = [("user", "Please book a table for two at Sushi Ran at 7pm."),
+             ("assistant", "Booked: Sushi Ran, 7pm, two people, reference SR-1.")]
+    tasks = _tasks([*first, *closing, opening])
+    assert tasks[-1] == tasks[0] + 1, tasks
+    assert len(set(tasks[:-1])) == 1
+
+
+@pytest.mark.parametrize("turns", [
+    # a farewell after a confirmation, then the user's own thanks: still the same task
+    [("assistant", "Your reservation is confirmed. Have fun!"), ("user", "Thank you, that is all I need.")],
+    # a short acknowledgement after a closing exchange opens nothing
+    [("user", "No, thanks."), ("assistant", "Have a great day."), ("user", "Great, thanks!")],
+    # the user never closed: a farewell wish is not the end of the task
+    [("user", "Book it for 3 people."), ("assistant", "Done. Have a nice time there."),
+     ("user", "The rating of the place matters to me.")],
+])
+def test_no_task_starts_without_a_closing_the_user_took_part_in(turns):
+    first = [("user", "Please book a table for two at Sushi Ran at 7pm."),
+             ("assistant", "Booked: Sushi Ran, 7pm, two people, reference SR-1.")]
+    assert set(_tasks([*first, *turns])) == {0}
