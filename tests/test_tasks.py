@@ -56,6 +56,10 @@ def test_a_request_after_a_closing_exchange_opens_a_task(closing, opening):
     # the user never closed: a farewell wish is not the end of the task
     [("user", "Book it for 3 people."), ("assistant", "Done. Have a nice time there."),
      ("user", "The rating of the place matters to me.")],
+    # mini-SWE-agent submits: its observations are sent as user messages but are not the user closing
+    [("user", "<returncode>0</returncode>\n<output>\nRan 12 tests: OK\n</output>"),
+     ("assistant", "THOUGHT: done.\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached\n```"),
+     ("user", "diff --git a/django/db/models/aggregates.py b/django/db/models/aggregates.py\nindex 8c4eae7..1f2b3c4 100644")],
 ])
 def test_no_task_starts_without_a_closing_the_user_took_part_in(turns):
     first = [("user", "Please book a table for two at Sushi Ran at 7pm."),

@@ -68,8 +68,9 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
 
 def _user_closed(history: History, kw: dict[str, re.Pattern[str]]) -> bool:
     """Whether the user took part in the closing exchange: the last user message among the previous
-    :data:`CLOSING_WINDOW` holds a closing or pleasantry keyword ("No, thanks.", "谢谢你了")."""
+    :data:`CLOSING_WINDOW` holds a closing or pleasantry keyword ("No, thanks.", "谢谢你了"); a tool
+    observation sent as a user message (mini-SWE-agent's ``<returncode>``) is not the user speaking."""
     for e in reversed(history.entries[-CLOSING_WINDOW:]):
         if e.msg.role == Role.USER:
-            return any(g in kw and kw[g].search(e.msg.content[-300:]) for g in ("closing", "pleasantry"))
+            return not _OBSERVATION.search(e.msg.content[:200]) and any(g in kw and kw[g].search(e.msg.content[-300:]) for g in ("closing", "pleasantry"))
     return False
