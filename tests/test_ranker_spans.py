@@ -130,6 +130,8 @@ def test_page_in_search_uses_the_ranker(trained, monkeypatch):
     assert 0 < len(hits) <= 10
     assert all(0.0 <= h.score <= 1.0 for h in hits)  # the ranker's probabilities
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert all(h.learned == h.score for h in hits)  # what the page-in floor reads (Policy.page_in_rank_floor)
+    assert all(h.learned is None for h in fused)
     assert {h.id for h in hits} <= {h.id for h in fused}
     assert cm.build(query=fact["probe"]).tokens > 0
 

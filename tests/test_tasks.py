@@ -39,6 +39,14 @@ def _tasks(turns: list[tuple[str, str]]) -> list[int]:
     # an airline agent hands the user over to a human: the episode is over
     ([("call", "transfer_to_human_agents"), ("tool", "Transfer successful")],
      ("user", "Hi, I need to cancel a flight that I booked, please.")),
+    # a new request that holds a closing phrase ("all I need") is not a farewell
+    ([("user", "No, thanks."), ("assistant", "Have a great day.")],
+     ("user", "Hi, all I need now is a taxi to the airport at 5pm.")),
+    ([("user", "没有了，谢谢。"), ("assistant", "再见。")],
+     ("user", "你好，帮我找一个随时可以入住的酒店。")),
+    # a thank-you whose last sentence is the farewell, then a request without a request word
+    ([("user", "That sounds nice to me. That will be all. Thank you!"), ("assistant", "I am glad I could help.")],
+     ("user", "Me and my boyfriend are hoping you can recommend a four star hotel.")),
 ])
 def test_a_request_after_a_closing_exchange_opens_a_task(closing, opening):
     first = [("user", "Please book a table for two at Sushi Ran at 7pm."),
@@ -56,6 +64,17 @@ def test_a_request_after_a_closing_exchange_opens_a_task(closing, opening):
     # the user never closed: a farewell wish is not the end of the task
     [("user", "Book it for 3 people."), ("assistant", "Done. Have a nice time there."),
      ("user", "The rating of the place matters to me.")],
+    # the user thanks or says "OK" in passing and asks on: replies that mention help are not closings
+    [("user", "OK. What's the address?"), ("assistant", "It's at 12 Main St. Let us know if you need directions."),
+     ("user", "And the phone number as well.")],
+    [("user", "Thanks! Is there parking?"), ("assistant", "Yes, you can park there anytime."),
+     ("user", "Could you also book a taxi?")],
+    [("user", "Great, book it for 3 people."), ("assistant", "Done. Have a nice time there."),
+     ("user", "The rating of the place matters to me.")],
+    [("user", "Is the elevator working?"), ("assistant", "The elevator is out of service today."),
+     ("user", "Then book a room on the ground floor please.")],
+    [("user", "谢谢你，再帮我查一下明天北京的天气"), ("assistant", "明天北京晴，25度。"), ("user", "那后天呢？")],
+    [("user", "这家有停车场吗？"), ("assistant", "很乐意为您查询：有免费停车场。"), ("user", "帮我看看附近的地铁站")],
     # mini-SWE-agent submits: its observations are sent as user messages but are not the user closing
     [("user", "<returncode>0</returncode>\n<output>\nRan 12 tests: OK\n</output>"),
      ("assistant", "THOUGHT: done.\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached\n```"),
