@@ -47,7 +47,9 @@ class Policy:
             texts does not ("为您推荐团城演武厅。" for "用户最终选定的景点叫什么名字？": cosine 0.12,
             ranker 0.91). 0.3 is the highest floor within 0.005 of the best recall with page-in on
             the dev sessions at 25% of the full context (none: 0.873, 0.5: 0.878, 0.3: 0.882,
-            0.15: 0.884, 0.05: 0.886).
+            0.15: 0.884, 0.05: 0.886). 0 admits every hit the ranker ordered (the search's best
+            :data:`~ctxscore.window.pagein.SEARCH_HITS`); without a ranker only the similarity floor
+            and the query's terms decide.
         stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
             collapsed into one line (0.1).
         max_compress_chars: longer messages (tool dumps, file listings) are not compressed, only
