@@ -44,6 +44,13 @@ def _tasks(turns: list[tuple[str, str]]) -> list[int]:
      ("user", "Hi, all I need now is a taxi to the airport at 5pm.")),
     ([("user", "没有了，谢谢。"), ("assistant", "再见。")],
      ("user", "你好，帮我找一个随时可以入住的酒店。")),
+    # farewells ending on repeated punctuation or an emoji, and a negated 需要
+    ([("user", "Thanks, bye!!"), ("assistant", "Goodbye!")],
+     ("user", "My sister and I are visiting Rome next week and want a quiet hotel.")),
+    ([("user", "没有了，谢谢！😊"), ("assistant", "不客气，祝您旅途愉快！")],
+     ("user", "周末我们一家三口打算去颐和园附近逛逛吃点东西。")),
+    ([("user", "不需要了，谢谢。"), ("assistant", "好的，再见。")],
+     ("user", "我和朋友下周六打算去八达岭长城爬山游玩一天。")),
     # a thank-you whose last sentence is the farewell, then a request without a request word
     ([("user", "That sounds nice to me. That will be all. Thank you!"), ("assistant", "I am glad I could help.")],
      ("user", "Me and my boyfriend are hoping you can recommend a four star hotel.")),
@@ -75,6 +82,10 @@ def test_a_request_after_a_closing_exchange_opens_a_task(closing, opening):
      ("user", "Then book a room on the ground floor please.")],
     [("user", "谢谢你，再帮我查一下明天北京的天气"), ("assistant", "明天北京晴，25度。"), ("user", "那后天呢？")],
     [("user", "这家有停车场吗？"), ("assistant", "很乐意为您查询：有免费停车场。"), ("user", "帮我看看附近的地铁站")],
+    # a greeting followed by thanks and a farewell is the user's own farewell, not a new request
+    [("user", "No thanks."), ("assistant", "Have a great day!"), ("user", "Hey thanks, you too! That's all I need.")],
+    [("user", "还有别的推荐吗"), ("assistant", "为您推荐故宫。"), ("user", "没有别的了，谢谢你帮我安排得这么周到。"),
+     ("assistant", "不客气！")],
     # mini-SWE-agent submits: its observations are sent as user messages but are not the user closing
     [("user", "<returncode>0</returncode>\n<output>\nRan 12 tests: OK\n</output>"),
      ("assistant", "THOUGHT: done.\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached\n```"),

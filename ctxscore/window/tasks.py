@@ -11,7 +11,8 @@ starts at a message that:
   不客气 ...) -- and is not the user's own farewell ("Thank you, that is all I need." closes, it
   opens nothing; :func:`_farewell`), and either is a user request or greeting (the rule file's
   ``request`` / ``greeting`` keywords, or a question), or follows a closing the user took part in
-  (the last user message asked nothing and ended on a closing or pleasantry keyword: "No, thanks."
+  (the last user message asked nothing, ended on a closing or pleasantry keyword and held no
+  request keyword unless it held a closing one: "No, thanks."
   -> "Have a lovely day." -> "Set an alarm titled Cleaning for half past 3."; :func:`_user_closed`)
   and holds no ``pleasantry`` keyword in at least :data:`MIN_OPENING_CHARS` characters.
 
@@ -34,6 +35,7 @@ from .history import History
 _TASK_STATEMENT = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
 _OBSERVATION = re.compile(r"<returncode>|^\s*<output")
 _SENTENCE_END = re.compile(r"(?<=[.!。！])\s*")
+_WORD = re.compile(r"\w")
 #: How many previous messages may hold the closing words.
 CLOSING_WINDOW = 2
 #: After a closing exchange the user took part in, a user message of at least this many characters
@@ -70,20 +72,21 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
 
 def _last_sentence(text: str) -> str:
     """The last non-empty sentence of ``text`` (split after ``.``, ``!``, ``。``, ``！``)."""
-    return next((x for x in reversed(_SENTENCE_END.split(text.strip())) if x.strip()), "")
+    return next((x for x in reversed(_SENTENCE_END.split(text.strip())) if _WORD.search(x)), "")
 
 
 def _farewell(text: str, kw: dict[str, re.Pattern[str]]) -> bool:
     """Whether a user message is the user's own farewell rather than a new request: it holds a
     ``closing`` keyword, its last sentence holds a ``closing`` or ``pleasantry`` one, it asks
-    nothing and it does not open with a greeting ("Thank you, that is all I need.", "没有了，谢谢。";
-    not "Hi, all I need now is a taxi to the airport at 5pm." nor "Thanks, that's all for the hotel.
-    Now I need a taxi.")."""
+    nothing and it does not open with a greeting unless thanks follow it ("Thank you, that is all I
+    need.", "Hey thanks, you too! That's all I need.", "好的，谢谢你了。"; not "Hi, all I need now is
+    a taxi to the airport at 5pm." nor "Thanks, that's all for the hotel. Now I need a taxi.")."""
     closing, pleasantry, greeting = (kw.get(g) for g in ("closing", "pleasantry", "greeting"))
     if closing is None or "?" in text or "？" in text or not closing.search(text):
         return False
-    if greeting is not None and greeting.match(text.lstrip()):
-        return False
+    g = greeting.match(text.lstrip()) if greeting is not None else None
+    if g is not None and not (pleasantry is not None and pleasantry.search(text.lstrip()[g.end():])):
+        return False  # a greeting, then no thanks: a new conversation ("Hi, all I need now is a taxi")
     last = _last_sentence(text)
     return any(rx is not None and rx.search(last) for rx in (closing, pleasantry))
 
