@@ -18,7 +18,7 @@ starts at a message that:
 
 The keywords and rules were extended from the missed and false boundaries of the chained train
 sessions (never the dev or evaluation sessions): on them precision / recall went 0.907 / 0.855 ->
-0.912 / 0.958.
+0.911 / 0.958.
 
 Measured against the real boundaries of the chained evaluation sessions (each member dialogue or
 trajectory is a task; ``python -m eval boundaries``): see the README.
@@ -29,12 +29,11 @@ from __future__ import annotations
 import re
 
 from ..messages import Message, Role
-from ..scoring.rules import RuleConfig
+from ..scoring.rules import RuleConfig, sentences
 from .history import History
 
 _TASK_STATEMENT = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
 _OBSERVATION = re.compile(r"<returncode>|^\s*<output")
-_SENTENCE_END = re.compile(r"(?<=[.!。！])\s*")
 _WORD = re.compile(r"\w")
 #: How many previous messages may hold the closing words.
 CLOSING_WINDOW = 2
@@ -63,16 +62,23 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
     head = msg.content[:300]
     if _farewell(head, kw):
         return False  # the user's own farewell ("Thank you, that is all I need.")
-    if any(g in kw and kw[g].search(head) for g in ("request", "greeting")) or "?" in head or "？" in head:
+    if any(g in kw and kw[g].search(head) for g in ("request", "greeting")) or _asks(head):
         return True
     pleasantry = kw.get("pleasantry")
     return (_user_closed(history, kw) and len(head.strip()) >= MIN_OPENING_CHARS
             and (pleasantry is None or not pleasantry.search(head)))
 
 
-def _last_sentence(text: str) -> str:
-    """The last non-empty sentence of ``text`` (split after ``.``, ``!``, ``。``, ``！``)."""
-    return next((x for x in reversed(_SENTENCE_END.split(text.strip())) if _WORD.search(x)), "")
+def _asks(text: str) -> bool:
+    """Whether ``text`` holds a question mark (ASCII or full-width)."""
+    return "?" in text or "？" in text
+
+
+def _ends_on_thanks(text: str, kw: dict[str, re.Pattern[str]]) -> bool:
+    """Whether the last sentence of ``text`` with a word in it (:func:`~ctxscore.scoring.rules.sentences`;
+    "Thanks, bye!! 😊" ends on "Thanks, bye!!") holds a ``closing`` or ``pleasantry`` keyword."""
+    last = next((x for x in reversed(sentences(text)) if _WORD.search(x)), "")
+    return any(g in kw and kw[g].search(last) for g in ("closing", "pleasantry"))
 
 
 def _farewell(text: str, kw: dict[str, re.Pattern[str]]) -> bool:
@@ -82,13 +88,12 @@ def _farewell(text: str, kw: dict[str, re.Pattern[str]]) -> bool:
     need.", "Hey thanks, you too! That's all I need.", "好的，谢谢你了。"; not "Hi, all I need now is
     a taxi to the airport at 5pm." nor "Thanks, that's all for the hotel. Now I need a taxi.")."""
     closing, pleasantry, greeting = (kw.get(g) for g in ("closing", "pleasantry", "greeting"))
-    if closing is None or "?" in text or "？" in text or not closing.search(text):
+    if closing is None or _asks(text) or not closing.search(text):
         return False
     g = greeting.match(text.lstrip()) if greeting is not None else None
     if g is not None and not (pleasantry is not None and pleasantry.search(text.lstrip()[g.end():])):
         return False  # a greeting, then no thanks: a new conversation ("Hi, all I need now is a taxi")
-    last = _last_sentence(text)
-    return any(rx is not None and rx.search(last) for rx in (closing, pleasantry))
+    return _ends_on_thanks(text, kw)
 
 
 def _user_closed(history: History, kw: dict[str, re.Pattern[str]]) -> bool:
@@ -102,11 +107,8 @@ def _user_closed(history: History, kw: dict[str, re.Pattern[str]]) -> bool:
         if e.msg.role != Role.USER:
             continue
         text = e.msg.content[-300:]
-        if _OBSERVATION.search(e.msg.content[:200]) or "?" in text or "？" in text:
+        if _OBSERVATION.search(e.msg.content[:200]) or _asks(text) or not _ends_on_thanks(text, kw):
             return False
-        last = _last_sentence(text)
-        closing, pleasantry, request = (kw.get(g) for g in ("closing", "pleasantry", "request"))
-        if not any(rx is not None and rx.search(last) for rx in (closing, pleasantry)):
-            return False
+        closing, request = kw.get("closing"), kw.get("request")
         return request is None or not request.search(text) or (closing is not None and closing.search(text) is not None)
     return False
