@@ -52,3 +52,37 @@ def test_the_relevance_floor_admits_what_the_ranker_is_sure_of():
     ]
     assert [h.id for h in above_floor(hits, pol)] == ["lexical", "similar", "ranked"]
     assert [h.id for h in above_floor(hits, Policy(page_in_rank_floor=1.0))] == ["lexical", "similar"]
+
+
+def _plan_two_hits(cm: ContextManager, budget: int, policy: Policy):
+    """Plan a page-in of two archived answers, the second worth less than every evictable message."""
+    import numpy as np
+
+    from ctxscore.store.retrieval import Hit
+    from ctxscore.window.pagein import plan_page_in
+
+    h, st = cm.history, cm.state
+    archived = [i for i, e in enumerate(h.entries) if e.tier == "archived" and e.msg.role == "assistant"]
+    first, second = archived[-1], archived[-3]
+    values = np.full(len(h.entries), 0.9)
+    values[[first, second]] = 0.1
+    hits = [Hit(h.entries[i].msg.id, i, 1.0 / (k + 1), "", frozenset({"keyword"})) for k, i in enumerate((first, second))]
+    return plan_page_in(hits, h, values, st.forms, policy, budget), h.entries[first].msg.id, h.entries[second].msg.id
+
+
+def test_a_later_hit_makes_room_down_to_the_low_water_mark():
+    # the window sits above the low-water mark with no room: a compaction would archive down to the
+    # mark whatever the values, so the second hit may leave out messages worth more than itself
+    cm = ContextManager(scorer="rules", budget=600)
+    cm.extend(office_chat(60))
+    occ = cm.build().tokens
+    budget = occ + 5  # no room for either hit; the window is far above 0.6 of this budget
+    pol = Policy(page_in_k=2)
+    plan, first, second = _plan_two_hits(cm, budget, pol)
+    assert set(plan.shown.values()) == {first, second}, plan
+    assert plan.evicted
+    # at or below the low-water mark a later hit displaces only what is worth less than itself (here
+    # page-in may fill the window only up to the mark, so the first hit leaves it there)
+    low = Policy(page_in_k=2, t_archive=0.9, low_water=0.9, page_in_limit=0.9)
+    plan, first, second = _plan_two_hits(cm, budget, low)
+    assert set(plan.shown.values()) == {first} and second in plan.unplaced, plan

@@ -16,8 +16,9 @@ the window does not show the old value as if it were current; a hit already verb
 whose successor is not brings the successor in (within the first ``page_in_k`` units, and after them
 in the room left). When a hit does not fit within ``page_in_limit`` of the budget, the lowest-value
 evictable units (not pinned, not recent) are left out of the conversation for this build (the stub
-note stays as it was) to make room: the best hit may displace anything evictable, later hits only
-units worth less than themselves. A unit that still does not fit is quoted as the blocks the query
+note stays as it was) to make room: the best hit may displace anything evictable; later hits may too
+while the window is above the low-water mark (``Policy.low_water``, which a compaction would bring it
+down to anyway), and below it only units worth less than themselves. A unit that still does not fit is quoted as the blocks the query
 names (long messages), or, for the best hit, in its structured form (where that is richer than its
 form in the conversation). When even that does not fit for the best hit, the pinned instructions and
 corrections are shown condensed for this build (largest first, as
@@ -186,6 +187,7 @@ class _Planner:
         self.h, self.values, self.forms, self.policy, self.terms = history, values, forms, policy, terms
         self.budget, self.reserved = budget, reserved
         self.limit = policy.page_in_limit * budget
+        self.low_water = policy.low_water * budget
         # what the window's occupancy is made of, as this plan changes it: message tokens, stub tokens,
         # and each entry the plan changed (shown, evicted, condensed) -> (archived, tokens)
         self.msg, self.stub = history.msg_tokens, history.stub_tokens
@@ -427,8 +429,9 @@ class _Planner:
 
     def make_room(self, u: int, targets: dict[int, int], hit: int) -> None:
         """Leave the lowest-value evictable units out of this build until ``targets`` (entry -> tokens
-        shown) fit: the best hit may displace anything evictable, later hits only units worth less
-        than themselves."""
+        shown) fit: the best hit may displace anything evictable; later hits too while the window is
+        above the low-water mark (a compaction would archive those units down to it anyway), below
+        it only units worth less than themselves."""
         if self._evictable is None:
             self._evictable = _evictable(self.h, self.values, self.policy)
         for uu, m in self._evictable:
@@ -437,7 +440,7 @@ class _Planner:
             if (uu == u or uu in self.done or uu in self.keep or not self.evicted.isdisjoint(m)
                     or any(i in self.shown for i in m)):
                 continue
-            if self.done and self.unit_value(m) >= self.values[hit]:
+            if self.done and self.unit_value(m) >= self.values[hit] and self.occ <= self.low_water:
                 break
             for i in m:  # left out for this build: the stub note stays as it was
                 was_stub, cur = self._now(i)
