@@ -66,7 +66,8 @@ def _plan_two_hits(cm: ContextManager, budget: int, policy: Policy):
     first, second = archived[-1], archived[-3]
     values = np.full(len(h.entries), 0.9)
     values[[first, second]] = 0.1
-    hits = [Hit(h.entries[i].msg.id, i, 1.0 / (k + 1), "", frozenset({"keyword"})) for k, i in enumerate((first, second))]
+    hits = [Hit(h.entries[i].msg.id, i, 1.0 / (k + 1), "", frozenset({"keyword"}))
+            for k, i in enumerate((first, second))]
     return plan_page_in(hits, h, values, st.forms, policy, budget), h.entries[first].msg.id, h.entries[second].msg.id
 
 

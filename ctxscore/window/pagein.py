@@ -18,10 +18,10 @@ in the room left). When a hit does not fit within ``page_in_limit`` of the budge
 evictable units (not pinned, not recent) are left out of the conversation for this build (the stub
 note stays as it was) to make room: the best hit may displace anything evictable; later hits may too
 while the window is above the low-water mark (``Policy.low_water``, which a compaction would bring it
-down to anyway), and below it only units worth less than themselves. A unit that still does not fit is quoted as the blocks the query
-names (long messages), or, for the best hit, in its structured form (where that is richer than its
-form in the conversation). When even that does not fit for the best hit, the pinned instructions and
-corrections are shown condensed for this build (largest first, as
+down to anyway), and below it only units worth less than themselves. A unit that still does not fit
+is quoted as the blocks the query names (long messages), or, for the best hit, in its structured
+form (where that is richer than its form in the conversation). When even that does not fit for the
+best hit, the pinned instructions and corrections are shown condensed for this build (largest first, as
 :meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
 hard constraints, entities and key spans byte-exact; only as far as the hit's smallest form needs),
 and the hit takes the richest of those forms that then fits. Tiers do not change: the next build
