@@ -90,8 +90,9 @@ def _farewell(text: str, kw: dict[str, re.Pattern[str]]) -> bool:
     closing, pleasantry, greeting = (kw.get(g) for g in ("closing", "pleasantry", "greeting"))
     if closing is None or _asks(text) or not closing.search(text):
         return False
-    g = greeting.match(text.lstrip()) if greeting is not None else None
-    if g is not None and not (pleasantry is not None and pleasantry.search(text.lstrip()[g.end():])):
+    text = text.lstrip()
+    g = greeting.match(text) if greeting is not None else None
+    if g is not None and not (pleasantry is not None and pleasantry.search(text[g.end():])):
         return False  # a greeting, then no thanks: a new conversation ("Hi, all I need now is a taxi")
     return _ends_on_thanks(text, kw)
 
