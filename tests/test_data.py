@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxscore import ContextManager
 from training.data import (
     BuildConfig,
     CorporaMissingError,
@@ -130,6 +131,21 @@ def test_chaining_drops_repeated_system_and_shifts_facts():
         assert s["messages"][30]["id"] == f"{s['members'][1]}#1"
         second_fact = s["key_facts"][1]
         assert second_fact["source_index"] == 30 + int(s["members"][1][1:]) + 5 - 1
+
+
+def test_chaining_drops_an_empty_turn_the_runtime_refuses_and_keeps_facts_on_their_messages():
+    units = [_unit(f"t{i}", 30, 5 + i) for i in range(6)]
+    for u in units:  # an empty assistant turn (SGD has some) before each unit's fact
+        u["messages"][2]["content"] = u["messages"][2]["text"] = ""
+    out = build_eval_sessions({"tau_airline": units}, "test", {"tau_airline": 2}, seed=1)
+    assert out
+    for s in out:
+        assert all(m["content"].strip() for m in s["messages"])
+        assert check_facts(s["messages"], s["key_facts"]) == []
+        assert len(s["key_facts"]) == len(s["members"])
+        for f in s["key_facts"]:
+            assert s["messages"][f["source_index"]]["content"] == f["value"]
+        ContextManager(budget=10**6).extend(s["messages"])  # the runtime takes every message
 
 
 # --- LoCoMo -----------------------------------------------------------------------------------------

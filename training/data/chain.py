@@ -6,7 +6,8 @@ one after another (sorted by trial, then user, then task: a session holds differ
 customer's tasks stay adjacent, and a task's other trials come in later sessions); mini-SWE-agent
 trajectories are kept whole
 (short ones chained); bundled sessions are chained per language. When a chained unit starts with
-the same system message as the chain, that repeated system message is dropped.
+the same system message as the chain, that repeated system message is dropped, and so is a message
+the runtime would refuse (empty text that is neither a tool result nor a tool call).
 
 Each output line is the evaluation session format of ``docs/contracts.md``: ``session_id``,
 ``source``, ``language``, ``split``, ``members`` (the original session ids), ``groups`` (their
@@ -63,6 +64,12 @@ def eval_message(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _refused(m: dict[str, Any]) -> bool:
+    """True for a message the runtime refuses and a replay cannot add: empty text in a message that is
+    neither a tool result nor an assistant message with tool calls (SGD has a few empty system turns)."""
+    return not (m.get("content") or "").strip() and m["role"] != "tool" and not m.get("tool_calls")
+
+
 def chain(units: Sequence[CorpusSession], session_id: str, split: str) -> dict[str, Any]:
     """One evaluation session made of ``units`` in order (see the module docstring).
 
@@ -82,13 +89,17 @@ def chain(units: Sequence[CorpusSession], session_id: str, split: str) -> dict[s
                 first_system = msgs[0]["content"]
             elif msgs[0]["content"] == first_system:
                 skip = 1
-        offset = len(messages) - skip
-        messages.extend(eval_message(m) for m in msgs[skip:])
+        where: dict[int, int] = {}  # the unit's message index -> the chained session's
+        for i, m in enumerate(msgs[skip:], start=skip):
+            if _refused(m):
+                continue
+            where[i] = len(messages)
+            messages.append(eval_message(m))
         for f in u.get("key_facts") or []:
-            if f["source_index"] < skip:
+            if f["source_index"] not in where:
                 continue
             fid = f["fact_id"] if f["fact_id"].startswith(u["session_id"]) else f"{u['session_id']}:{f['fact_id']}"
-            facts.append({**f, "fact_id": fid, "source_index": f["source_index"] + offset})
+            facts.append({**f, "fact_id": fid, "source_index": where[f["source_index"]]})
     languages = sorted({u["language"] for u in units})
     out = {
         "session_id": session_id,
