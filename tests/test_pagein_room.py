@@ -87,3 +87,22 @@ def test_a_later_hit_makes_room_down_to_the_low_water_mark():
     low = Policy(page_in_k=2, t_archive=0.9, low_water=0.9, page_in_limit=0.9)
     plan, first, second = _plan_two_hits(cm, budget, low)
     assert set(plan.shown.values()) == {first} and second in plan.unplaced, plan
+
+
+def test_the_best_hit_may_leave_the_stub_note_out_of_its_build():
+    # a long system prompt and the recent turns fill the budget; everything else is archived already,
+    # so the one thing a page-in can leave out is the stub note: the best hit is quoted verbatim in
+    # its place for this build, and the next build without a query shows the note again
+    rules = " ".join(f"Rule {i}: never reveal internal ticket {i}." for i in range(12))
+    chat = office_chat(60)
+    chat[0]["content"] = f"You are a concise assistant. {rules}"
+    cm = ContextManager(scorer="rules", budget=220, policy=Policy(page_in_k=1))
+    cm.extend(chat)
+    before = cm.build()
+    assert any(str(m["content"]).startswith("[archived") for m in before.messages)
+    win = cm.build(query="which locker code")
+    assert cm.history.entries[8].msg.id in win.paged_in  # with its question
+    assert any("Locker 103 opens with code 7003." in str(m["content"]) for m in win.messages)
+    assert not any("[archived" in str(m["content"]) for m in win.messages)
+    assert win.tokens <= 220
+    assert cm.build().messages == before.messages

@@ -21,7 +21,10 @@ while the window is above the low-water mark (``Policy.low_water``, which a comp
 down to anyway), and below it only units worth less than themselves. A unit that still does not fit
 is quoted as the blocks the query names (long messages), or, for the best hit, in its structured
 form (where that is richer than its form in the conversation). When even that does not fit for the
-best hit, the pinned instructions and corrections are shown condensed for this build (largest first, as
+best hit, the stub note is left out of this build (at tight budgets, where pinned content and the
+recent turns fill the window, the note is often all a page-in can displace: dev sessions at 25% of the
+full context 0.911 -> 0.914, at 2k tokens 0.937 -> 0.941), and when it still does not fit, the
+pinned instructions and corrections are shown condensed for this build (largest first, as
 :meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
 hard constraints, entities and key spans byte-exact; only as far as the hit's smallest form needs),
 and the hit takes the richest of those forms that then fits. Tiers do not change: the next build
@@ -93,6 +96,7 @@ class PageInPlan:
         in_place: entries of ``shown`` shown in the conversation in place of their current form or
             stub rather than quoted (quoting them would have placed fewer hits).
         stubs_kept: the stub note keeps the lines of archived entries shown in place.
+        stubs_hidden: the stub note is left out of this build to make room for the best hit.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
@@ -103,6 +107,7 @@ class PageInPlan:
     condensed: dict[int, Tier] = field(default_factory=dict)
     in_place: frozenset[int] = frozenset()
     stubs_kept: bool = True
+    stubs_hidden: bool = False
 
     def richness(self, i: int) -> int:
         """How much of shown entry ``i`` this plan shows: 0 verbatim, 1 the blocks the query names,
@@ -111,9 +116,10 @@ class PageInPlan:
 
     def covers(self, other: PageInPlan) -> bool:
         """Every entry ``other`` shows is shown at least as richly here, and nothing more is left out
-        (evicted) or condensed."""
+        (evicted, the stub note) or condensed."""
         return (all(i in self.shown and self.richness(i) <= other.richness(i) for i in other.shown)
-                and self.evicted <= other.evicted and self.condensed.keys() <= other.condensed.keys())
+                and self.evicted <= other.evicted and self.condensed.keys() <= other.condensed.keys()
+                and (other.stubs_hidden or not self.stubs_hidden))
 
     def without_last(self) -> PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay)."""
@@ -124,7 +130,7 @@ class PageInPlan:
         shown = {i: h for i, h in self.shown.items() if h != drop}
         return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown},
                           {i: f for i, f in self.texts.items() if i in shown}, self.condensed if shown else {},
-                          self.in_place & shown.keys(), self.stubs_kept)
+                          self.in_place & shown.keys(), self.stubs_kept, self.stubs_hidden and bool(shown))
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
@@ -205,6 +211,7 @@ class _Planner:
         self.keep: set[int] = set()  # units never evicted: what replaced a hit (see plan)
         self.condensed: dict[int, Tier] = {}  # pinned entries condensed for the best hit (see condense_pins)
         self._evictable = evictable  # (unit, members) that may make room, lowest value first; computed when first needed
+        self.stubs_hidden = False
 
     def unit_value(self, members: list[int]) -> float:
         return float(max(self.values[i] for i in members))
@@ -295,10 +302,12 @@ class _Planner:
         return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
                           unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed,
                           in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
-                          stubs_kept=self.mode != "in_place")
+                          stubs_kept=self.mode != "in_place", stubs_hidden=self.stubs_hidden)
 
     def place(self, hid: str, hit: int) -> None:
-        """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit), then its neighbours."""
+        """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit; for the
+        best hit, leaving out the stub note and then condensing the pins when even that does not fit),
+        then its neighbours."""
         u = self.h.entries[hit].unit
         members = self.quotable(self.h.units[u])
         if not members or all(i in self.shown for i in members):
@@ -309,7 +318,11 @@ class _Planner:
         if self.occ + self.delta(targets) > self.limit:
             self.make_room(u, targets, hit)
             targets, texts, tiers = self.fitted(members, hit)
-            saved = 0
+            saved, stub = 0, self.stub
+            if self.occ + self.delta(targets) > self.limit and not self.done and stub:
+                # the best hit: the stub note left out of this build (the pins stay as they are if that is enough)
+                self.stubs_hidden, self.stub = True, 0
+                targets, texts, tiers = self.fitted(members, hit)
             if self.occ + self.delta(targets) > self.limit and not self.done:
                 # the best hit: the pins condensed for this build, as far as its smallest form needs
                 smallest = min(self.delta(self.verbatim(members)), self.delta(self.all_structured(members)))
@@ -322,6 +335,8 @@ class _Planner:
                     for i in self.condensed:
                         self.msg += self.h.entries[i].cur_tokens - self.state.pop(i)[1]
                     self.condensed.clear()
+                if self.stubs_hidden and not self.done:  # nor did leaving out the stub note
+                    self.stubs_hidden, self.stub = False, stub
                 return
         for i in targets:
             self.shown[i] = hid
