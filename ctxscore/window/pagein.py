@@ -116,10 +116,11 @@ class PageInPlan:
 
     def covers(self, other: PageInPlan) -> bool:
         """Every entry ``other`` shows is shown at least as richly here, and nothing more is left out
-        (evicted, the stub note) or condensed."""
+        (evicted) or condensed. (A plan that leaves out the stub note may cover one that keeps it: both
+        change the window from the note on; requiring the note kept lost a little recall on the dev
+        sessions, 25% 0.914 -> 0.913.)"""
         return (all(i in self.shown and self.richness(i) <= other.richness(i) for i in other.shown)
-                and self.evicted <= other.evicted and self.condensed.keys() <= other.condensed.keys()
-                and (other.stubs_hidden or not self.stubs_hidden))
+                and self.evicted <= other.evicted and self.condensed.keys() <= other.condensed.keys())
 
     def without_last(self) -> PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay)."""
