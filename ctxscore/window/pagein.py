@@ -240,7 +240,7 @@ class _Planner:
             was_stub, cur = self._now(i)
             if not was_stub:
                 msg -= cur
-            elif self.mode == "in_place":
+            elif self.mode == "in_place" and not self.stubs_hidden:  # a hidden note frees nothing more
                 stub -= cur
             msg += t
         return msg, stub
