@@ -151,6 +151,7 @@ class History:
         self.task_starts: list[int] = [0]  # index of the first entry of each task
         self.active_pins: list[int] = []  # entries pinned as instructions of the active task
         self.condensed: set[int] = set()  # pinned entries shown condensed (pins over the budget)
+        self.constrained: set[int] = set()  # units with a member that holds a hard constraint
         self.total_tokens = 0
         self.pinned_tokens = 0
         self.msg_tokens = 0
@@ -233,6 +234,8 @@ class History:
         self.entries.append(e)
         self.ids[msg.id] = idx  # type: ignore[index]
         self.units.setdefault(e.unit, []).append(idx)
+        if constraints:
+            self.constrained.add(e.unit)
         for call in msg.tool_calls:
             self.call_owner[call.id] = idx
         self.total_tokens += tokens
@@ -288,8 +291,9 @@ class History:
         return max((self.entries[i].tier_category for i in members), key=lambda c: CATEGORY_RANK[Category(c)])
 
     def archivable(self, members: list[int]) -> bool:
-        """A unit may be archived unless a member holds a hard constraint (it is only compressed)."""
-        return not any(self.entries[i].constraints for i in members)
+        """A unit (its member indices, as :attr:`units` lists them) may be archived unless a member
+        holds a hard constraint (it is only compressed)."""
+        return not members or self.entries[members[0]].unit not in self.constrained
 
     def codes(self) -> np.ndarray:
         """A copy of the tier codes of every entry, shape (n,)."""

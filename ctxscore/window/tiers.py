@@ -43,7 +43,7 @@ from ..messages import Category, Message, Role, Tier
 from ..scoring.base import Prediction
 from ..scoring.rules import RuleConfig
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
-from .history import Entry, Form, History, Pin
+from .history import ARCHIVED, CODE, Entry, Form, History, Pin
 from .result import WarningKind, WindowWarning
 
 #: Allowance for the line that collapses the oldest stubs, in tokens (occupancy estimate).
@@ -126,6 +126,10 @@ class Forms:
                     got = self._blocked(e)
                 got = got or Form(content, e.tokens, Tier.VERBATIM)
             e.forms[tier] = got
+            if tier == Tier.COMPRESSED and got.tier == Tier.STRUCTURED:
+                # the compressed form failed verification and the structured one passed: that is the
+                # structured form too (compress_verified from STRUCTURED on), so it is not computed twice
+                e.forms.setdefault(Tier.STRUCTURED, got)
         return got
 
     def _compressed(self, e: Entry, tier: Tier) -> Form | None:
@@ -283,6 +287,11 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
     pol, h, B = ov.policy, ov.h, ov.budget
     units = h.eligible_units(k)
     cap = stub_cap(pol, B)
+    # a pass only compresses and archives: what the history holds archived (or compacted) stays so,
+    # and the scans below look only at the rest (in a long session most of it is archived already)
+    codes = h.code.a[: len(h.entries)]
+    verbatim = [i for i in np.flatnonzero(codes == CODE[Tier.VERBATIM]).tolist() if h.entries[i].unit in units]
+    open_units = sorted({h.entries[i].unit for i in np.flatnonzero(codes != ARCHIVED).tolist()} & units.keys())
 
     def occ() -> float:
         return ov.occupancy() / B
@@ -291,11 +300,10 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
         return float(max(values[i] for i in members))
 
     def compress_all(category: str, tier: Tier) -> None:
-        for members in units.values():
-            for i in members:
-                e = h.entries[i]
-                if e.tier_category == category and ov.tier(i) == Tier.VERBATIM and not e.no_compress:
-                    ov.set(i, tier)
+        for i in verbatim:
+            e = h.entries[i]
+            if e.tier_category == category and ov.tier(i) == Tier.VERBATIM and not e.no_compress:
+                ov.set(i, tier)
 
     def stub(u: int) -> int:
         return sum(ov.forms.get(h.entries[i], Tier.ARCHIVED).tokens for i in units[u] if ov.tier(i) != Tier.ARCHIVED)
@@ -316,7 +324,7 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
 
     def live() -> list[int]:
         """Units that may still be archived (not all archived; no hard constraint)."""
-        return [u for u, m in units.items() if h.archivable(m) and any(ov.tier(i) != Tier.ARCHIVED for i in m)]
+        return [u for u in open_units if h.archivable(units[u]) and any(ov.tier(i) != Tier.ARCHIVED for i in units[u])]
 
     if relaxed:
         compress_all(Category.REASONING, Tier.COMPRESSED)
