@@ -23,7 +23,7 @@ is quoted as the blocks the query names (long messages), or, for the best hit, i
 form (where that is richer than its form in the conversation). When even that does not fit for the
 best hit, the stub note is left out of this build (at tight budgets, where pinned content and the
 recent turns fill the window, the note is often all a page-in can displace: dev sessions at 25% of the
-full context 0.911 -> 0.914, at 2k tokens 0.937 -> 0.941), and when it still does not fit, the
+full context 0.911 -> 0.915, at 2k tokens 0.937 -> 0.948), and when it still does not fit, the
 pinned instructions and corrections are shown condensed for this build (largest first, as
 :meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
 hard constraints, entities and key spans byte-exact; only as far as the hit's smallest form needs),
@@ -118,7 +118,7 @@ class PageInPlan:
         """Every entry ``other`` shows is shown at least as richly here, and nothing more is left out
         (evicted) or condensed. (A plan that leaves out the stub note may cover one that keeps it: both
         change the window from the note on; requiring the note kept lost a little recall on the dev
-        sessions, 25% 0.914 -> 0.913.)"""
+        sessions.)"""
         return (all(i in self.shown and self.richness(i) <= other.richness(i) for i in other.shown)
                 and self.evicted <= other.evicted and self.condensed.keys() <= other.condensed.keys())
 
