@@ -89,7 +89,7 @@ def test_a_later_hit_makes_room_down_to_the_low_water_mark():
     assert set(plan.shown.values()) == {first} and second in plan.unplaced, plan
 
 
-def test_the_best_hit_may_leave_the_stub_note_out_of_its_build():
+def test_a_hit_may_leave_the_stub_note_out_of_its_build():
     # a long system prompt and the recent turns fill the budget; everything else is archived already,
     # so the one thing a page-in can leave out is the stub note: the best hit is quoted verbatim in
     # its place for this build, and the next build without a query shows the note again

@@ -306,7 +306,7 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     cap = stub_cap(policy, min(budget, stub_budget or budget))
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), cap, side="right")) if len(arch) else 0
     recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))
-    if plan.stubs_hidden:  # left out for this build to make room for the best page-in
+    if plan.stubs_hidden:  # left out for this build to make room for a page-in
         keep, arch = 0, arch[:0]
     view = BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],

@@ -20,11 +20,11 @@ note stays as it was) to make room: the best hit may displace anything evictable
 while the window is above the low-water mark (``Policy.low_water``, which a compaction would bring it
 down to anyway), and below it only units worth less than themselves. A unit that still does not fit
 is quoted as the blocks the query names (long messages), or, for the best hit, in its structured
-form (where that is richer than its form in the conversation). When even that does not fit for the
-best hit, the stub note is left out of this build (at tight budgets, where pinned content and the
-recent turns fill the window, the note is often all a page-in can displace: dev sessions at 25% of the
-full context 0.911 -> 0.915, at 2k tokens 0.937 -> 0.948), and when it still does not fit, the
-pinned instructions and corrections are shown condensed for this build (largest first, as
+form (where that is richer than its form in the conversation). When even that does not fit, the
+stub note is left out of this build (at tight budgets, where pinned content and the recent turns
+fill the window, the note is often all a page-in can displace: dev sessions at 25% of the full
+context 0.911 -> 0.928, at 2k tokens 0.937 -> 0.951), and when the best hit still does not fit,
+the pinned instructions and corrections are shown condensed for this build (largest first, as
 :meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
 hard constraints, entities and key spans byte-exact; only as far as the hit's smallest form needs),
 and the hit takes the richest of those forms that then fits. Tiers do not change: the next build
@@ -96,7 +96,7 @@ class PageInPlan:
         in_place: entries of ``shown`` shown in the conversation in place of their current form or
             stub rather than quoted (quoting them would have placed fewer hits).
         stubs_kept: the stub note keeps the lines of archived entries shown in place.
-        stubs_hidden: the stub note is left out of this build to make room for the best hit.
+        stubs_hidden: the stub note is left out of this build to make room for a hit.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
@@ -306,9 +306,9 @@ class _Planner:
                           stubs_kept=self.mode != "in_place", stubs_hidden=self.stubs_hidden)
 
     def place(self, hid: str, hit: int) -> None:
-        """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit; for the
-        best hit, leaving out the stub note and then condensing the pins when even that does not fit),
-        then its neighbours."""
+        """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit; then
+        leaving out the stub note and, for the best hit, condensing the pins when even that does not
+        fit), then its neighbours."""
         u = self.h.entries[hit].unit
         members = self.quotable(self.h.units[u])
         if not members or all(i in self.shown for i in members):
@@ -320,8 +320,8 @@ class _Planner:
             self.make_room(u, targets, hit)
             targets, texts, tiers = self.fitted(members, hit)
             saved, stub = 0, self.stub
-            if self.occ + self.delta(targets) > self.limit and not self.done and stub:
-                # the best hit: the stub note left out of this build (the pins stay as they are if that is enough)
+            if self.occ + self.delta(targets) > self.limit and stub:
+                # the stub note left out of this build (the pins stay as they are if that is enough)
                 self.stubs_hidden, self.stub = True, 0
                 targets, texts, tiers = self.fitted(members, hit)
             if self.occ + self.delta(targets) > self.limit and not self.done:
@@ -336,7 +336,7 @@ class _Planner:
                     for i in self.condensed:
                         self.msg += self.h.entries[i].cur_tokens - self.state.pop(i)[1]
                     self.condensed.clear()
-                if self.stubs_hidden and not self.done:  # nor did leaving out the stub note
+                if stub and self.stubs_hidden:  # nor did leaving out the stub note: keep it
                     self.stubs_hidden, self.stub = False, stub
                 return
         for i in targets:
