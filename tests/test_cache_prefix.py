@@ -133,7 +133,9 @@ def test_a_page_in_is_quoted_before_the_last_message_and_leaves_the_window_aroun
             assert all(any(x == y for y in rest) for x in asked.messages)
             quoted += 1
             untouched += asked.messages == plain.messages  # the prefix a prompt cache reuses
-    assert quoted >= 10 and untouched >= 5, (quoted, untouched)
+    # (from the ninth page-in on, a long hit ranked above most others fits once the stub note is left
+    # out, and is shown in place: quoted, fewer hits would fit)
+    assert quoted >= 9 and untouched >= 5, (quoted, untouched)
 
 
 def test_in_a_tool_loop_under_one_request_the_recalled_note_stays_where_it_was():

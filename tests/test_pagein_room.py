@@ -83,10 +83,14 @@ def test_a_later_hit_makes_room_down_to_the_low_water_mark():
     assert set(plan.shown.values()) == {first, second}, plan
     assert plan.evicted
     # at or below the low-water mark a later hit displaces only what is worth less than itself (here
-    # page-in may fill the window only up to the mark, so the first hit leaves it there)
+    # page-in may fill the window only up to the mark, so the first hit leaves it there): the second
+    # one leaves out no message, only the stub note
     low = Policy(page_in_k=2, t_archive=0.9, low_water=0.9, page_in_limit=0.9)
+    alone, _, _ = _plan_two_hits(cm, budget, Policy(page_in_k=1, t_archive=0.9, low_water=0.9, page_in_limit=0.9))
     plan, first, second = _plan_two_hits(cm, budget, low)
-    assert set(plan.shown.values()) == {first} and second in plan.unplaced, plan
+    assert set(alone.shown.values()) == {first} and not alone.stubs_hidden, alone
+    assert set(plan.shown.values()) == {first, second} and plan.stubs_hidden, plan
+    assert plan.evicted == alone.evicted
 
 
 def test_a_hit_may_leave_the_stub_note_out_of_its_build():
