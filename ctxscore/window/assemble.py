@@ -285,7 +285,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     window's recalled note and the entry it preceded (:meth:`BuildView.recalled_anchor`): when this
     build quotes the same (a tool loop under one user request), the note stays before that entry, so
     the window up to and including it repeats the last one's prefix; else it goes before the last
-    unit. A plan that hides the stub note (:attr:`PageInPlan.stubs_hidden`) shows no stub line."""
+    unit. A plan that collapses the stub note (:attr:`PageInPlan.stubs_collapsed`) shows its one
+    collapsed line only."""
     n = len(history)
     codes = history.codes()
     stubs = history.stub.a[:n].copy()
@@ -306,8 +307,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     cap = stub_cap(policy, min(budget, stub_budget or budget))
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), cap, side="right")) if len(arch) else 0
     recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))
-    if plan.stubs_hidden:  # left out for this build to make room for a page-in
-        keep, arch = 0, arch[:0]
+    if plan.stubs_collapsed:  # one line for this build, to make room for a page-in
+        keep = 0
     view = BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
                      paged=dict(plan.shown), quoted=[i for i in sorted(plan.shown) if i not in plan.in_place],

@@ -47,7 +47,7 @@ from ..store.base import Store
 from ..store.retrieval import Hit
 from ..tokens import TOKENS_PER_MESSAGE
 from .history import CODE, Form, History
-from .tiers import Forms, occupancy
+from .tiers import COLLAPSED_LINE_TOKENS, Forms, occupancy
 
 log = logging.getLogger("ctxscore")
 
@@ -96,7 +96,8 @@ class PageInPlan:
         in_place: entries of ``shown`` shown in the conversation in place of their current form or
             stub rather than quoted (quoting them would have placed fewer hits).
         stubs_kept: the stub note keeps the lines of archived entries shown in place.
-        stubs_hidden: the stub note is left out of this build to make room for a hit.
+        stubs_collapsed: every line of the stub note is collapsed into its one line ``[archived N
+            earlier messages first … last; ask about them ...]`` for this build, to make room for a hit.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
@@ -107,7 +108,7 @@ class PageInPlan:
     condensed: dict[int, Tier] = field(default_factory=dict)
     in_place: frozenset[int] = frozenset()
     stubs_kept: bool = True
-    stubs_hidden: bool = False
+    stubs_collapsed: bool = False
 
     def richness(self, i: int) -> int:
         """How much of shown entry ``i`` this plan shows: 0 verbatim, 1 the blocks the query names,
@@ -131,7 +132,7 @@ class PageInPlan:
         shown = {i: h for i, h in self.shown.items() if h != drop}
         return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown},
                           {i: f for i, f in self.texts.items() if i in shown}, self.condensed if shown else {},
-                          self.in_place & shown.keys(), self.stubs_kept, self.stubs_hidden and bool(shown))
+                          self.in_place & shown.keys(), self.stubs_kept, self.stubs_collapsed and bool(shown))
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
@@ -212,7 +213,7 @@ class _Planner:
         self.keep: set[int] = set()  # units never evicted: what replaced a hit (see plan)
         self.condensed: dict[int, Tier] = {}  # pinned entries condensed for the best hit (see condense_pins)
         self._evictable = evictable  # (unit, members) that may make room, lowest value first; computed when first needed
-        self.stubs_hidden = False
+        self.stubs_collapsed = False
 
     def unit_value(self, members: list[int]) -> float:
         return float(max(self.values[i] for i in members))
@@ -240,7 +241,7 @@ class _Planner:
             was_stub, cur = self._now(i)
             if not was_stub:
                 msg -= cur
-            elif self.mode == "in_place" and not self.stubs_hidden:  # a hidden note frees nothing more
+            elif self.mode == "in_place" and not self.stubs_collapsed:  # the collapsed line stays as it is
                 stub -= cur
             msg += t
         return msg, stub
@@ -303,7 +304,7 @@ class _Planner:
         return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
                           unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed,
                           in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
-                          stubs_kept=self.mode != "in_place", stubs_hidden=self.stubs_hidden)
+                          stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed)
 
     def place(self, hid: str, hit: int) -> None:
         """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit; then
@@ -320,9 +321,9 @@ class _Planner:
             self.make_room(u, targets, hit)
             targets, texts, tiers = self.fitted(members, hit)
             saved, stub = 0, self.stub
-            if self.occ + self.delta(targets) > self.limit and stub:
-                # the stub note left out of this build (the pins stay as they are if that is enough)
-                self.stubs_hidden, self.stub = True, 0
+            if self.occ + self.delta(targets) > self.limit and stub > COLLAPSED_LINE_TOKENS and not self.stubs_collapsed:
+                # the stub note collapsed into its one line for this build (the pins stay as they are if that is enough)
+                self.stubs_collapsed, self.stub = True, COLLAPSED_LINE_TOKENS
                 targets, texts, tiers = self.fitted(members, hit)
             if self.occ + self.delta(targets) > self.limit and not self.done:
                 # the best hit: the pins condensed for this build, as far as its smallest form needs
@@ -336,8 +337,8 @@ class _Planner:
                     for i in self.condensed:
                         self.msg += self.h.entries[i].cur_tokens - self.state.pop(i)[1]
                     self.condensed.clear()
-                if stub and self.stubs_hidden:  # nor did leaving out the stub note: keep it
-                    self.stubs_hidden, self.stub = False, stub
+                if self.stubs_collapsed and self.stub != stub:  # nor did collapsing the stub note: keep it
+                    self.stubs_collapsed, self.stub = False, stub
                 return
         for i in targets:
             self.shown[i] = hid
