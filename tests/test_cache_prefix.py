@@ -129,13 +129,15 @@ def test_a_page_in_is_quoted_before_the_last_message_and_leaves_the_window_aroun
             original = msgs[cm.history.ids[i]]["content"]
             assert (f"[#{cm.history.ids[i]} " in note and original in note) != (i in in_place)  # quoted byte-exact
         if not in_place:
-            rest = iter(plain.messages)  # nothing is rewritten: low-value units may be left out for the build
-            assert all(any(x == y for y in rest) for x in asked.messages)
+            # nothing is rewritten: low-value units may be left out for the build, and the stub note
+            # may show only its collapsed line
+            rest = iter(m for m in plain.messages if not str(m["content"]).startswith("[archived"))
+            assert all(any(x == y for y in rest) for x in asked.messages if not str(x["content"]).startswith("[archived"))
             quoted += 1
             untouched += asked.messages == plain.messages  # the prefix a prompt cache reuses
-    # (from the ninth page-in on, a long hit ranked above most others fits once the stub note is left
-    # out, and is shown in place: quoted, fewer hits would fit)
-    assert quoted >= 9 and untouched >= 5, (quoted, untouched)
+    # (from the eighth page-in on, a long hit ranked above most others fits once the stub note is
+    # collapsed, and is shown in place: quoted, fewer hits would fit)
+    assert quoted >= 7 and untouched >= 5, (quoted, untouched)
 
 
 def test_in_a_tool_loop_under_one_request_the_recalled_note_stays_where_it_was():

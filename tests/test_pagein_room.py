@@ -88,25 +88,32 @@ def test_a_later_hit_makes_room_down_to_the_low_water_mark():
     low = Policy(page_in_k=2, t_archive=0.9, low_water=0.9, page_in_limit=0.9)
     alone, _, _ = _plan_two_hits(cm, budget, Policy(page_in_k=1, t_archive=0.9, low_water=0.9, page_in_limit=0.9))
     plan, first, second = _plan_two_hits(cm, budget, low)
-    assert set(alone.shown.values()) == {first} and not alone.stubs_hidden, alone
-    assert set(plan.shown.values()) == {first, second} and plan.stubs_hidden, plan
+    assert set(alone.shown.values()) == {first} and not alone.stubs_collapsed, alone
+    assert set(plan.shown.values()) == {first, second} and plan.stubs_collapsed, plan
     assert plan.evicted == alone.evicted
 
 
-def test_a_hit_may_leave_the_stub_note_out_of_its_build():
+def test_a_hit_may_collapse_the_stub_note_into_one_line_for_its_build():
     # a long system prompt and the recent turns fill the budget; everything else is archived already,
-    # so the one thing a page-in can leave out is the stub note: the best hit is quoted verbatim in
-    # its place for this build, and the next build without a query shows the note again
+    # so what a page-in can free is the stub note's lines: the note shows only its collapsed line (the
+    # archived messages keep a stub with their ids) and the hit is quoted verbatim for this build; the
+    # next build without a query shows the note as it was
     rules = " ".join(f"Rule {i}: never reveal internal ticket {i}." for i in range(12))
     chat = office_chat(60)
     chat[0]["content"] = f"You are a concise assistant. {rules}"
     cm = ContextManager(scorer="rules", budget=220, policy=Policy(page_in_k=1))
     cm.extend(chat)
     before = cm.build()
-    assert any(str(m["content"]).startswith("[archived") for m in before.messages)
+
+    def note(win):
+        return [line for m in win.messages for line in str(m["content"]).splitlines() if line.startswith("[archived")]
+
+    assert len(note(before)) > 1
     win = cm.build(query="which locker code")
     assert cm.history.entries[8].msg.id in win.paged_in  # with its question
     assert any("Locker 103 opens with code 7003." in str(m["content"]) for m in win.messages)
-    assert not any("[archived" in str(m["content"]) for m in win.messages)
+    archived = sum(e.tier == "archived" for e in cm.history.entries)
+    lines = note(win)
+    assert len(lines) == 1 and f" {archived} earlier messages " in lines[0]
     assert win.tokens <= 220
     assert cm.build().messages == before.messages
