@@ -21,10 +21,12 @@ while the window is above the low-water mark (``Policy.low_water``, which a comp
 down to anyway), and below it only units worth less than themselves. A unit that still does not fit
 is quoted as the blocks the query names (long messages), or, for the best hit, in its structured
 form (where that is richer than its form in the conversation). When even that does not fit, the
-stub note is left out of this build (at tight budgets, where pinned content and the recent turns
-fill the window, the note is often all a page-in can displace: dev sessions at 25% of the full
-context 0.911 -> 0.928, at 2k tokens 0.937 -> 0.951), and when the best hit still does not fit,
-the pinned instructions and corrections are shown condensed for this build (largest first, as
+stub note shows only its collapsed line for this build (``[archived N earlier messages first …
+last; ...]``: every archived message keeps a stub with its id; at tight budgets, where pinned
+content and the recent turns fill the window, the note's lines are often all a page-in can free:
+dev sessions at 25% of the full context 0.911 -> 0.924, at 2k tokens 0.937 -> 0.946), and when the
+best hit still does not fit, the pinned instructions and corrections are shown condensed for this
+build (largest first, as
 :meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
 hard constraints, entities and key spans byte-exact; only as far as the hit's smallest form needs),
 and the hit takes the richest of those forms that then fits. Tiers do not change: the next build
@@ -117,7 +119,7 @@ class PageInPlan:
 
     def covers(self, other: PageInPlan) -> bool:
         """Every entry ``other`` shows is shown at least as richly here, and nothing more is left out
-        (evicted) or condensed. (A plan that leaves out the stub note may cover one that keeps it: both
+        (evicted) or condensed. (A plan that collapses the stub note may cover one that does not: both
         change the window from the note on; requiring the note kept lost a little recall on the dev
         sessions.)"""
         return (all(i in self.shown and self.richness(i) <= other.richness(i) for i in other.shown)
@@ -308,7 +310,7 @@ class _Planner:
 
     def place(self, hid: str, hit: int) -> None:
         """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit; then
-        leaving out the stub note and, for the best hit, condensing the pins when even that does not
+        collapsing the stub note and, for the best hit, condensing the pins when even that does not
         fit), then its neighbours."""
         u = self.h.entries[hit].unit
         members = self.quotable(self.h.units[u])
