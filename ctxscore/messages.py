@@ -233,7 +233,7 @@ class Message:
             if role != "assistant":
                 raise InputError(f"{where}: only assistant messages may carry 'tool_calls' (role is {role!r})")
             calls = tuple(_tool_call(c, i, where) for i, c in enumerate(raw_calls))
-        if not content.strip() and not calls and not parts and role != "tool":
+        if refuses_empty(role, content, tool_calls=bool(calls), parts=bool(parts)):
             raise InputError(
                 f"{where}: empty content in a {role} message; drop the message or give it text "
                 "(only tool results and assistant messages with tool_calls may be empty)"
@@ -292,6 +292,13 @@ class Message:
     def has_media(self) -> bool:
         """True when the content has parts other than text (images, audio, files)."""
         return any(p.text is None for p in self.parts)
+
+
+def refuses_empty(role: str, content: str, *, tool_calls: bool = False, parts: bool = False) -> bool:
+    """True when a message is refused for its empty text (:meth:`Message.from_dict` raises
+    :class:`InputError`): only tool results and assistant messages with tool calls (or content
+    parts) may be empty or whitespace."""
+    return not content.strip() and not tool_calls and not parts and role != Role.TOOL
 
 
 def _content(raw: Any, where: str) -> tuple[str, tuple[ContentPart, ...]]:

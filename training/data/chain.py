@@ -23,6 +23,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from ctxscore.messages import refuses_empty
+
 from .facts import check_facts
 from .schema import CorpusSession
 from .splits import unit_hash
@@ -64,12 +66,6 @@ def eval_message(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _refused(m: dict[str, Any]) -> bool:
-    """True for a message the runtime refuses and a replay cannot add: empty text in a message that is
-    neither a tool result nor an assistant message with tool calls (SGD has a few empty system turns)."""
-    return not (m.get("content") or "").strip() and m["role"] != "tool" and not m.get("tool_calls")
-
-
 def chain(units: Sequence[CorpusSession], session_id: str, split: str) -> dict[str, Any]:
     """One evaluation session made of ``units`` in order (see the module docstring).
 
@@ -91,8 +87,8 @@ def chain(units: Sequence[CorpusSession], session_id: str, split: str) -> dict[s
                 skip = 1
         where: dict[int, int] = {}  # the unit's message index -> the chained session's
         for i, m in enumerate(msgs[skip:], start=skip):
-            if _refused(m):
-                continue
+            if refuses_empty(m["role"], m["content"] or "", tool_calls=bool(m.get("tool_calls"))):
+                continue  # a replay could not add it (SGD has a few empty assistant turns)
             where[i] = len(messages)
             messages.append(eval_message(m))
         for f in u.get("key_facts") or []:
