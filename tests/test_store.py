@@ -178,17 +178,6 @@ def test_stemmed_search_finds_other_word_forms():
     assert hit.id == "m1" and "stem" in hit.lists and hit.lexical
 
 
-def test_a_version_2_file_is_upgraded_with_its_stemmed_index(tmp_path):
-    path = tmp_path / "v2.db"
-    s = SQLiteStore(path)
-    s.add("s", [rec("m0", "user", "The bookings for Cambridge are confirmed.")])
-    s._db.executescript("DROP TABLE messages_stem; UPDATE meta SET value='2' WHERE key='schema_version';")
-    s.close()
-    again = SQLiteStore(path)
-    assert again._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
-    assert again.search("s", "booking")[0].id == "m0" and "stem" in again.search("s", "booking")[0].lists
-
-
 def test_hits_carry_their_lists_and_similarity():
     s = SQLiteStore()
     s.add("s", [rec("m0", "user", "alpha beta", np.array([1, 0], dtype=np.float32)),
@@ -198,20 +187,34 @@ def test_hits_carry_their_lists_and_similarity():
     assert hits["m1"].lists == {"vector"} and hits["m1"].similarity == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("old", ["2", "3"])
-def test_older_files_are_upgraded_with_records_and_events(tmp_path, old):
-    """Schema 4 added the layer records and events; a version 2 or 3 file keeps its messages and gains them."""
+#: The full-text indexes of schema versions 2-4 (2 had only the first), as those versions created them.
+OLD_FTS = {
+    "messages_fts": "CREATE VIRTUAL TABLE messages_fts USING fts5(text, context, content='messages', "
+                    "content_rowid='rowid', tokenize='trigram')",
+    "messages_stem": "CREATE VIRTUAL TABLE messages_stem USING fts5(text, context, content='messages', "
+                     "content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2')",
+}
+
+
+@pytest.mark.parametrize("old", ["2", "3", "4"])
+def test_older_files_are_upgraded_in_place(tmp_path, old):
+    """Schema 4 added the layer records and events, 5 dropped the FTS5 indexes (search ranks in
+    memory): a version 2, 3 or 4 file keeps its messages, gains what it lacks, loses the indexes and
+    is searched as before."""
     path = tmp_path / f"v{old}.db"
     s = SQLiteStore(path)
     fill(s)
-    s._db.execute("DROP TABLE records")
-    s._db.execute("DROP TABLE events")
-    if old == "2":
-        s._db.execute("DROP TABLE messages_stem")
+    for table in ("messages_fts",) if old == "2" else OLD_FTS:
+        s._db.execute(OLD_FTS[table])
+        s._db.execute(f"INSERT INTO {table}({table}) VALUES('rebuild')")
+    if old != "4":
+        s._db.execute("DROP TABLE records")
+        s._db.execute("DROP TABLE events")
     s._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (old,))
     s.close()
     b = SQLiteStore(path)
-    assert b._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert b._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
+    assert not b._db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'messages_%' AND type='table'").fetchall()
     assert b.search("s1", "bookings")[0].id == "m0" and "stem" in b.search("s1", "bookings")[0].lists
     assert [r.id for r in b.load("s1")] == ["m0", "m1", "m2", "m3", "m4"]
     assert b.put_records("s1", "ledger", {"ref": "7GAWK763"}) == {"ref": 1}
@@ -223,3 +226,70 @@ def test_older_files_are_upgraded_with_records_and_events(tmp_path, old):
     c.close()
     with pytest.raises(StoreError, match="schema version 9"):
         SQLiteStore(p)
+
+
+def test_search_ranks_as_fts5_bm25_did():
+    """The in-memory ranking (schema 5) returns the keyword, stem and two-character lists that the
+    FTS5 indexes of schema 4 returned, ids in order, for real English and Chinese sessions (the
+    bundled sessions replayed by a manager: rendered text and index context as stored)."""
+    import json
+    from pathlib import Path
+
+    from ctxscore import ContextManager
+    from ctxscore.store.retrieval import fts_match_expression, like_pattern, stem_terms
+    from ctxscore.store.sqlite import index_text
+    from ctxscore.store.stemming import porter_stem
+
+    lines = (Path(__file__).resolve().parents[1] / "data" / "bundled" / "sessions.jsonl").read_text("utf-8").splitlines()
+    checked = 0
+    for line in lines[:6]:
+        session = json.loads(line)
+        cm = ContextManager(budget=4000, scorer="rules")
+        for m in session["messages"]:
+            cm.add({k: v for k, v in m.items() if k != "label"})
+        store, sid = cm.store, cm.session_id
+        ref = sqlite3.connect(":memory:")
+        ref.execute("CREATE TABLE m(rowid INTEGER PRIMARY KEY, id TEXT, turn INT, text TEXT, context TEXT)")
+        for table, tok in (("f", "trigram"), ("s", "porter unicode61 remove_diacritics 2")):
+            ref.execute(f"CREATE VIRTUAL TABLE {table} USING fts5(text, context, content='m', content_rowid='rowid', "
+                        f"tokenize='{tok}')")
+        rows = store._db.execute("SELECT rowid, id, turn, text, context FROM messages WHERE session_id=?", (sid,))
+        for rowid, mid, turn, text, context in rows.fetchall():
+            ref.execute("INSERT INTO m VALUES(?,?,?,?,?)", (rowid, mid, turn, text, context))
+            for table in ("f", "s"):
+                ref.execute(f"INSERT INTO {table}(rowid, text, context) VALUES(?,?,?)", (rowid, index_text(text), context))
+        queries = [m["content"] for m in session["messages"] if m["role"] == "user" and m.get("content")]
+        queries += [p["question"] for p in session.get("probes", [])]
+        with store._guard("test") as db:
+            index = store._session_index(db, sid)
+        for q in queries:
+            fts, short = query_terms(q)
+            stems = stem_terms(q)
+            want = []
+            if fts:
+                want.append(("keyword", [r[0] for r in ref.execute(
+                    "SELECT m.id FROM f JOIN m ON m.rowid = f.rowid WHERE f MATCH ? ORDER BY bm25(f, 1.0, 0.4), m.turn "
+                    "LIMIT 100", (fts_match_expression(fts),))]))
+            if stems:
+                want.append(("stem", [r[0] for r in ref.execute(
+                    "SELECT m.id FROM s JOIN m ON m.rowid = s.rowid WHERE s MATCH ? ORDER BY bm25(s, 1.0, 0.4), m.turn "
+                    "LIMIT 100", (fts_match_expression(stems),))]))
+            for term in short:
+                want.append(("short", [r[0] for r in ref.execute(
+                    "SELECT id FROM m WHERE text LIKE ? ESCAPE '\\' ORDER BY turn DESC LIMIT 100", (like_pattern(term),))]))
+            got = [(name, [r[0] for r in rows]) for name, rows in
+                   index.lexical(fts, [porter_stem(w) for w in stem_terms(q)], short, 100)]
+            assert got == want, q
+            checked += sum(len(ids) for _, ids in want)
+        ref.close()
+    assert checked > 1000  # the lists compared are not empty
+
+
+def test_another_session_in_the_file_never_changes_a_sessions_ranking(tmp_path):
+    texts = [f"the booking reference of trip {i} is REF{i:03d}" for i in range(6)] + ["hotel hotel booking"] * 2
+    s = SQLiteStore(tmp_path / "two.db")
+    s.add("a", [rec(None, "user", t) for t in texts])
+    before = [(h.id, h.score, h.lists) for h in s.search("a", "booking hotel reference")]
+    s.add("b", [rec(None, "user", "booking " * 50) for _ in range(40)])
+    assert [(h.id, h.score, h.lists) for h in s.search("a", "booking hotel reference")] == before
+    s.close()

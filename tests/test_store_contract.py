@@ -265,6 +265,23 @@ def test_detach_keeps_the_replaced_messages(store_url):
     s.close()
 
 
+def test_search_follows_other_writers_and_detach(store_url):
+    """A store's in-memory search index reads what another connection (another process) added, and
+    reads the session again when another connection detached messages from it."""
+    a, b = open_store(store_url), open_store(store_url)
+    a.add("s", [rec(None, "alpha hotel"), rec(None, "beta hotel")])
+    assert {h.id for h in a.search("s", "hotel")} == {"m0", "m1"}
+    b.add("s", [rec(None, "gamma hotel zebra")])
+    assert [h.id for h in a.search("s", "zebra")] == ["m2"]
+    b.detach("s", 1)
+    assert [h.id for h in a.search("s", "hotel")] == ["m0"]
+    assert [r.id for r in b.add("s", [rec(None, "delta okapi")])] == ["m1"]  # the id is free again
+    assert [(h.id, h.snippet) for h in a.search("s", "okapi")] == [("m1", "delta okapi")]
+    assert a.search("s", "beta") == [] and [h.id for h in a.search("s~detached~1", "beta")] == ["m1"]
+    a.close()
+    b.close()
+
+
 # -- layer records and events ---------------------------------------------------------------------
 def test_records_and_events(store_url):
     s = open_store(store_url)

@@ -172,7 +172,7 @@ def test_non_utf8_database_is_refused(pg_dsn):
 
 
 def test_search_statistics_are_per_session(pg_url, tmp_path):
-    """Unlike SQLite's file-wide bm25 statistics, another session never changes a session's ranking."""
+    """Another session never changes a session's ranking (bm25 statistics per session, as in SQLite)."""
     texts = [f"the booking reference of trip {i} is REF{i:03d}" for i in range(6)] + ["hotel hotel booking"] * 2
     pg = PostgresStore(pg_url)
     pg.add("a", [rec(None, t) for t in texts])

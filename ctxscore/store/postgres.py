@@ -29,10 +29,9 @@ Why not rank in SQL: a search is scoped to one session, so no table-wide index (
 ``tsvector`` GIN) narrows it further than the ``(session_id, turn)`` key, and computing bm25 over
 the session's text in SQL took 150-300 ms per search on a 620-message tau-bench session, against a
 few milliseconds here (``docs/scale.md``). PostgreSQL's word-based full-text search would also rank
-differently from SQLite (no substrings, no Chinese without a segmenter). One difference remains by
-design: SQLite's bm25 statistics (rows, average length, rows holding a term) span its whole file;
-here they span the session, which is what a server of millions of sessions can afford. A SQLite
-file holding one session ranks the same.
+differently from SQLite (no substrings, no Chinese without a segmenter). The bm25 statistics
+(rows, average length, rows holding a term) span the session, in this store and in SQLite's, which
+ranks with the same :class:`~ctxscore.store.session_index.SessionIndex`.
 
 Failures of the server, the network or the pool are raised as :class:`~ctxscore.errors.StoreError`
 (the message names the database without its password); bad input as
@@ -479,12 +478,7 @@ class PostgresStore:
             lists: list[RankedList] = []
             similarity: dict[str, float] = {}
             with self._session_index(conn, session_id) as index:
-                if fts_terms:
-                    lists.append(index.keyword(fts_terms, limit))
-                if stems:
-                    lists.append(index.stem(stems, limit))
-                for term in short_terms:
-                    lists.append(index.short(term, limit))
+                lists.extend(index.lexical(fts_terms, stems, short_terms, limit))
                 vec = index.vector(np.asarray(query_embedding, dtype=np.float32), limit) \
                     if query_embedding is not None and not self.pgvector else None
             if vec is not None:

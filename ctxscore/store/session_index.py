@@ -1,9 +1,11 @@
-"""A session's search index in memory: SQLite's ranked lists computed in Python, for server stores.
+"""A session's search index in memory: the ranked lists of every store, computed in Python.
 
-A server store keeps millions of sessions but searches one at a time. :class:`SessionIndex` holds
-what ranking one session needs -- per message its case-folded indexed text and context, its stems,
-its embedding -- and computes the ranked lists of :class:`~ctxscore.store.sqlite.SQLiteStore`
-exactly (the same float operations in the same order), so every store returns the same hits:
+A store keeps many sessions but searches one at a time. :class:`SessionIndex` holds what ranking
+one session needs -- per message its case-folded indexed text and context, its stems, its
+embedding -- and computes the ranked lists that SQLite's FTS5 indexes computed (the same float
+operations in the same order as FTS5's ``bm25()``; ``tests/test_store.py`` compares them), so every
+store (:class:`~ctxscore.store.sqlite.SQLiteStore`, :class:`~ctxscore.store.postgres.PostgresStore`)
+returns the same hits:
 
 - ``keyword``: terms of 3+ characters as case-folded substrings (FTS5's trigram tokenizer),
   ranked by FTS5's bm25 (:data:`~ctxscore.store.retrieval.BM25_K1`, ``BM25_B``): per term the
@@ -15,8 +17,8 @@ exactly (the same float operations in the same order), so every store returns th
   (SQLite's ``LIKE``), newest first;
 - ``vector``: dot products with the query embedding (:func:`~ctxscore.store.retrieval.vector_ranking`).
 
-The bm25 statistics (rows, average length, rows holding a term) are the session's: SQLite's span
-its whole file, so a file with one session ranks the same (``tests/test_store_contract.py``).
+The bm25 statistics (rows, average length, rows holding a term) are the session's, so other
+sessions of a file or database never change a session's ranking (``tests/test_store_contract.py``).
 The index grows by :meth:`SessionIndex.extend` (rows in insertion order); a store rebuilds it when
 messages leave the session (detach).
 """
@@ -220,6 +222,20 @@ class SessionIndex:
             ctxs = self._ctxs = [m.context_folded for m in self.messages]
             self._joined_cache = ("\x00".join(texts), _starts(texts), "\x00".join(ctxs), _starts(ctxs))
         return self._joined_cache
+
+    def lexical(self, fts_terms: Sequence[str], stems: Sequence[str], short_terms: Sequence[str],
+                limit: int) -> list[RankedList]:
+        """The lexical ranked lists of a query, in the order every store fuses them: ``keyword``
+        (when ``fts_terms``), ``stem`` (when ``stems``, already Porter-stemmed) and one ``short``
+        list per two-character term; each holds at most ``limit`` rows."""
+        lists: list[RankedList] = []
+        if fts_terms:
+            lists.append(self.keyword(fts_terms, limit))
+        if stems:
+            lists.append(self.stem(stems, limit))
+        for term in short_terms:
+            lists.append(self.short(term, limit))
+        return lists
 
     def keyword(self, terms: Sequence[str], limit: int) -> RankedList:
         """The keyword list for FTS terms (3+ characters, lower-cased)."""
