@@ -139,7 +139,7 @@ def test_runtime_import_stays_free_of_the_extras():
     code = ("import ctxscore, ctxscore.cli, ctxscore.window.manager\nimport sys\n"
             "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
-    assert not loaded & {"openai", "fastapi", "uvicorn", "httpx", "starlette", "langchain", "langchain_core", "langgraph"}
+    assert not loaded & {"openai", "fastapi", "uvicorn", "httpx", "aiohttp", "starlette", "langchain", "langchain_core", "langgraph"}
 
 
 @pytest.mark.parametrize("module, package, extra", [("ctxscore.serve", "fastapi", "serve"),

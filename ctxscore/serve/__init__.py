@@ -2,7 +2,7 @@
 
 :func:`create_app` builds the FastAPI app (:mod:`ctxscore.serve.app` describes what it does),
 :func:`run` serves it with uvicorn in the foreground, :class:`Background` in a thread (tests,
-notebooks). Importing this package without FastAPI, uvicorn or httpx raises :class:`ImportError` with
+notebooks). Importing this package without FastAPI, uvicorn or aiohttp raises :class:`ImportError` with
 the install hint (``pip install 'ctxscore[serve]'``).
 """
 
