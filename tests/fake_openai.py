@@ -13,7 +13,9 @@ What it answers:
   ``{"status": 429, "headers": {...}}`` (an error status with an OpenAI error body),
   ``{"delay": 2.0}`` (sleep before answering: a client timeout), ``{"raw": b"..."}`` (this body with
   status 200: malformed JSON), ``{"reply": ...}`` (this reply instead of the responder's),
-  ``{"close": True}`` (drop the connection without an answer).
+  ``{"close": True}`` (drop the connection without an answer), ``{"cut": True}`` (a stream that
+  breaks off: the first event, then the connection dropped). ``headers`` may be a dict or a list
+  of ``(name, value)`` pairs (a header sent several times).
 
 Streams are sent with chunked transfer encoding: a role chunk, the content in pieces of
 ``chunk_chars`` characters, tool-call deltas (id and name first, then the arguments in pieces),
@@ -152,7 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
+        for k, v in headers.items() if isinstance(headers, dict) else headers or ():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
@@ -210,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(reply, str):
             reply = {"content": reply}
         if body.get("stream"):
-            self._stream(body, reply)
+            self._stream(body, reply, cut=bool(fault.get("cut")))
         else:
             self._complete(body, reply)
 
@@ -233,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
             out["usage"] = self._usage(body, reply)
         self._send_json(200, out)
 
-    def _stream(self, body: dict[str, Any], reply: dict[str, Any]) -> None:
+    def _stream(self, body: dict[str, Any], reply: dict[str, Any], cut: bool = False) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -246,6 +248,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
         event({"role": "assistant", "content": ""})
+        if cut:  # the upstream dies mid-answer
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
         text = reply.get("content") or ""
         k = self.owner.chunk_chars
         for i in range(0, len(text), k):

@@ -246,6 +246,31 @@ def test_upstream_errors_pass_through_with_their_status(proxy, upstream, stream)
     assert s["upstream_errors"] == 2 and s["replies_recorded"] == 1 and s["messages"] == 2
 
 
+def test_repeated_headers_bodiless_requests_and_a_stream_that_breaks_off(proxy, upstream):
+    """Every value of a repeated upstream header reaches the client (two Set-Cookie); a bodiless
+    passthrough request goes upstream without a body or a Content-Type; a stream the upstream
+    breaks off ends there, is counted as an upstream error, and the session goes on."""
+    upstream.push({"status": 429, "headers": [("Set-Cookie", "a=1; Path=/"), ("Set-Cookie", "b=2; Path=/")]})
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hello #2"}]}
+    r = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"X-Session-Id": "cut"})
+    assert r.status_code == 429 and r.headers.get_list("set-cookie") == ["a=1; Path=/", "b=2; Path=/"]
+    assert httpx.get(proxy.url + "/v1/models").status_code == 200
+    sent = upstream.requests[-1]["headers"]
+    assert "content-type" not in sent and sent.get("content-length", "0") == "0"
+    upstream.push({"cut": True})
+    with httpx.stream("POST", proxy.url + "/v1/chat/completions", json={**body, "stream": True},
+                      headers={"X-Session-Id": "cut"}) as s:
+        assert s.status_code == 200
+        try:
+            got = b"".join(s.iter_bytes())
+        except httpx.HTTPError:  # the client may see the cut body as an error of its own
+            got = b""
+    assert b"[DONE]" not in got
+    assert stats(proxy, "cut")["upstream_errors"] == 2  # the 429 and the stream cut short
+    r = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"X-Session-Id": "cut"})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].startswith("Noted for leg #2")
+
+
 def test_unreachable_and_slow_upstreams(upstream):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -236,9 +236,12 @@ def test_search_ranks_as_fts5_bm25_did():
     from pathlib import Path
 
     from ctxscore import ContextManager
-    from ctxscore.store.retrieval import fts_match_expression, like_pattern, stem_terms
+    from ctxscore.store.retrieval import like_pattern, stem_terms
     from ctxscore.store.sqlite import index_text
     from ctxscore.store.stemming import porter_stem
+
+    def fts_match_expression(terms):  # schema 4's MATCH expression: the terms ORed as quoted strings
+        return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
     lines = (Path(__file__).resolve().parents[1] / "data" / "bundled" / "sessions.jsonl").read_text("utf-8").splitlines()
     checked = 0
@@ -277,8 +280,9 @@ def test_search_ranks_as_fts5_bm25_did():
             for term in short:
                 want.append(("short", [r[0] for r in ref.execute(
                     "SELECT id FROM m WHERE text LIKE ? ESCAPE '\\' ORDER BY turn DESC LIMIT 100", (like_pattern(term),))]))
-            got = [(name, [r[0] for r in rows]) for name, rows in
-                   index.lexical(fts, [porter_stem(w) for w in stem_terms(q)], short, 100)]
+            with store._guard("test") as db:
+                lists = store._lexical(db, sid, index, fts, [porter_stem(w) for w in stem_terms(q)], short, 100)
+            got = [(name, [r[0] for r in rows]) for name, rows in lists]
             assert got == want, q
             checked += sum(len(ids) for _, ids in want)
         ref.close()
@@ -292,4 +296,16 @@ def test_another_session_in_the_file_never_changes_a_sessions_ranking(tmp_path):
     before = [(h.id, h.score, h.lists) for h in s.search("a", "booking hotel reference")]
     s.add("b", [rec(None, "user", "booking " * 50) for _ in range(40)])
     assert [(h.id, h.score, h.lists) for h in s.search("a", "booking hotel reference")] == before
+    s.close()
+
+
+def test_a_damaged_embedding_is_a_store_error_naming_the_row_and_leaves_the_index_whole(tmp_path):
+    s = SQLiteStore(tmp_path / "d.db")
+    s.add("s", [rec(None, "user", "alpha hotel"), rec(None, "user", "beta hotel"), rec(None, "user", "gamma hotel")])
+    s._db.execute("UPDATE messages SET embedding=x'010203' WHERE id='m1'")
+    for _ in range(2):
+        with pytest.raises(StoreError, match="'m1'.*damaged embedding"):
+            s.search("s", "hotel")
+    s._db.execute("UPDATE messages SET embedding=NULL WHERE id='m1'")
+    assert sorted(h.id for h in s.search("s", "hotel")) == ["m0", "m1", "m2"]  # each once: no half-built index
     s.close()

@@ -403,18 +403,24 @@ class Proxy:
     # ------------------------------------------------------------------ helpers
     def http(self) -> Any:
         """The upstream client (created in the running event loop at the first request): no limit on
-        connections, a connect timeout of at most 10 s and ``timeout`` seconds between reads."""
+        connections, at most 10 s to connect (name lookup included) and ``timeout`` seconds between
+        reads; ``HTTP(S)_PROXY`` / ``NO_PROXY`` are honoured and TLS is verified against certifi's
+        bundle when it is installed (as httpx and the ``openai`` client do), else the system's."""
         if self.client is None:
+            connect = min(self.timeout, 10.0)
             self.client = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(self.timeout, 10.0), sock_read=self.timeout),
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0), auto_decompress=True)
+                timeout=aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=self.timeout),
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=_tls_context()),
+                auto_decompress=True, trust_env=True)
         return self.client
 
     async def _call(self, method: str, url: str, body: bytes, headers: dict[str, str]) -> Any:
         """Send one request upstream: its response (headers read, body not yet), or an error
         :class:`Response` (504 when the upstream did not answer in time, 502 when unreachable)."""
         try:
-            return await self.http().request(method, url, data=body, headers=headers, allow_redirects=False)
+            # no body for a bodiless request, and no Content-Type the client did not send
+            return await self.http().request(method, url, data=body or None, headers=headers, allow_redirects=False,
+                                             skip_auto_headers=("Content-Type",))
         except TimeoutError as exc:  # aiohttp's timeouts are TimeoutError too (check them first)
             return JSONResponse(error_body(f"the upstream {self.upstream} did not answer in time ({exc!r})",
                                            kind="upstream_timeout"), status_code=504)
@@ -434,6 +440,8 @@ class Proxy:
 
     @staticmethod
     def headers_down(headers: Any) -> dict[str, str]:
+        """The upstream's response headers passed back (hop-by-hop ones left out); a repeated
+        header keeps its last value here and :func:`_repeated` adds the others."""
         return {k: v for k, v in headers.items() if k.lower() not in HOP_RESPONSE_HEADERS}
 
     def tools_tokens(self, cm: ContextManager, tools: Any) -> int:
@@ -572,8 +580,8 @@ class Proxy:
             await release()  # a shared session's turn ends here (its lock released): counted
             spent += time.perf_counter() - t1
         st.overhead_ms.append(spent * 1000.0)
-        return Response(content, status_code=r.status, headers={**self.headers_down(r.headers), **ctx,
-                                                                 "x-ctxscore-proxy-ms": f"{spent * 1000.0:.3f}"})
+        return _repeated(Response(content, status_code=r.status, headers={
+            **self.headers_down(r.headers), **ctx, "x-ctxscore-proxy-ms": f"{spent * 1000.0:.3f}"}), r.headers)
 
     async def _stream(self, request: Request, sess: _Session, fwd: dict[str, Any], ctx: dict[str, str],
                       spent: float, release: _Release) -> Response:
@@ -591,13 +599,16 @@ class Proxy:
             if isinstance(content, Response):
                 content.headers.update(ctx)
                 return content
-            return Response(content, status_code=r.status, headers=down)
+            return _repeated(Response(content, status_code=r.status, headers=down), r.headers)
+
+        def broke_off() -> None:
+            st.upstream_errors += 1
 
         async def events() -> AsyncIterator[bytes]:
             nonlocal spent
             acc = _Accumulator()
             recorded = False
-            async for chunk in _chunks(r):
+            async for chunk in _chunks(r, broke_off):
                 if acc.feed(chunk) and not recorded:
                     t1 = time.perf_counter()
                     recorded = True
@@ -613,8 +624,8 @@ class Proxy:
             await release()
 
         release.handed_off = True
-        return _Stream(events(), close, status_code=200, headers=down,
-                       media_type=r.headers.get("content-type", "text/event-stream"))
+        return _repeated(_Stream(events(), close, status_code=200, headers=down,
+                                 media_type=r.headers.get("content-type", "text/event-stream")), r.headers)
 
     async def passthrough(self, path: str, request: Request) -> Response:
         """Any other ``/v1/{path}``: sent upstream as it is, the answer streamed back as it is."""
@@ -628,7 +639,8 @@ class Proxy:
         async def close() -> None:
             r.release()
 
-        return _Stream(_chunks(r), close, status_code=r.status, headers=self.headers_down(r.headers))
+        return _repeated(_Stream(_chunks(r), close, status_code=r.status, headers=self.headers_down(r.headers)),
+                         r.headers)
 
     def stats(self) -> dict[str, Any]:
         """``GET /v1/ctxscore/stats``: every session's figures and the totals."""
@@ -663,12 +675,45 @@ class _Release:
                 self.sessions.done(self.sess)
 
 
-async def _chunks(r: Any) -> AsyncIterator[bytes]:
-    """An upstream response's body as it arrives, piece by piece as the connection delivered it
-    (each HTTP chunk of a chunked body, or a part of it), never merged into larger pieces."""
-    async for data, _ in r.content.iter_chunks():
-        if data:
-            yield data
+async def _chunks(r: Any, broke_off: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
+    """An upstream response's body as it arrives: each HTTP chunk of a chunked body (or the part of
+    it received so far) as one piece, not several chunks merged. When the upstream breaks off or
+    stalls, the body ends there (the client sees it cut short), with one log line and
+    ``broke_off()`` called."""
+    try:
+        async for data, _ in r.content.iter_chunks():
+            if data:
+                yield data
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        log.warning("the upstream's answer broke off (%r); the response ends here", exc)
+        if broke_off is not None:
+            broke_off()
+
+
+def _repeated(response: Response, upstream: Any) -> Response:
+    """``response`` with every value of the upstream's repeated headers (several ``Set-Cookie``),
+    of which its dict of headers kept one."""
+    values: dict[str, list[str]] = {}
+    for k, v in upstream.items():
+        if k.lower() not in HOP_RESPONSE_HEADERS:
+            values.setdefault(k.lower(), []).append(v)
+    for k, vs in values.items():
+        if len(vs) > 1:
+            key = k.encode("latin-1")
+            response.raw_headers[:] = [(a, b) for a, b in response.raw_headers if a != key]
+            response.raw_headers.extend((key, v.encode("latin-1")) for v in vs)
+    return response
+
+
+def _tls_context() -> Any:
+    """certifi's CA bundle as an SSL context when certifi is installed, else ``True`` (the system's)."""
+    try:
+        import certifi  # noqa: PLC0415 - optional: httpx and the openai client bring it
+    except ImportError:
+        return True
+    import ssl  # noqa: PLC0415
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _non_finite(name: str) -> Any:
@@ -844,6 +889,7 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
         yield
         if proxy.client is not None:
             await proxy.client.close()
+            proxy.client = None
         proxy.sessions.close()
 
     app = FastAPI(title="ctxscore proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

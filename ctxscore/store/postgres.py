@@ -309,7 +309,7 @@ class PostgresStore:
                 msg = replace(rec.message, id=mid, turn=turn)
                 text, exact = _pg_text(rec.text)
                 context, _ = _pg_text(rec.context)
-                indexed = index_text(text)  # what SQLite's full-text indexes hold
+                indexed = index_text(text)  # what the keyword and stem lists search
                 stems, n_text = stem_index(indexed)
                 stems_ctx, n_ctx = stem_index(context)
                 blob = None if rec.embedding is None else np.asarray(rec.embedding, dtype=np.float32).tobytes()

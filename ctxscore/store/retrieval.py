@@ -7,9 +7,9 @@ list per two-character term (Chinese words a trigram index cannot match), and a 
 similarity to the query embedding) -- and :func:`fuse` merges
 them by weighted reciprocal rank fusion, score = sum over lists of w / (k + rank), k = 60
 (Cormack, Clarke and Buettcher, "Reciprocal rank fusion outperforms Condorcet and individual rank
-learning methods", SIGIR 2009). User text never reaches a query language as syntax: every term is
-passed as a quoted string with embedded quotes doubled (:func:`fts_match_expression`), and ``LIKE``
-patterns escape ``%`` and ``_`` (:func:`like_pattern`).
+learning methods", SIGIR 2009). User text never reaches a query language as syntax: the keyword
+and stem lists rank in Python (:mod:`ctxscore.store.session_index`), and ``LIKE`` patterns escape
+``%`` and ``_`` (:func:`like_pattern`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 RRF_K = 60
 #: bm25 weight of the ``context`` column relative to the message text (1.0).
 CONTEXT_WEIGHT = 0.4
-#: Weight of each ranked list in the fusion (score = sum of weight / (RRF_K + rank)): the FTS5
-#: keyword list (bm25), each two-character term's LIKE list (ordered by recency, not relevance) and
+#: Weight of each ranked list in the fusion (score = sum of weight / (RRF_K + rank)): the keyword
+#: list (bm25 over trigram substrings), the stem list, each two-character term's LIKE list (ordered by recency, not relevance) and
 #: the vector list. Measured on the dev sessions' probes (rank of the key fact's source message):
 #: equal weights give recall@4 0.219 and recall@12 0.438; these 0.256 and 0.459 (held-out sessions:
 #: 0.200 -> 0.246 and 0.397 -> 0.428).
@@ -141,11 +141,6 @@ def stem_terms(query: str) -> list[str]:
     """The English words of a query (3+ letters, stop words dropped) for a Porter-stemmed index."""
     return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)
                               if len(w) >= 3 and w.isascii() and w.isalpha() and w.lower() not in _EN_STOP))
-
-
-def fts_match_expression(terms: Sequence[str]) -> str:
-    """An FTS5 MATCH expression that ORs ``terms`` as quoted strings (no FTS syntax leaks through)."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
 def like_pattern(term: str) -> str:

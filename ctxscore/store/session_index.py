@@ -56,8 +56,10 @@ class IndexedMessage:
         text_folded: its indexed text (the head and tail of a long text), lower-cased.
         context_folded: its index context, lower-cased.
         ntok: document length of the keyword list (trigrams of indexed text + context).
-        ascii_text: its whole text with ASCII letters lower-cased (the short-term list).
-        stems, stems_ctx: counts of the stems of text and context that a query can match.
+        ascii_text: its whole text with ASCII letters lower-cased (the short-term list), or ``None``
+            for a store that answers two-character terms itself (SQLite's ``LIKE``).
+        stems, stems_ctx: counts of the stems of text and context that a query can match;
+            :meth:`SessionIndex.extend` moves them into its postings and leaves ``None``.
         stem_ntok: document length of the stem list (tokens of text + context).
         embedding: its ``(dim,)`` float32 embedding, or ``None``.
     """
@@ -68,17 +70,20 @@ class IndexedMessage:
     text_folded: str
     context_folded: str
     ntok: int
-    ascii_text: str
-    stems: Counter[str]
-    stems_ctx: Counter[str]
+    ascii_text: str | None
+    stems: Counter[str] | None
+    stems_ctx: Counter[str] | None
     stem_ntok: int
     embedding: np.ndarray | None
 
 
 def indexed_message(mid: str, turn: int, text: str, indexed: str, context: str, ntok: int, stems: Sequence[str],
-                    stems_ctx: Sequence[str], stem_ntok: int, embedding: np.ndarray | None) -> IndexedMessage:
-    """An :class:`IndexedMessage` from a stored row (``indexed``: the part of ``text`` the indexes hold)."""
-    return IndexedMessage(mid, turn, text[:120], indexed.lower(), context.lower(), ntok, text.translate(_ASCII_LOWER),
+                    stems_ctx: Sequence[str], stem_ntok: int, embedding: np.ndarray | None, *,
+                    short_terms: bool = True) -> IndexedMessage:
+    """An :class:`IndexedMessage` from a stored row (``indexed``: the part of ``text`` the indexes hold);
+    ``short_terms=False`` keeps no copy of the whole text (the store answers two-character terms)."""
+    return IndexedMessage(mid, turn, text[:120], indexed.lower(), context.lower(), ntok,
+                          text.translate(_ASCII_LOWER) if short_terms else None,
                           Counter(stems), Counter(stems_ctx), stem_ntok, embedding)
 
 
@@ -173,7 +178,8 @@ class SessionIndex:
 
     Attributes:
         messages: the indexed messages, in insertion order.
-        lock: held by a store while it extends the index or ranks with it (threads share stores).
+        lock: held by a store while it extends the index or ranks with it (threads share stores;
+            the SQLite store holds its own lock instead, around every operation).
     """
 
     def __init__(self) -> None:
@@ -209,8 +215,10 @@ class SessionIndex:
             self._ntok.append(m.ntok)
             self._stem_ntok.append(m.stem_ntok)
             self._turns.append(m.turn)
-            for stem in m.stems.keys() | m.stems_ctx.keys():
-                self._postings.setdefault(stem, {})[r] = _freq(m.stems.get(stem, 0), m.stems_ctx.get(stem, 0))
+            stems, ctx = m.stems or {}, m.stems_ctx or {}
+            for stem in stems.keys() | ctx.keys():
+                self._postings.setdefault(stem, {})[r] = _freq(stems.get(stem, 0), ctx.get(stem, 0))
+            m.stems = m.stems_ctx = None  # in the postings now
         self._matrix = None
         self._joined_cache = None
 
@@ -235,6 +243,7 @@ class SessionIndex:
             lists.append(self.stem(stems, limit))
         for term in short_terms:
             lists.append(self.short(term, limit))
+        self._joined_cache = None  # the joined copies of the texts are built again for the next query's new terms
         return lists
 
     def keyword(self, terms: Sequence[str], limit: int) -> RankedList:
@@ -274,7 +283,7 @@ class SessionIndex:
 
     def short(self, term: str, limit: int) -> RankedList:
         """The list of one two-character term: messages whose text holds it, newest first."""
-        hits = [m for m in self.messages if term in m.ascii_text]
+        hits = [m for m in self.messages if m.ascii_text is not None and term in m.ascii_text]
         hits.sort(key=lambda m: -m.turn)
         return "short", [self._row(m) for m in hits[:limit]]
 

@@ -16,7 +16,7 @@ Search ranks one session in this process with :class:`~ctxscore.store.session_in
 the PostgreSQL store's engine: bm25 over case-folded substrings of three or more characters (what
 FTS5's trigram tokenizer matches, https://www.sqlite.org/fts5.html#the_trigram_tokenizer, so
 Chinese text matches without a segmenter) and over Porter stems (FTS5's ``porter unicode61``), with
-the context weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`; a substring list per
+the context weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`; a ``LIKE`` list per
 two-character term (Chinese words a trigram cannot match), newest first; cosine similarity to the
 query embedding; fused by :func:`ctxscore.store.retrieval.fuse`. The bm25 statistics are the
 session's, so every store ranks a session the same, whatever else its file holds. A session's
@@ -46,7 +46,7 @@ import numpy as np
 from ..errors import InputError, StoreError
 from ..messages import Message, Tier
 from .base import Event, NewRecord, Record, StoredMessage, check_limit, check_name, dump_json
-from .retrieval import Hit, fuse, like_pattern, query_terms, stem_terms, trigram_tokens
+from .retrieval import Hit, RankedList, fuse, like_pattern, query_terms, stem_terms, trigram_tokens
 from .session_index import IndexedMessage, SessionIndex, indexed_message
 from .stemming import porter_stem, stem_index
 
@@ -83,15 +83,24 @@ def index_text(text: str) -> str:
     return text[:INDEX_HEAD] + "\n" + text[-INDEX_TAIL:]
 
 
-def _indexed(row: tuple[Any, ...]) -> IndexedMessage:
-    """A stored ``(rowid, id, turn, text, context, embedding)`` row as its session index holds it."""
+def _indexed(row: tuple[Any, ...], where: str, session_id: str) -> IndexedMessage:
+    """A stored ``(rowid, id, turn, text, context, embedding)`` row as its session index holds it
+    (two-character terms are answered by ``LIKE``, so no copy of the whole text is kept).
+
+    Raises:
+        StoreError: the row's embedding is damaged (its length is not whole float32 values).
+    """
     _, mid, turn, text, context, blob = row
+    if blob is not None and len(blob) % 4:
+        raise StoreError(f"store {where}: session {session_id!r} message {mid!r} (turn {turn}) has a damaged "
+                         f"embedding ({len(blob)} bytes, not whole float32 values); restore the file from a backup "
+                         "or set that row's embedding to NULL")
     indexed = index_text(text)
     stems, n_text = stem_index(indexed)
     stems_ctx, n_ctx = stem_index(context)
     return indexed_message(mid, turn, text, indexed, context, trigram_tokens(indexed) + trigram_tokens(context),
                            stems, stems_ctx, n_text + n_ctx,
-                           None if blob is None else np.frombuffer(blob, dtype=np.float32))
+                           None if blob is None else np.frombuffer(blob, dtype=np.float32), short_terms=False)
 
 
 class SQLiteStore:
@@ -233,8 +242,8 @@ class SQLiteStore:
                            (like_pattern(f"{session_id}~detached~")[1:],)).fetchone()[0]
             target = f"{session_id}~detached~{n + 1}"
             db.execute("UPDATE messages SET session_id=? WHERE session_id=? AND turn>=?", (target, session_id, from_turn))
-        self._indexes.pop(session_id, None)
-        self._last_turn.pop(session_id, None)
+            self._indexes.pop(session_id, None)
+            self._last_turn.pop(session_id, None)
         return target
 
     # -- reading --------------------------------------------------------------------------------
@@ -295,9 +304,22 @@ class SQLiteStore:
         rows = db.execute("SELECT rowid, id, turn, text, context, embedding FROM messages "
                           "WHERE session_id=? AND rowid>? ORDER BY rowid", (session_id, index.seen)).fetchall()
         if rows:
-            index.extend(_indexed(r) for r in rows)
+            new = [_indexed(r, str(self.path or ":memory:"), session_id) for r in rows]  # all or none
+            index.extend(new)
             index.seen = rows[-1][0]
         return index
+
+    def _lexical(self, db: sqlite3.Connection, session_id: str, index: SessionIndex, fts_terms: Sequence[str],
+                 stems: Sequence[str], short_terms: Sequence[str], limit: int) -> list[RankedList]:
+        """The lexical ranked lists of a query (see :meth:`SessionIndex.lexical`): ``keyword`` and
+        ``stem`` from the index, each two-character term's list from ``LIKE`` over the whole text
+        (ASCII case folded, newest first), which keeps no second copy of the session's text."""
+        lists = index.lexical(fts_terms, stems, (), limit)
+        for term in short_terms:
+            lists.append(("short", db.execute(
+                "SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id = ? AND text LIKE ? ESCAPE '\\' "
+                "ORDER BY turn DESC LIMIT ?", (session_id, like_pattern(term), limit)).fetchall()))
+        return lists
 
     def search(self, session_id: str, query: str, k: int = 10, *, query_embedding: np.ndarray | None = None,
                only: Callable[[str], bool] | None = None, limit: int = 100) -> list[Hit]:
@@ -323,7 +345,7 @@ class SQLiteStore:
         similarity: dict[str, float] = {}
         with self._guard("search") as db:
             index = self._session_index(db, session_id)
-            lists = index.lexical(fts_terms, stems, short_terms, limit)
+            lists = self._lexical(db, session_id, index, fts_terms, stems, short_terms, limit)
             if query_embedding is not None:
                 vec, similarity = index.vector(np.asarray(query_embedding, dtype=np.float32), limit)
                 lists.append(vec)

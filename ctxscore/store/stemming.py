@@ -1,13 +1,14 @@
-"""The words of SQLite's stemmed index, computed in Python for the stores that have no FTS5.
+"""The words of FTS5's stemmed index, computed in Python: what every store's ``stem`` list ranks.
 
-SQLite's ``messages_stem`` index uses FTS5's ``porter unicode61 remove_diacritics 2`` tokenizer:
+SQLite's FTS5 ``porter unicode61 remove_diacritics 2`` tokenizer (the stemmed index of SQLite
+stores up to schema 4; every store now ranks in Python with :mod:`ctxscore.store.session_index`):
 ``unicode61`` splits text into tokens of letters, digits and private-use characters (Unicode
 categories L*, N*, Co; everything else separates), folds case and removes diacritics, and
 ``porter`` reduces each token of 3 to 64 bytes to its stem with Martin Porter's 1980 algorithm, in
 FTS5's variant (``ext/fts5/fts5_tokenize.c``: rules grouped by the next-to-last letter, the first
-matching suffix of a group decides). :func:`stem_tokens` reproduces that pipeline so the PostgreSQL
-store ranks its ``stem`` list like SQLite (``tests/test_stemming.py`` compares the two on the
-bundled sessions, token by token).
+matching suffix of a group decides). :func:`stem_tokens` reproduces that pipeline, so the stores'
+``stem`` lists rank as FTS5 did (``tests/test_stemming.py`` compares the two on the bundled
+sessions, token by token).
 
 Only the stems that can match a query matter for ranking (queries stem ASCII words of letters,
 :func:`~ctxscore.store.retrieval.stem_terms`), plus the number of tokens of each document (its
