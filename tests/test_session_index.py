@@ -8,10 +8,10 @@ from test_manager import agent_session
 
 from ctxscore.messages import Message
 from ctxscore.store import session_index
-from ctxscore.store.retrieval import query_terms, trigram_tokens
+from ctxscore.store.retrieval import query_terms, stem_terms, trigram_tokens
 from ctxscore.store.session_index import SessionIndex, indexed_message
 from ctxscore.store.sqlite import index_text
-from ctxscore.store.stemming import stem_index
+from ctxscore.store.stemming import porter_stem, stem_index
 
 
 def _indexed(turn: int, m: dict):
@@ -27,15 +27,30 @@ QUERIES = ["which flight and seat did we book?", "the hotel price per night", "f
 @pytest.mark.parametrize("rows_cached", [session_index.TERM_ROWS_CACHED, 5])
 def test_cached_term_counts_rank_as_a_fresh_count(monkeypatch, rows_cached):
     monkeypatch.setattr(session_index, "TERM_ROWS_CACHED", rows_cached)
-    msgs = [_indexed(i, m) for i, m in enumerate(agent_session(12))]
+    session = agent_session(12)
+    msgs = [_indexed(i, m) for i, m in enumerate(session)]
     growing = SessionIndex()
     for start in range(0, len(msgs), 7):  # the session grows between searches
         growing.extend(msgs[start:start + 7])
         fresh = SessionIndex()
-        fresh.extend(msgs[:start + 7])
+        fresh.extend([_indexed(i, m) for i, m in enumerate(session[:start + 7])])  # a message joins one index
         for q in QUERIES:
             terms = query_terms(q)[0]
             assert growing.keyword(terms, 100) == fresh.keyword(terms, 100)
+            stems = [porter_stem(w) for w in stem_terms(q)]
+            assert growing.stem(stems, 100) == fresh.stem(stems, 100) and growing.stem(stems, 100)[1]
     assert growing._term_rows == sum(len(f) for _, f in growing._term_freqs.values())
     if rows_cached == 5:
         assert growing._term_rows <= 5 or len(growing._term_freqs) == 1  # the cap holds
+
+
+def test_a_message_joins_one_index_and_a_textless_index_refuses_short_terms():
+    m = _indexed(0, {"role": "user", "content": "Book the hotel in Cambridge."})
+    SessionIndex().extend([m])
+    with pytest.raises(ValueError, match="already in an index"):
+        SessionIndex().extend([m])
+    lean = SessionIndex()
+    text = "Book it"
+    lean.extend([indexed_message("m0", 0, text, text, "", trigram_tokens(text), [], [], 2, None, short_terms=False)])
+    with pytest.raises(ValueError, match="keeps no whole texts"):
+        lean.short("bo", 10)

@@ -306,6 +306,10 @@ def test_a_damaged_embedding_is_a_store_error_naming_the_row_and_leaves_the_inde
     for _ in range(2):
         with pytest.raises(StoreError, match="'m1'.*damaged embedding"):
             s.search("s", "hotel")
+    with pytest.raises(StoreError, match="'m1'.*damaged embedding"):
+        s.load("s")
+    assert [m.id for m in s._indexes["s"].messages] == []  # all or none: no row of the failed reads
     s._db.execute("UPDATE messages SET embedding=NULL WHERE id='m1'")
-    assert sorted(h.id for h in s.search("s", "hotel")) == ["m0", "m1", "m2"]  # each once: no half-built index
+    assert sorted(h.id for h in s.search("s", "hotel")) == ["m0", "m1", "m2"]
+    assert [m.id for m in s._indexes["s"].messages] == ["m0", "m1", "m2"]
     s.close()

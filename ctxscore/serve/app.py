@@ -397,6 +397,7 @@ class Proxy:
         self.session_header = session_header
         self.query_writer = query_writer
         self.client: Any = None
+        self._proxy: str | None = None  # the upstream's proxy from the environment (see http())
         self._tools_tokens: OrderedDict[str, int] = OrderedDict()
         self._tools_lock = threading.Lock()  # prepare() runs in worker threads, many sessions at once
 
@@ -404,14 +405,15 @@ class Proxy:
     def http(self) -> Any:
         """The upstream client (created in the running event loop at the first request): no limit on
         connections, at most 10 s to connect (name lookup included) and ``timeout`` seconds between
-        reads; ``HTTP(S)_PROXY`` / ``NO_PROXY`` are honoured and TLS is verified against certifi's
-        bundle when it is installed (as httpx and the ``openai`` client do), else the system's."""
+        reads; the upstream's ``HTTP(S)_PROXY`` / ``NO_PROXY`` from the environment is used (no
+        ``.netrc`` credentials are read or sent) and TLS is verified as httpx does (``SSL_CERT_FILE``
+        / ``SSL_CERT_DIR``, else certifi's bundle when installed, else the system's)."""
         if self.client is None:
             connect = min(self.timeout, 10.0)
+            self._proxy = _env_proxy(self.upstream)
             self.client = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=self.timeout),
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=_tls_context()),
-                auto_decompress=True, trust_env=True)
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=_tls_context()), auto_decompress=True)
         return self.client
 
     async def _call(self, method: str, url: str, body: bytes, headers: dict[str, str]) -> Any:
@@ -419,8 +421,9 @@ class Proxy:
         :class:`Response` (504 when the upstream did not answer in time, 502 when unreachable)."""
         try:
             # no body for a bodiless request, and no Content-Type the client did not send
-            return await self.http().request(method, url, data=body or None, headers=headers, allow_redirects=False,
-                                             skip_auto_headers=("Content-Type",))
+            client = self.http()
+            return await client.request(method, url, data=body or None, headers=headers, allow_redirects=False,
+                                        skip_auto_headers=("Content-Type",), proxy=self._proxy)
         except TimeoutError as exc:  # aiohttp's timeouts are TimeoutError too (check them first)
             return JSONResponse(error_body(f"the upstream {self.upstream} did not answer in time ({exc!r})",
                                            kind="upstream_timeout"), status_code=504)
@@ -601,8 +604,18 @@ class Proxy:
                 return content
             return _repeated(Response(content, status_code=r.status, headers=down), r.headers)
 
-        def broke_off() -> None:
-            st.upstream_errors += 1
+        def broke_off(exc: BaseException) -> bytes:
+            st.upstream_errors += 1  # the client gets an error event, which OpenAI clients raise
+            return b"data: " + orjson.dumps(error_body(f"the upstream's answer broke off ({exc!r}); retry the request",
+                                                       kind="upstream_error")) + b"\n\n"
+
+        timed = False
+
+        def time_it() -> None:  # once per request, as soon as the reply is recorded (before the client sees the end)
+            nonlocal timed
+            if not timed:
+                timed = True
+                st.overhead_ms.append(spent * 1000.0)
 
         async def events() -> AsyncIterator[bytes]:
             nonlocal spent
@@ -614,12 +627,14 @@ class Proxy:
                     recorded = True
                     await self.record(sess, acc.message())  # before the client sees the end
                     spent += time.perf_counter() - t1
+                    time_it()
                 yield chunk
             if not recorded and acc.finished:  # an upstream that sends no [DONE]
                 await self.record(sess, acc.message())
-            st.overhead_ms.append(spent * 1000.0)
+            time_it()
 
         async def close() -> None:
+            time_it()  # a stream the client left early
             r.release()
             await release()
 
@@ -675,19 +690,21 @@ class _Release:
                 self.sessions.done(self.sess)
 
 
-async def _chunks(r: Any, broke_off: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
+async def _chunks(r: Any, broke_off: Callable[[BaseException], bytes] | None = None) -> AsyncIterator[bytes]:
     """An upstream response's body as it arrives: each HTTP chunk of a chunked body (or the part of
     it received so far) as one piece, not several chunks merged. When the upstream breaks off or
-    stalls, the body ends there (the client sees it cut short), with one log line and
-    ``broke_off()`` called."""
+    stalls: with ``broke_off``, one log line and the bytes it returns end the body (an error event
+    of a chat stream); without, the error is raised, so the client's response is aborted rather
+    than ended as if complete."""
     try:
         async for data, _ in r.content.iter_chunks():
             if data:
                 yield data
     except (TimeoutError, aiohttp.ClientError) as exc:
-        log.warning("the upstream's answer broke off (%r); the response ends here", exc)
-        if broke_off is not None:
-            broke_off()
+        if broke_off is None:
+            raise
+        log.warning("the upstream's answer broke off (%r); the client gets an error event", exc)
+        yield broke_off(exc)
 
 
 def _repeated(response: Response, upstream: Any) -> Response:
@@ -695,7 +712,7 @@ def _repeated(response: Response, upstream: Any) -> Response:
     of which its dict of headers kept one."""
     values: dict[str, list[str]] = {}
     for k, v in upstream.items():
-        if k.lower() not in HOP_RESPONSE_HEADERS:
+        if k.lower() not in HOP_RESPONSE_HEADERS and not k.lower().startswith("x-ctxscore-"):  # ours win
             values.setdefault(k.lower(), []).append(v)
     for k, vs in values.items():
         if len(vs) > 1:
@@ -706,14 +723,31 @@ def _repeated(response: Response, upstream: Any) -> Response:
 
 
 def _tls_context() -> Any:
-    """certifi's CA bundle as an SSL context when certifi is installed, else ``True`` (the system's)."""
+    """The CA certificates httpx would trust, as an SSL context: ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``
+    when set, else certifi's bundle when certifi is installed; ``True`` (the system's) otherwise."""
+    import os  # noqa: PLC0415
+    import ssl  # noqa: PLC0415
+
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    if cafile or capath:
+        return ssl.create_default_context(cafile=cafile or None, capath=capath or None)
     try:
         import certifi  # noqa: PLC0415 - optional: httpx and the openai client bring it
     except ImportError:
         return True
-    import ssl  # noqa: PLC0415
-
     return ssl.create_default_context(cafile=certifi.where())
+
+
+def _env_proxy(upstream: str) -> str | None:
+    """The proxy URL the environment names for ``upstream`` (``HTTPS_PROXY`` / ``HTTP_PROXY`` by its
+    scheme, ``NO_PROXY`` honoured; standard library rules), or ``None``."""
+    import urllib.request  # noqa: PLC0415
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    parts = urlsplit(upstream)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 def _non_finite(name: str) -> Any:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, StoreError
 from ..messages import Message, Tier
 from .retrieval import Hit
 
@@ -182,6 +182,22 @@ class RecordStore(Protocol):
     def append_events(self, scope: str, events: Sequence[Any]) -> list[int]: ...
 
     def events(self, scope: str, after: int = 0, limit: int | None = None) -> list[Event]: ...
+
+
+def decode_embedding(blob: Any, where: str) -> np.ndarray | None:
+    """A stored embedding (float32 bytes) as a ``(dim,)`` array, ``None`` for NULL.
+
+    Raises:
+        StoreError: the stored value is not whole float32 values; the message names ``where`` (the
+            store, session, message id and turn) and how to repair it.
+    """
+    if blob is None:
+        return None
+    if not isinstance(blob, bytes | bytearray | memoryview) or len(blob) % 4:
+        size = f"{len(blob)} bytes" if isinstance(blob, bytes | bytearray | memoryview) else type(blob).__name__
+        raise StoreError(f"{where} has a damaged embedding ({size}, not whole float32 values); restore it from a "
+                         "backup or set that row's embedding to NULL")
+    return np.frombuffer(blob, dtype=np.float32)
 
 
 def check_name(value: Any, what: str) -> str:

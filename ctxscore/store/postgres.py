@@ -56,7 +56,16 @@ import numpy as np
 from ..errors import ConfigError, InputError, StoreError
 from ..messages import Message, Tier
 from . import migrations
-from .base import Event, NewRecord, Record, StoredMessage, check_limit, check_name, dump_json
+from .base import (
+    Event,
+    NewRecord,
+    Record,
+    StoredMessage,
+    check_limit,
+    check_name,
+    decode_embedding,
+    dump_json,
+)
 from .retrieval import Hit, RankedList, fuse, query_terms, stem_terms, trigram_tokens
 from .session_index import SessionIndex, indexed_message
 from .sqlite import index_text
@@ -390,7 +399,7 @@ class PostgresStore:
                 f"store {self.where}: session {session_id!r} message {mid!r} (turn {turn}) is damaged ({exc}); "
                 "restore it from a backup or remove that row"
             ) from None
-        emb = None if blob is None else np.frombuffer(blob, dtype=np.float32)
+        emb = decode_embedding(blob, f"store {self.where}: session {session_id!r} message {mid!r} (turn {turn})")
         return StoredMessage(replace(msg, id=mid, turn=turn), text, pred, tier, emb)
 
     def load(self, session_id: str, after_turn: int = -1) -> list[StoredMessage]:
@@ -444,7 +453,8 @@ class PostgresStore:
                 index.epoch = rows[0][0]
                 new = [indexed_message(mid, turn, text, itext if itext is not None else text, context, ntok,
                                        stems.split(), sctx.split(), sn,
-                                       None if blob is None else np.frombuffer(blob, dtype=np.float32))
+                                       decode_embedding(blob, f"store {self.where}: session {session_id!r} "
+                                                              f"message {mid!r} (turn {turn})"))
                        for _, seq, mid, turn, text, itext, context, ntok, stems, sctx, sn, blob in rows
                        if seq is not None]
                 if new:

@@ -208,14 +208,21 @@ class SessionIndex:
         self._term_rows = 0  # rows held by the cached terms
 
     def extend(self, messages: Iterable[IndexedMessage]) -> None:
-        """Add messages (in insertion order)."""
+        """Add messages (in insertion order). Their stems move into the index's postings (the
+        messages keep ``None``), so a message joins one index only.
+
+        Raises:
+            ValueError: a message was already added to an index (build a new one per index).
+        """
         for m in messages:
+            if m.stems is None or m.stems_ctx is None:
+                raise ValueError(f"message {m.id!r} is already in an index; build a new IndexedMessage for this one")
             r = len(self.messages)
             self.messages.append(m)
             self._ntok.append(m.ntok)
             self._stem_ntok.append(m.stem_ntok)
             self._turns.append(m.turn)
-            stems, ctx = m.stems or {}, m.stems_ctx or {}
+            stems, ctx = m.stems, m.stems_ctx
             for stem in stems.keys() | ctx.keys():
                 self._postings.setdefault(stem, {})[r] = _freq(stems.get(stem, 0), ctx.get(stem, 0))
             m.stems = m.stems_ctx = None  # in the postings now
@@ -283,7 +290,10 @@ class SessionIndex:
 
     def short(self, term: str, limit: int) -> RankedList:
         """The list of one two-character term: messages whose text holds it, newest first."""
-        hits = [m for m in self.messages if m.ascii_text is not None and term in m.ascii_text]
+        if any(m.ascii_text is None for m in self.messages):
+            raise ValueError("this index keeps no whole texts (indexed_message(short_terms=False)); its store "
+                             "answers two-character terms itself")
+        hits = [m for m in self.messages if term in m.ascii_text]
         hits.sort(key=lambda m: -m.turn)
         return "short", [self._row(m) for m in hits[:limit]]
 

@@ -45,7 +45,16 @@ import numpy as np
 
 from ..errors import InputError, StoreError
 from ..messages import Message, Tier
-from .base import Event, NewRecord, Record, StoredMessage, check_limit, check_name, dump_json
+from .base import (
+    Event,
+    NewRecord,
+    Record,
+    StoredMessage,
+    check_limit,
+    check_name,
+    decode_embedding,
+    dump_json,
+)
 from .retrieval import Hit, RankedList, fuse, like_pattern, query_terms, stem_terms, trigram_tokens
 from .session_index import IndexedMessage, SessionIndex, indexed_message
 from .stemming import porter_stem, stem_index
@@ -91,16 +100,13 @@ def _indexed(row: tuple[Any, ...], where: str, session_id: str) -> IndexedMessag
         StoreError: the row's embedding is damaged (its length is not whole float32 values).
     """
     _, mid, turn, text, context, blob = row
-    if blob is not None and len(blob) % 4:
-        raise StoreError(f"store {where}: session {session_id!r} message {mid!r} (turn {turn}) has a damaged "
-                         f"embedding ({len(blob)} bytes, not whole float32 values); restore the file from a backup "
-                         "or set that row's embedding to NULL")
+    embedding = decode_embedding(blob, f"store {where}: session {session_id!r} message {mid!r} (turn {turn})")
     indexed = index_text(text)
     stems, n_text = stem_index(indexed)
     stems_ctx, n_ctx = stem_index(context)
     return indexed_message(mid, turn, text, indexed, context, trigram_tokens(indexed) + trigram_tokens(context),
                            stems, stems_ctx, n_text + n_ctx,
-                           None if blob is None else np.frombuffer(blob, dtype=np.float32), short_terms=False)
+                           embedding, short_terms=False)
 
 
 class SQLiteStore:
@@ -258,7 +264,8 @@ class SQLiteStore:
                 f"store {self.path or ':memory:'}: session {session_id!r} message {mid!r} (turn {turn}) is damaged "
                 f"({exc}); restore the file from a backup or remove that row"
             ) from None
-        emb = None if blob is None else np.frombuffer(blob, dtype=np.float32)
+        emb = decode_embedding(blob, f"store {self.path or ':memory:'}: session {session_id!r} message {mid!r} "
+                                     f"(turn {turn})")
         return StoredMessage(replace(msg, id=mid, turn=turn), text, pred, tier, emb)
 
     def load(self, session_id: str, after_turn: int = -1) -> list[StoredMessage]:
