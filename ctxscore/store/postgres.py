@@ -66,10 +66,10 @@ from .base import (
     decode_embedding,
     dump_json,
 )
-from .retrieval import Hit, RankedList, fuse, query_terms, stem_terms, trigram_tokens
-from .session_index import SessionIndex, indexed_message
+from .retrieval import Hit, RankedList, fuse, query_terms, stem_terms
+from .session_index import SessionIndex, index_fields, indexed_message
 from .sqlite import index_text
-from .stemming import porter_stem, stem_index
+from .stemming import porter_stem
 
 try:  # the extra `postgres`
     import psycopg
@@ -319,12 +319,10 @@ class PostgresStore:
                 text, exact = _pg_text(rec.text)
                 context, _ = _pg_text(rec.context)
                 indexed = index_text(text)  # what the keyword and stem lists search
-                stems, n_text = stem_index(indexed)
-                stems_ctx, n_ctx = stem_index(context)
+                ntok, stems, stems_ctx, stem_ntok = index_fields(indexed, context)
                 blob = None if rec.embedding is None else np.asarray(rec.embedding, dtype=np.float32).tobytes()
                 row = [session_id, mid, turn, msg.role, text, exact, None if indexed == text else indexed, context,
-                       trigram_tokens(indexed) + trigram_tokens(context), " ".join(stems), " ".join(stems_ctx),
-                       n_text + n_ctx,
+                       ntok, " ".join(stems), " ".join(stems_ctx), stem_ntok,
                        json.dumps(msg.to_openai(), ensure_ascii=False),
                        None if rec.prediction is None else json.dumps(rec.prediction, ensure_ascii=False), blob]
                 if self.pgvector:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .retrieval import BM25_B, BM25_K1, CONTEXT_WEIGHT, RankedList, vector_ranking
+from .retrieval import BM25_B, BM25_K1, CONTEXT_WEIGHT, RankedList, trigram_tokens, vector_ranking
+from .stemming import stem_index
 
 #: Keyword terms whose row counts a :class:`SessionIndex` keeps (least recently used dropped first),
 #: and the rows they may hold in all (a common term of a long session holds most of its rows).
@@ -75,6 +76,15 @@ class IndexedMessage:
     stems_ctx: Counter[str] | None
     stem_ntok: int
     embedding: np.ndarray | None
+
+
+def index_fields(indexed: str, context: str) -> tuple[int, list[str], list[str], int]:
+    """What ranking needs of a message, from its indexed text and its context: ``(keyword document
+    length (trigrams), stems of the text, stems of the context, stem document length (tokens))``;
+    every store derives it here (PostgreSQL when it writes a row, SQLite when it reads one)."""
+    stems, n_text = stem_index(indexed)
+    stems_ctx, n_ctx = stem_index(context)
+    return trigram_tokens(indexed) + trigram_tokens(context), stems, stems_ctx, n_text + n_ctx
 
 
 def indexed_message(mid: str, turn: int, text: str, indexed: str, context: str, ntok: int, stems: Sequence[str],
@@ -192,6 +202,7 @@ class SessionIndex:
         self.epoch: int | None = None
         self.seen = 0
         self.messages: list[IndexedMessage] = []
+        self._textless = False  # a message without its whole text (no short-term list)
         self._matrix: np.ndarray | None = None
         self._matrix_ids: list[str] = []
         self._by_id: dict[str, IndexedMessage] = {}
@@ -222,6 +233,7 @@ class SessionIndex:
             self._ntok.append(m.ntok)
             self._stem_ntok.append(m.stem_ntok)
             self._turns.append(m.turn)
+            self._textless |= m.ascii_text is None
             stems, ctx = m.stems, m.stems_ctx
             for stem in stems.keys() | ctx.keys():
                 self._postings.setdefault(stem, {})[r] = _freq(stems.get(stem, 0), ctx.get(stem, 0))
@@ -290,7 +302,7 @@ class SessionIndex:
 
     def short(self, term: str, limit: int) -> RankedList:
         """The list of one two-character term: messages whose text holds it, newest first."""
-        if any(m.ascii_text is None for m in self.messages):
+        if self._textless:
             raise ValueError("this index keeps no whole texts (indexed_message(short_terms=False)); its store "
                              "answers two-character terms itself")
         hits = [m for m in self.messages if term in m.ascii_text]

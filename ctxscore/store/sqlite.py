@@ -55,9 +55,9 @@ from .base import (
     decode_embedding,
     dump_json,
 )
-from .retrieval import Hit, RankedList, fuse, like_pattern, query_terms, stem_terms, trigram_tokens
-from .session_index import IndexedMessage, SessionIndex, indexed_message
-from .stemming import porter_stem, stem_index
+from .retrieval import Hit, RankedList, fuse, like_pattern, query_terms, stem_terms
+from .session_index import IndexedMessage, SessionIndex, index_fields, indexed_message
+from .stemming import porter_stem
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions(session_id TEXT PRIMARY KEY, created REAL, state TEXT);
@@ -102,11 +102,8 @@ def _indexed(row: tuple[Any, ...], where: str, session_id: str) -> IndexedMessag
     _, mid, turn, text, context, blob = row
     embedding = decode_embedding(blob, f"store {where}: session {session_id!r} message {mid!r} (turn {turn})")
     indexed = index_text(text)
-    stems, n_text = stem_index(indexed)
-    stems_ctx, n_ctx = stem_index(context)
-    return indexed_message(mid, turn, text, indexed, context, trigram_tokens(indexed) + trigram_tokens(context),
-                           stems, stems_ctx, n_text + n_ctx,
-                           embedding, short_terms=False)
+    return indexed_message(mid, turn, text, indexed, context, *index_fields(indexed, context), embedding,
+                           short_terms=False)
 
 
 class SQLiteStore:
