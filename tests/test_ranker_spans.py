@@ -321,3 +321,30 @@ def test_ranker_rows_follow_a_truncated_session():
     ranked = ranker.rerank("train to cambridge", None, [hit], cm.store, "s")
     assert [h.id for h in ranked] == [new.id]
     cm.close()
+
+
+def test_ranker_rows_read_only_the_new_turns():
+    """A proxy adds two messages between queries (the reply and the next user message): the ranker's
+    view of the session is extended by those rows, not read again from the first turn, and holds
+    what a fresh read holds."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    ranker = Ranker(LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10))
+    cm = ContextManager(budget=2000, scorer="rules", session_id="s")
+    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} about the hotel"}
+               for i in range(6)])
+    view = ranker.session_rows(cm.store, "s")
+    cm.extend([{"role": "assistant", "content": "the Grand at 120 a night"},
+               {"role": "user", "content": "and the train?"}])
+    loads: list[int] = []
+    real_load = cm.store.load
+    cm.store.load = lambda sid, after_turn=-1: loads.append(after_turn) or real_load(sid, after_turn)
+    again = ranker.session_rows(cm.store, "s")
+    cm.store.load = real_load
+    assert again is view and loads == [5]
+    fresh = Ranker(ranker.model).session_rows(cm.store, "s")
+    assert [(r.turn, r.text, r.tf, r.successor) for r in again.rows] == \
+        [(r.turn, r.text, r.tf, r.successor) for r in fresh.rows]
+    assert again.df == fresh.df and again.postings == fresh.postings and again.total_len == fresh.total_len
+    cm.close()

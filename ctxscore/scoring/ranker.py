@@ -437,8 +437,8 @@ class Ranker:
             if view is None or _stale(view, hits):
                 view = per_store[session_id] = SessionRows()
             new = store.load(session_id, after_turn=len(view.rows) - 1)
-            for row in new:
-                if row.turn != len(view.rows):  # another writer rebased the session: read it again
+            for k, row in enumerate(new):
+                if row.turn != len(view.rows) + k:  # another writer rebased the session: read it again
                     view = per_store[session_id] = SessionRows()
                     new = store.load(session_id, after_turn=-1)
                     break
