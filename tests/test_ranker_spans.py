@@ -348,3 +348,30 @@ def test_ranker_rows_read_only_the_new_turns():
         [(r.turn, r.text, r.tf, r.successor) for r in fresh.rows]
     assert again.df == fresh.df and again.postings == fresh.postings and again.total_len == fresh.total_len
     cm.close()
+
+
+def test_ranker_keeps_the_rows_of_the_sessions_used_last(monkeypatch):
+    """One store shared by many sessions (PostgreSQL behind a proxy): the ranker keeps the rows of the
+    RANKER_SESSIONS sessions used last, and reads a session it let go again whole."""
+    from sklearn.linear_model import LogisticRegression
+
+    from ctxscore.scoring import ranker as ranker_mod
+    from ctxscore.store.sqlite import SQLiteStore
+
+    monkeypatch.setattr(ranker_mod, "RANKER_SESSIONS", 2)
+    rng = np.random.default_rng(0)
+    ranker = Ranker(LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10))
+    store = SQLiteStore(":memory:")
+    managers = {s: ContextManager(budget=2000, scorer="rules", session_id=s, store=store) for s in "abc"}
+    for s, cm in managers.items():
+        cm.extend([{"role": "user", "content": f"session {s} asks for the hotel"},
+                   {"role": "assistant", "content": f"session {s} books the Grand"}])
+    views = {s: ranker.session_rows(store, s) for s in "abc"}
+    assert list(ranker._views[store]) == ["b", "c"]
+    again = ranker.session_rows(store, "a")
+    assert again is not views["a"] and [r.text for r in again.rows] == [r.text for r in views["a"].rows]
+    assert list(ranker._views[store]) == ["c", "a"]
+    assert ranker.session_rows(store, "c") is views["c"]
+    for cm in managers.values():
+        cm.close()
+    store.close()

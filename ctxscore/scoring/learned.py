@@ -165,7 +165,9 @@ class LearnedScorer:
             self._class_index = self._classes()
         from sklearn import config_context
 
-        with config_context(assume_finite=True):  # features are finite by construction; skips a scan per call
+        # the features are finite and well-formed by construction: skip sklearn's scan of them and its
+        # parameter checks (together about 0.7 ms of the 4 ms the heads take on one message)
+        with config_context(assume_finite=True, skip_parameter_validation=True):
             raw = np.asarray(self.classifier.predict_proba(X), dtype=np.float64)
             reg_out = np.asarray(self.regressor.predict(X), dtype=np.float64).reshape(-1)
         probs = np.zeros((X.shape[0], len(CATEGORIES)), dtype=np.float64)

@@ -35,7 +35,7 @@ Features (:data:`FEATURE_NAMES`, one row per candidate, float32):
 Everything is numpy and the standard library at run time; the classifier ships in the packaged
 scorer folder (``ranker.skops``, :mod:`ctxscore.scoring.package`). :class:`SessionRows` keeps the
 rows a session's search needs (text, role, turn, embedding, stored prediction, term statistics),
-read incrementally from the store.
+read incrementally from the store, for the :data:`RANKER_SESSIONS` sessions of each store used last.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import math
 import re
 import threading
 import weakref
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -68,6 +68,10 @@ from .rules import (
 #: held-out sessions 100 hold the probe's source for 0.87 of the probes (60: 0.85) and raise the
 #: learned source MRR from 0.498 to 0.510; re-ranking 100 costs about 3 ms (features and the model).
 RERANK_POOL = 100
+#: Sessions per store whose :class:`SessionRows` a :class:`Ranker` keeps (least recently used first
+#: out; a session left out is read again whole at its next query). A store shared by many sessions
+#: (PostgreSQL behind a proxy) would otherwise keep every session it ever ranked.
+RANKER_SESSIONS = 64
 #: A query term found in at most this share of the session's messages is an anchor.
 ANCHOR_SHARE = 0.10
 #: Characters of a message read for its terms and entity types (head and tail, see :func:`scan_text`).
@@ -402,7 +406,7 @@ class Ranker:
             raise ValueError("the ranker was trained on other features than this ctxscore computes; "
                              "retrain it (python -m training.train)")
         self.model = model
-        self._views: weakref.WeakKeyDictionary[Any, dict[str, SessionRows]] = weakref.WeakKeyDictionary()
+        self._views: weakref.WeakKeyDictionary[Any, OrderedDict[str, SessionRows]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def scores(self, X: np.ndarray) -> np.ndarray:
@@ -411,7 +415,7 @@ class Ranker:
             return np.zeros(0)
         from sklearn import config_context
 
-        with config_context(assume_finite=True), _one_openmp_thread():
+        with config_context(assume_finite=True, skip_parameter_validation=True), _one_openmp_thread():
             return np.asarray(self.model.predict_proba(X), dtype=np.float64)[:, 1]
 
     def order(self, query: str, query_embedding: np.ndarray | None, hits: Sequence[Hit], rows: SessionRows,
@@ -425,17 +429,21 @@ class Ranker:
         return [replace(hits[j], score=float(p[j]), learned=float(p[j])) for j in order]
 
     def session_rows(self, store: Any, session_id: str, hits: Sequence[Hit] = ()) -> SessionRows:
-        """The rows of a session, read from ``store`` (only the turns not read before).
+        """The rows of a session, read from ``store`` (only the turns not read before; the rows of the
+        :data:`RANKER_SESSIONS` sessions of ``store`` used last are kept).
 
         The rows read before are read again from the start when the session was rebased or truncated
         since (``store.detach``: by this manager, another one or another process): a new row whose turn
         is not the next one, or one of ``hits`` whose id or text differs from the row kept at its turn.
         """
         with self._lock:
-            per_store = self._views.setdefault(store, {})
+            per_store = self._views.setdefault(store, OrderedDict())
             view = per_store.get(session_id)
             if view is None or _stale(view, hits):
                 view = per_store[session_id] = SessionRows()
+            per_store.move_to_end(session_id)
+            while len(per_store) > RANKER_SESSIONS:
+                per_store.popitem(last=False)
             new = store.load(session_id, after_turn=len(view.rows) - 1)
             for k, row in enumerate(new):
                 if row.turn != len(view.rows) + k:  # another writer rebased the session: read it again
