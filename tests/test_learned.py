@@ -316,6 +316,36 @@ def test_default_scorer_missing_embedder_warns_once(monkeypatch, scorer, tmp_pat
     assert len(msgs) == 1 and "all-minilm-l6-v2" in msgs[0] and "rules" in msgs[0]
 
 
+def test_default_scorer_is_loaded_once_when_sessions_open_at_once(monkeypatch, scorer, tmp_path):
+    """A proxy opens the first sessions of its traffic in threads at once: "auto" loads the packaged
+    scorer once and every session gets that one (each load holds an embedder model in memory)."""
+    import threading
+    import time
+
+    from ctxscore.scoring.rules import RuleClassifier
+
+    folder = scorer.save_pretrained(tmp_path / "default")
+    monkeypatch.setattr(learned, "DEFAULT_MODEL_DIR", folder)
+    monkeypatch.setattr(learned, "_default_scorer", None)
+    real = LearnedScorer.from_pretrained.__func__
+    loads = []
+
+    def slow_load(cls, *a, **k):  # the real load, made slow enough for the threads to meet
+        loads.append(1)
+        time.sleep(0.3)
+        return real(cls, *a, **k)
+
+    monkeypatch.setattr(LearnedScorer, "from_pretrained", classmethod(slow_load))
+    rules, got = RuleClassifier(), []
+    threads = [threading.Thread(target=lambda: got.append(learned.resolve_scorer("auto", rules))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1 and len(got) == 4
+    assert isinstance(got[0], LearnedScorer) and all(g is got[0] for g in got)
+
+
 def test_default_scorer_loads_when_available(monkeypatch, scorer, tmp_path):
     folder = scorer.save_pretrained(tmp_path / "default")
     monkeypatch.setattr(learned, "DEFAULT_MODEL_DIR", folder)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -376,15 +377,17 @@ def load_default_scorer(warn: bool = True, **kwargs: Any) -> LearnedScorer | Non
 
 
 _default_scorer: Any = None  # the packaged learned scorer (False: unavailable), loaded on first use
+_default_lock = threading.Lock()  # sessions opened at once in threads load it once, not once each
 
 
 def resolve_scorer(scorer: Any, rules: RuleClassifier) -> Any:
     """The scorer a context manager uses.
 
     Args:
-        scorer: ``"auto"`` (the packaged learned scorer, loaded once per process, when its embedder
-            package is installed, else ``rules`` with one warning), ``"rules"`` or ``None`` (``rules``),
-            a path to a packaged scorer folder, or any object with ``predict(messages)``.
+        scorer: ``"auto"`` (the packaged learned scorer, loaded once per process -- also when
+            several threads open sessions at once -- when its embedder package is installed, else
+            ``rules`` with one warning), ``"rules"`` or ``None`` (``rules``), a path to a packaged
+            scorer folder, or any object with ``predict(messages)``.
         rules: the rule classifier.
 
     Raises:
@@ -396,7 +399,9 @@ def resolve_scorer(scorer: Any, rules: RuleClassifier) -> Any:
         return rules
     if scorer == "auto":
         if _default_scorer is None:
-            _default_scorer = load_default_scorer(warn=True) or False
+            with _default_lock:
+                if _default_scorer is None:
+                    _default_scorer = load_default_scorer(warn=True) or False
         return _default_scorer or rules
     if isinstance(scorer, str | os.PathLike):
         return LearnedScorer.from_pretrained(scorer)
