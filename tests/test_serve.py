@@ -394,6 +394,51 @@ def test_the_proxy_with_the_llm_compressor(upstream):
     comp.close()
 
 
+def test_the_scorer_and_its_models_are_loaded_before_the_first_request(upstream, monkeypatch):
+    """The first requests of a proxy's traffic do not wait seconds for the learned scorer, its embedder
+    or jieba: create_app loads them (the real packaged scorer)."""
+    import jieba
+
+    from ctxscore.scoring import learned
+
+    monkeypatch.setattr(learned, "_default_scorer", None)
+    app = create_app(upstream.url, 3000, scorer="auto")
+    loaded = learned._default_scorer
+    assert isinstance(loaded, learned.LearnedScorer) and loaded.embedder._model is not None
+    assert jieba.dt.initialized
+    with Background(app) as srv:
+        chat(client_for(srv, "warm"), [{"role": "user", "content": user_turn(1)}], stream=False)
+    assert learned._default_scorer is loaded  # the sessions use the scorer loaded at startup
+    assert create_app(upstream.url, 3000, scorer="auto", warm=False) and learned._default_scorer is loaded
+
+
+def test_a_session_that_is_slow_to_open_holds_up_no_other():
+    """A new session's manager is made outside the sessions' lock (a resumed session is read from its
+    store first): meanwhile the other sessions are served."""
+    from ctxscore import ContextManager
+    from ctxscore.serve.app import Sessions
+
+    opening, gate = threading.Event(), threading.Event()
+
+    def factory(sid: str) -> ContextManager:
+        if sid == "slow":
+            opening.set()
+            gate.wait(3)
+        return ContextManager(budget=1000, scorer="rules")
+
+    sessions = Sessions(factory, max_sessions=10)
+    slow = threading.Thread(target=sessions.get, args=("slow",))
+    slow.start()
+    assert opening.wait(3)
+    fast = sessions.get("fast")
+    assert slow.is_alive()  # "fast" was made while "slow" was still opening
+    gate.set()
+    slow.join()
+    again = sessions.get("slow")
+    assert again.users == 2 and fast.users == 1 and {s.id for s in sessions.all()} == {"slow", "fast"}
+    sessions.close()
+
+
 def test_least_recently_used_sessions_are_closed_and_come_back_whole(upstream):
     with Background(create_app(upstream.url, 2000, scorer="rules", max_sessions=2)) as srv:
         histories = {}

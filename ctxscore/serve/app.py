@@ -231,22 +231,43 @@ class Sessions:
         """Figures of the shared sessions (``None`` here)."""
         return None
 
-    def get(self, sid: str) -> _Session:
-        """The session ``sid`` (made on first use), counted as in use until :meth:`done`."""
+    def kept(self, sid: str) -> _Session | None:
+        """The session ``sid`` when this process keeps it, counted as in use until :meth:`done`;
+        ``None`` (nothing is made) otherwise."""
         with self._lock:
             s = self._by_id.get(sid)
             if s is not None:
                 self._by_id.move_to_end(sid)
-            else:
-                s = self._by_id[sid] = _Session(sid, self.factory(sid))
+                s.users += 1
+            return s
+
+    def get(self, sid: str) -> _Session:
+        """The session ``sid`` (made on first use), counted as in use until :meth:`done`.
+
+        A new session's manager is made outside the sessions' lock (the proxy calls this in a
+        worker thread), so a session that is slow to open -- one resumed from its store -- holds up
+        no other session's request."""
+        s = self.kept(sid)
+        if s is not None:
+            return s
+        cm = self.factory(sid)
+        with self._lock:
+            s = self._by_id.get(sid)
+            if s is None:
+                s, cm = _Session(sid, cm), None
+                self._by_id[sid] = s
                 if len(self._by_id) > self.max_sessions:
                     for old_id, old in list(self._by_id.items()):
                         if old is not s and old.users == 0:
                             del self._by_id[old_id]
                             self._close(old)
                             break
+            else:
+                self._by_id.move_to_end(sid)
             s.users += 1
-            return s
+        if cm is not None and self.close_managers:  # another request opened the session meanwhile
+            cm.close()
+        return s
 
     def done(self, s: _Session) -> None:
         """A request is finished with ``s``."""
@@ -511,7 +532,7 @@ class Proxy:
         sid = request.headers.get(self.session_header) or derive_session_id(body["messages"])
         if not sid.strip() or len(sid) > 256:
             return JSONResponse(error_body(f"{self.session_header} must be 1-256 characters"), status_code=400)
-        sess = self.sessions.get(sid)
+        sess = self.sessions.kept(sid) or await run_in_threadpool(self.sessions.get, sid)
         try:
             await sess.lock.acquire()
         except BaseException:
@@ -860,6 +881,27 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
     return Sessions(default_factory, max_sessions)
 
 
+def warm_up(scorer: Any = "auto", encoding: str = "cl100k_base") -> float:
+    """Load what the first requests would otherwise wait for: the scorer (``"auto"``: the packaged
+    learned scorer, once per process), its embedder's model, the tiktoken encoding and jieba's
+    dictionary (Chinese queries). :func:`create_app` runs this before it returns the app, so the
+    proxy accepts no request before they are loaded.
+
+    Returns:
+        Seconds it took (about 5-8 s with the learned scorer on a 2-core machine, 1 s with the rules).
+    """
+    from ..store.retrieval import query_terms  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    cm = ContextManager(budget=1000, scorer=scorer, encoding=encoding)
+    try:
+        cm.add({"role": "user", "content": "Warm-up: load the scorer and the tokenizers. 预热。"})
+    finally:
+        cm.close()
+    query_terms("预热 warm-up")
+    return time.perf_counter() - t0
+
+
 def _then(first: Callable[[], Any], second: Callable[[], Any]) -> Callable[[], None]:
     def both() -> None:
         try:
@@ -873,7 +915,8 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
                policy: Policy | None = None, encoding: str = "cl100k_base",
                manager_factory: Callable[[str], ContextManager] | None = None, upstream_api_key: str | None = None,
                timeout: float = 600.0, max_sessions: int = 1000, session_header: str = "X-Session-Id",
-               query_writer: Any = None, redis: Any = None, manager_options: dict[str, Any] | None = None) -> FastAPI:
+               query_writer: Any = None, redis: Any = None, manager_options: dict[str, Any] | None = None,
+               warm: bool = True) -> FastAPI:
     """The proxy as a FastAPI app (serve it with uvicorn; see the module docstring).
 
     Args:
@@ -901,6 +944,8 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
             re-scoring (:class:`SharedProxySessions`).
         manager_options: more :class:`~ctxscore.ContextManager` keyword arguments of every session
             (``rules``, ``compressor``, ``layers`` ...).
+        warm: run :func:`warm_up` before returning, so that no request waits for the scorer's
+            models to load (with ``manager_factory``, only the tokenizers are loaded).
 
     Raises:
         ConfigError: a bad budget, upstream URL, count, store or Redis URL, ``redis`` without a
@@ -913,6 +958,9 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
     if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
         raise ConfigError(f"max_sessions must be a positive integer, got {max_sessions!r}")
     options = {"budget": budget, "scorer": _load_scorer(scorer), "policy": policy, **(manager_options or {})}
+    if warm:
+        took = warm_up("rules" if manager_factory is not None else options["scorer"], encoding)
+        log.info("ctxscore proxy warmed up in %.1f s (scorer, embedder, tokenizers)", took)
     sessions = _sessions(store, redis, manager_factory, options, encoding=encoding, max_sessions=max_sessions,
                          timeout=timeout)
     proxy = Proxy(upstream, budget, sessions, upstream_api_key=upstream_api_key,
