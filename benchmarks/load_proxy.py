@@ -4,7 +4,9 @@ Processes on loopback: ``ctxscore serve`` (uvicorn), a fake OpenAI-compatible up
 process that answers each request after ``--llm-ms`` (the model's time) with the session's next
 assistant message (so the client's next request resends exactly what the proxy recorded), and one
 httpx client thread per session sending the whole history before each assistant message, one
-request at a time. Two phases in one run:
+request at a time; session ``k`` of ``N`` sends its first request ``k / N`` of ``--llm-ms`` after the
+first session (independent agents; started together, the sessions would stay in step and every
+turn's requests would arrive at once). Two phases in one run:
 
 - ``memory``: one proxy process, every session in memory (the baseline);
 - ``postgres+redis``: ``--workers`` proxy processes started with ``--store postgresql://...
@@ -107,10 +109,12 @@ def start_proxy(upstream: str, budget: int, model: str, store: list[str]) -> tup
 
 
 def play(k: int, sid: str, messages: list[dict], bases: list[str], rows: list[dict[str, Any]],
-         errors: list[str]) -> None:
-    """One agent session: the history before each assistant message, round robin over ``bases``."""
+         errors: list[str], start_s: float = 0.0) -> None:
+    """One agent session: the history before each assistant message, round robin over ``bases``,
+    the first request ``start_s`` seconds after the call."""
     import httpx
 
+    time.sleep(start_s)
     parts = [json.dumps(m, ensure_ascii=False) for m in messages]
     ends = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     clients = [httpx.Client(base_url=b, timeout=120) for b in bases]
@@ -143,7 +147,10 @@ def phase(name: str, sessions: dict[str, list[dict]], upstream: str, args: Any, 
     bases = [b for _, b in procs]
     rows: list[list[dict[str, Any]]] = [[] for _ in sessions]
     errors: list[str] = []
-    threads = [threading.Thread(target=play, args=(k, sid, msgs, bases, rows[k], errors))
+    # independent agents: the sessions' first requests spread evenly over one model time (started at
+    # the same instant they would stay in step, 16 requests arriving together every turn)
+    threads = [threading.Thread(target=play, args=(k, sid, msgs, bases, rows[k], errors,
+                                                   k * args.llm_ms / 1000 / len(sessions)))
                for k, (sid, msgs) in enumerate(sessions.items())]
     cpu0 = [cpu_seconds(p.pid) for p, _ in procs]
     load0 = os.getloadavg()[0]

@@ -8,6 +8,7 @@ import json
 import re
 import socket
 import threading
+import time
 
 import pytest
 
@@ -397,9 +398,12 @@ def test_the_proxy_with_the_llm_compressor(upstream):
 def test_the_scorer_and_its_models_are_loaded_before_the_first_request(upstream, monkeypatch):
     """The first requests of a proxy's traffic do not wait seconds for the learned scorer, its embedder
     or jieba: create_app loads them (the real packaged scorer)."""
-    import jieba
-
     from ctxscore.scoring import learned
+
+    if not learned.embedder_available(json.loads((learned.DEFAULT_MODEL_DIR / "config.json").read_text())
+                                      ["embedder"]["model_id"]):
+        pytest.skip("the packaged scorer's embedder is not installed (extra embed)")
+    import jieba
 
     monkeypatch.setattr(learned, "_default_scorer", None)
     app = create_app(upstream.url, 3000, scorer="auto")
@@ -423,19 +427,71 @@ def test_a_session_that_is_slow_to_open_holds_up_no_other():
     def factory(sid: str) -> ContextManager:
         if sid == "slow":
             opening.set()
-            gate.wait(3)
+            gate.wait(30)
         return ContextManager(budget=1000, scorer="rules")
 
     sessions = Sessions(factory, max_sessions=10)
     slow = threading.Thread(target=sessions.get, args=("slow",))
     slow.start()
-    assert opening.wait(3)
+    assert opening.wait(30)
     fast = sessions.get("fast")
     assert slow.is_alive()  # "fast" was made while "slow" was still opening
     gate.set()
     slow.join()
     again = sessions.get("slow")
     assert again.users == 2 and fast.users == 1 and {s.id for s in sessions.all()} == {"slow", "fast"}
+    sessions.close()
+
+
+def test_a_session_asked_for_twice_while_it_opens_is_opened_once():
+    """Two first requests of one session at once: one manager is made and both requests get it (a
+    second one would be closed, and with it a store the factory shares between sessions)."""
+    from ctxscore import ContextManager
+    from ctxscore.serve.app import Sessions
+    from ctxscore.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(":memory:")
+    made, opening, gate = [], threading.Event(), threading.Event()
+
+    def factory(sid: str) -> ContextManager:
+        made.append(sid)
+        opening.set()
+        gate.wait(30)
+        return ContextManager(budget=1000, scorer="rules", store=store, session_id=sid)
+
+    sessions = Sessions(factory, max_sessions=10)
+    got: list = []
+    first = threading.Thread(target=lambda: got.append(sessions.get("x")))
+    first.start()
+    assert opening.wait(30)
+    second = threading.Thread(target=lambda: got.append(sessions.get("x")))
+    second.start()
+    time.sleep(0.3)  # the second request reaches get while the first is still opening the session
+    gate.set()
+    first.join()
+    second.join()
+    assert made == ["x"] and len(got) == 2 and got[0] is got[1] and got[0].users == 2
+    got[0].cm.add({"role": "user", "content": "the store is still open"})
+    assert [r.text for r in store.load("x")] == ["the store is still open"]
+    store.close()
+
+
+def test_a_session_whose_manager_cannot_be_made_is_tried_again():
+    from ctxscore import ContextManager
+    from ctxscore.serve.app import Sessions
+
+    calls = []
+
+    def factory(sid: str) -> ContextManager:
+        calls.append(sid)
+        if len(calls) == 1:
+            raise OSError("the store is away")
+        return ContextManager(budget=1000, scorer="rules")
+
+    sessions = Sessions(factory, max_sessions=10)
+    with pytest.raises(OSError):
+        sessions.get("x")
+    assert sessions.all() == [] and sessions.get("x").users == 1 and calls == ["x", "x"]
     sessions.close()
 
 

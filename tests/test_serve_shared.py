@@ -96,7 +96,6 @@ def test_a_conversation_alternating_between_two_proxies_stays_whole_without_resc
     monkeypatch.setattr(Message, "from_dict", classmethod(lambda cls, *a, **k: read.append(1) or from_dict(cls, *a, **k)))
     with FakeOpenAI(agent) as up:
         a, b = make(up.url, spy), make(up.url, spy)
-        spy.scored.clear()  # each proxy's warm-up message
         client = Alternating([a, b], "trip-shared")
         messages: list = [{"role": "system", "content": SYSTEM}]
         for i in range(1, 41):

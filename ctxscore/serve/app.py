@@ -214,6 +214,7 @@ class Sessions:
         #: False when every manager uses one store the proxy closes itself (a PostgreSQL store).
         self.close_managers = close_managers
         self._by_id: OrderedDict[str, _Session] = OrderedDict()
+        self._opening: dict[str, threading.Event] = {}  # sessions whose manager a request is making
         self._lock = threading.Lock()
 
     def _close(self, s: _Session) -> None:
@@ -246,27 +247,41 @@ class Sessions:
 
         A new session's manager is made outside the sessions' lock (the proxy calls this in a
         worker thread), so a session that is slow to open -- one resumed from its store -- holds up
-        no other session's request."""
-        s = self.kept(sid)
-        if s is not None:
-            return s
-        cm = self.factory(sid)
+        no other session's request; a second request for a session being opened waits for that one
+        manager (a session is opened once).
+
+        Raises:
+            whatever the factory raises (nothing is kept then; the next request tries again).
+        """
+        while True:
+            s = self.kept(sid)
+            if s is not None:
+                return s
+            with self._lock:
+                opening = self._opening.get(sid)
+                if opening is None and sid not in self._by_id:
+                    opening = self._opening[sid] = threading.Event()
+                    break
+            if opening is not None:
+                opening.wait()  # another request is opening it: then look again
+        try:
+            cm = self.factory(sid)
+        except BaseException:
+            with self._lock:
+                del self._opening[sid]
+            opening.set()
+            raise
         with self._lock:
-            s = self._by_id.get(sid)
-            if s is None:
-                s, cm = _Session(sid, cm), None
-                self._by_id[sid] = s
-                if len(self._by_id) > self.max_sessions:
-                    for old_id, old in list(self._by_id.items()):
-                        if old is not s and old.users == 0:
-                            del self._by_id[old_id]
-                            self._close(old)
-                            break
-            else:
-                self._by_id.move_to_end(sid)
+            s = self._by_id[sid] = _Session(sid, cm)
+            del self._opening[sid]
+            if len(self._by_id) > self.max_sessions:
+                for old_id, old in list(self._by_id.items()):
+                    if old is not s and old.users == 0:
+                        del self._by_id[old_id]
+                        self._close(old)
+                        break
             s.users += 1
-        if cm is not None and self.close_managers:  # another request opened the session meanwhile
-            cm.close()
+        opening.set()
         return s
 
     def done(self, s: _Session) -> None:
@@ -523,6 +538,17 @@ class Proxy:
             sess.known, sess.known_last, sess.raw = [*known, msg], stored, [*sess.raw, message]
 
     # ------------------------------------------------------------------ the routes
+    async def _open(self, sid: str) -> _Session:
+        """:meth:`Sessions.get` in a worker thread (a new session's manager may read its store); when
+        this request is cancelled meanwhile, the session it got is given back (:meth:`Sessions.done`)."""
+        job = asyncio.ensure_future(run_in_threadpool(self.sessions.get, sid))
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(lambda j: j.cancelled() or j.exception() is not None
+                                  or self.sessions.done(j.result()))
+            raise
+
     async def chat(self, request: Request) -> Response:
         """``POST /v1/chat/completions`` (see the module docstring)."""
         t0 = time.perf_counter()
@@ -532,7 +558,7 @@ class Proxy:
         sid = request.headers.get(self.session_header) or derive_session_id(body["messages"])
         if not sid.strip() or len(sid) > 256:
             return JSONResponse(error_body(f"{self.session_header} must be 1-256 characters"), status_code=400)
-        sess = self.sessions.kept(sid) or await run_in_threadpool(self.sessions.get, sid)
+        sess = self.sessions.kept(sid) or await self._open(sid)
         try:
             await sess.lock.acquire()
         except BaseException:
@@ -882,17 +908,25 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
 
 
 def warm_up(scorer: Any = "auto", encoding: str = "cl100k_base") -> float:
-    """Load what the first requests would otherwise wait for: the scorer (``"auto"``: the packaged
-    learned scorer, once per process), its embedder's model, the tiktoken encoding and jieba's
-    dictionary (Chinese queries). :func:`create_app` runs this before it returns the app, so the
-    proxy accepts no request before they are loaded.
+    """Load what the first requests would otherwise wait for: the tiktoken encoding, jieba's
+    dictionary (Chinese queries) and, for ``"auto"`` (the packaged learned scorer, once per process)
+    or a :class:`~ctxscore.scoring.learned.LearnedScorer`, the scorer and its embedder's model (one
+    made-up message is scored). Any other scorer (the rules, a scorer of your own, which may call a
+    service) is not called. :func:`create_app` runs this before it returns the app, so the proxy
+    accepts no request before they are loaded.
 
     Returns:
-        Seconds it took (about 5-8 s with the learned scorer on a 2-core machine, 1 s with the rules).
+        Seconds it took (about 5-8 s with the learned scorer on a 2-core machine, 1 s without).
+
+    Raises:
+        ModelLoadError: the packaged scorer is installed but cannot be loaded.
     """
+    from ..scoring.learned import LearnedScorer  # noqa: PLC0415
     from ..store.retrieval import query_terms  # noqa: PLC0415
 
     t0 = time.perf_counter()
+    if not (scorer == "auto" or isinstance(scorer, LearnedScorer)):
+        scorer = "rules"
     cm = ContextManager(budget=1000, scorer=scorer, encoding=encoding)
     try:
         cm.add({"role": "user", "content": "Warm-up: load the scorer and the tokenizers. 预热。"})
@@ -945,12 +979,15 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
         manager_options: more :class:`~ctxscore.ContextManager` keyword arguments of every session
             (``rules``, ``compressor``, ``layers`` ...).
         warm: run :func:`warm_up` before returning, so that no request waits for the scorer's
-            models to load (with ``manager_factory``, only the tokenizers are loaded).
+            models or the tokenizers to load (with ``manager_factory``, whose managers may use any
+            scorer, only the tokenizers are loaded).
 
     Raises:
         ConfigError: a bad budget, upstream URL, count, store or Redis URL, ``redis`` without a
             PostgreSQL store, or a missing extra (the message says which to install).
         StoreError: the PostgreSQL store or Redis cannot be reached.
+        ModelLoadError: the scorer (a packaged folder, or the installed default for ``"auto"``)
+            cannot be loaded.
     """
     budget = check_budget(budget)
     if not isinstance(upstream, str) or not upstream.startswith(("http://", "https://")):
@@ -958,11 +995,10 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
     if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
         raise ConfigError(f"max_sessions must be a positive integer, got {max_sessions!r}")
     options = {"budget": budget, "scorer": _load_scorer(scorer), "policy": policy, **(manager_options or {})}
-    if warm:
-        took = warm_up("rules" if manager_factory is not None else options["scorer"], encoding)
-        log.info("ctxscore proxy warmed up in %.1f s (scorer, embedder, tokenizers)", took)
     sessions = _sessions(store, redis, manager_factory, options, encoding=encoding, max_sessions=max_sessions,
                          timeout=timeout)
+    if warm:
+        _warm(sessions, options["scorer"] if manager_factory is None else "rules", encoding)
     proxy = Proxy(upstream, budget, sessions, upstream_api_key=upstream_api_key,
                   timeout=timeout, max_sessions=max_sessions, session_header=session_header, query_writer=query_writer)
 
@@ -976,6 +1012,23 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
 
     app = FastAPI(title="ctxscore proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.proxy = proxy
+    _add_routes(app, proxy)
+    return app
+
+
+def _warm(sessions: Sessions, scorer: Any, encoding: str) -> None:
+    """:func:`warm_up` for :func:`create_app` (the sessions are closed when it fails)."""
+    try:
+        took = warm_up(scorer, encoding)
+    except BaseException:
+        sessions.close()
+        raise
+    log.info("ctxscore proxy warmed up in %.1f s (scorer, embedder, tokenizers)", took)
+
+
+def _add_routes(app: FastAPI, proxy: Proxy) -> None:
+    """The proxy's routes: chat completions, its stats, health, then every other ``/v1/...`` passed
+    through (in this order: the first route that matches answers)."""
     app.add_api_route("/v1/chat/completions", proxy.chat, methods=["POST"])
 
     @app.get("/v1/ctxscore/stats")
@@ -994,4 +1047,3 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
         return {"ok": True, "sessions": len(proxy.sessions.all())}
 
     app.add_api_route("/v1/{path:path}", proxy.passthrough, methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
-    return app
