@@ -342,11 +342,34 @@ def test_ranker_rows_read_only_the_new_turns():
     cm.store.load = lambda sid, after_turn=-1: loads.append(after_turn) or real_load(sid, after_turn)
     again = ranker.session_rows(cm.store, "s")
     cm.store.load = real_load
-    assert again is view and loads == [5]
+    assert again is view and loads == [4]  # the last row read (turn 5, unchanged) and the two new ones
     fresh = Ranker(ranker.model).session_rows(cm.store, "s")
     assert [(r.turn, r.text, r.tf, r.successor) for r in again.rows] == \
         [(r.turn, r.text, r.tf, r.successor) for r in fresh.rows]
     assert again.df == fresh.df and again.postings == fresh.postings and again.total_len == fresh.total_len
+    cm.close()
+
+
+@pytest.mark.parametrize("regrow", [0, 4, 6])
+def test_ranker_rows_follow_a_rebase_no_hit_points_at(regrow):
+    """A session truncated (an edited history resent to the proxy) and grown again by other messages,
+    shorter, as long or longer than before: the ranker's rows are those of a fresh read even when no
+    hit names a changed turn."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    ranker = Ranker(LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10))
+    cm = ContextManager(budget=2000, scorer="rules", session_id="s")
+    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": f"old message {i} about the hotel"}
+               for i in range(6)])
+    ranker.session_rows(cm.store, "s")
+    cm.truncate(2)
+    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": f"new message {i} about a train"}
+               for i in range(regrow)])
+    rows = ranker.session_rows(cm.store, "s")
+    fresh = Ranker(ranker.model).session_rows(cm.store, "s")
+    assert [r.text for r in rows.rows] == [r.text for r in fresh.rows] == [m.text for m in cm.store.load("s")]
+    assert rows.df == fresh.df and rows.total_len == fresh.total_len
     cm.close()
 
 

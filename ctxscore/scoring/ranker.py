@@ -433,8 +433,10 @@ class Ranker:
         :data:`RANKER_SESSIONS` sessions of ``store`` used last are kept).
 
         The rows read before are read again from the start when the session was rebased or truncated
-        since (``store.detach``: by this manager, another one or another process): a new row whose turn
-        is not the next one, or one of ``hits`` whose id or text differs from the row kept at its turn.
+        since (``store.detach``: by this manager, another one or another process): the last row read
+        is gone or holds another message (it is read again with the new rows to tell), a new row's
+        turn is not the next one, or one of ``hits`` has another id or text than the row kept at its
+        turn.
         """
         with self._lock:
             per_store = self._views.setdefault(store, OrderedDict())
@@ -444,7 +446,15 @@ class Ranker:
             per_store.move_to_end(session_id)
             while len(per_store) > RANKER_SESSIONS:
                 per_store.popitem(last=False)
-            new = store.load(session_id, after_turn=len(view.rows) - 1)
+            last = len(view.rows) - 1
+            new = store.load(session_id, after_turn=last - 1)  # the last row read, then the new ones
+            if view.rows:
+                if new and new[0].turn == last and view.ids[last] in (None, new[0].id) \
+                        and view.rows[last].text == new[0].text:
+                    new = new[1:]
+                else:  # the session shrank, or was rebased and grew again: read it again
+                    view = per_store[session_id] = SessionRows()
+                    new = store.load(session_id, after_turn=-1)
             for k, row in enumerate(new):
                 if row.turn != len(view.rows) + k:  # another writer rebased the session: read it again
                     view = per_store[session_id] = SessionRows()
