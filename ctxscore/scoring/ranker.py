@@ -447,7 +447,7 @@ class Ranker:
             while len(per_store) > RANKER_SESSIONS:
                 per_store.popitem(last=False)
             last = len(view.rows) - 1
-            new = store.load(session_id, after_turn=last - 1)  # the last row read, then the new ones
+            new = store.load(session_id, after_turn=max(last - 1, -1))  # the last row read, then the new ones
             if view.rows:
                 if new and new[0].turn == last and view.ids[last] in (None, new[0].id) \
                         and view.rows[last].text == new[0].text:
