@@ -297,19 +297,27 @@ def test_search_log_line_when_reranking_fails(trained, caplog, monkeypatch):
     assert set(CATEGORIES) >= {p.category for p in cm.predictions()}
 
 
+def _toy_ranker() -> Ranker:
+    """A ranker whose model is fitted on random features: the row-keeping tests do not need a trained one."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    return Ranker(LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10))
+
+
+def _chat(cm: ContextManager, n: int, text: str) -> None:
+    """``n`` alternating user / assistant messages ``text.format(i)`` added to ``cm``."""
+    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": text.format(i)} for i in range(n)])
+
+
 def test_ranker_rows_follow_a_truncated_session():
     """After ContextManager.truncate (an event log's rollback, a sync rebase) the turns are reused by new
     messages: the ranker must read them, not serve the detached ones at those turns."""
-    from sklearn.linear_model import LogisticRegression
-
     from ctxscore.store.retrieval import Hit
 
-    rng = np.random.default_rng(0)
-    model = LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10)
-    ranker = Ranker(model)
+    ranker = _toy_ranker()
     cm = ContextManager(budget=2000, scorer="rules", session_id="s")
-    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": f"old message {i} about the hotel"}
-               for i in range(6)])
+    _chat(cm, 6, "old message {} about the hotel")
     assert [r.text for r in ranker.session_rows(cm.store, "s").rows][3] == "old message 3 about the hotel"
     cm.truncate(3)
     cm.add({"role": "assistant", "content": "NEW train to cambridge at 09:15"})
@@ -327,13 +335,9 @@ def test_ranker_rows_read_only_the_new_turns():
     """A proxy adds two messages between queries (the reply and the next user message): the ranker's
     view of the session is extended by those rows, not read again from the first turn, and holds
     what a fresh read holds."""
-    from sklearn.linear_model import LogisticRegression
-
-    rng = np.random.default_rng(0)
-    ranker = Ranker(LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10))
+    ranker = _toy_ranker()
     cm = ContextManager(budget=2000, scorer="rules", session_id="s")
-    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} about the hotel"}
-               for i in range(6)])
+    _chat(cm, 6, "message {} about the hotel")
     view = ranker.session_rows(cm.store, "s")
     cm.extend([{"role": "assistant", "content": "the Grand at 120 a night"},
                {"role": "user", "content": "and the train?"}])
@@ -355,17 +359,12 @@ def test_ranker_rows_follow_a_rebase_no_hit_points_at(regrow):
     """A session truncated (an edited history resent to the proxy) and grown again by other messages,
     shorter, as long or longer than before: the ranker's rows are those of a fresh read even when no
     hit names a changed turn."""
-    from sklearn.linear_model import LogisticRegression
-
-    rng = np.random.default_rng(0)
-    ranker = Ranker(LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10))
+    ranker = _toy_ranker()
     cm = ContextManager(budget=2000, scorer="rules", session_id="s")
-    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": f"old message {i} about the hotel"}
-               for i in range(6)])
+    _chat(cm, 6, "old message {} about the hotel")
     ranker.session_rows(cm.store, "s")
     cm.truncate(2)
-    cm.extend([{"role": "user" if i % 2 == 0 else "assistant", "content": f"new message {i} about a train"}
-               for i in range(regrow)])
+    _chat(cm, regrow, "new message {} about a train")
     rows = ranker.session_rows(cm.store, "s")
     fresh = Ranker(ranker.model).session_rows(cm.store, "s")
     assert [r.text for r in rows.rows] == [r.text for r in fresh.rows] == [m.text for m in cm.store.load("s")]
@@ -376,14 +375,11 @@ def test_ranker_rows_follow_a_rebase_no_hit_points_at(regrow):
 def test_ranker_keeps_the_rows_of_the_sessions_used_last(monkeypatch):
     """One store shared by many sessions (PostgreSQL behind a proxy): the ranker keeps the rows of the
     RANKER_SESSIONS sessions used last, and reads a session it let go again whole."""
-    from sklearn.linear_model import LogisticRegression
-
     from ctxscore.scoring import ranker as ranker_mod
     from ctxscore.store.sqlite import SQLiteStore
 
     monkeypatch.setattr(ranker_mod, "RANKER_SESSIONS", 2)
-    rng = np.random.default_rng(0)
-    ranker = Ranker(LogisticRegression().fit(rng.normal(size=(20, len(FEATURE_NAMES))), [0, 1] * 10))
+    ranker = _toy_ranker()
     store = SQLiteStore(":memory:")
     managers = {s: ContextManager(budget=2000, scorer="rules", session_id=s, store=store) for s in "abc"}
     for s, cm in managers.items():

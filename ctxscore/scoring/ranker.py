@@ -434,32 +434,29 @@ class Ranker:
 
         The rows read before are read again from the start when the session was rebased or truncated
         since (``store.detach``: by this manager, another one or another process): the last row read
-        is gone or holds another message (it is read again with the new rows to tell), a new row's
-        turn is not the next one, or one of ``hits`` has another id or text than the row kept at its
-        turn.
+        is gone or holds another message (it is read again with the new rows to tell), or one of
+        ``hits`` has another id or text than the row kept at its turn.
         """
         with self._lock:
             per_store = self._views.setdefault(store, OrderedDict())
             view = per_store.get(session_id)
-            if view is None or _stale(view, hits):
-                view = per_store[session_id] = SessionRows()
-            per_store.move_to_end(session_id)
-            while len(per_store) > RANKER_SESSIONS:
-                per_store.popitem(last=False)
-            last = len(view.rows) - 1
-            new = store.load(session_id, after_turn=max(last - 1, -1))  # the last row read, then the new ones
-            if view.rows:
+            new: list[Any] = []
+            if view is not None and view.rows and not _stale(view, hits):
+                last = len(view.rows) - 1
+                new = store.load(session_id, after_turn=last - 1)  # the last row read, then the new ones
                 if new and new[0].turn == last and view.ids[last] in (None, new[0].id) \
                         and view.rows[last].text == new[0].text:
                     new = new[1:]
-                else:  # the session shrank, or was rebased and grew again: read it again
-                    view = per_store[session_id] = SessionRows()
-                    new = store.load(session_id, after_turn=-1)
-            for k, row in enumerate(new):
-                if row.turn != len(view.rows) + k:  # another writer rebased the session: read it again
-                    view = per_store[session_id] = SessionRows()
-                    new = store.load(session_id, after_turn=-1)
-                    break
+                else:
+                    view = None  # the session shrank, or was rebased and grew again
+            else:
+                view = None
+            if view is None:
+                view = per_store[session_id] = SessionRows()
+                new = store.load(session_id, after_turn=-1)
+            per_store.move_to_end(session_id)
+            while len(per_store) > RANKER_SESSIONS:
+                per_store.popitem(last=False)
             for row in new:
                 view.add(row.turn, row.message.role, row.text, row.embedding, row.prediction,
                          bool(row.message.tool_calls), row.id)

@@ -236,11 +236,15 @@ class Sessions:
         """The session ``sid`` when this process keeps it, counted as in use until :meth:`done`;
         ``None`` (nothing is made) otherwise."""
         with self._lock:
-            s = self._by_id.get(sid)
-            if s is not None:
-                self._by_id.move_to_end(sid)
-                s.users += 1
-            return s
+            return self._use(sid)
+
+    def _use(self, sid: str) -> _Session | None:
+        """:meth:`kept` for a caller holding the lock."""
+        s = self._by_id.get(sid)
+        if s is not None:
+            self._by_id.move_to_end(sid)
+            s.users += 1
+        return s
 
     def get(self, sid: str) -> _Session:
         """The session ``sid`` (made on first use), counted as in use until :meth:`done`.
@@ -254,16 +258,15 @@ class Sessions:
             whatever the factory raises (nothing is kept then; the next request tries again).
         """
         while True:
-            s = self.kept(sid)
-            if s is not None:
-                return s
             with self._lock:
+                s = self._use(sid)
+                if s is not None:
+                    return s
                 opening = self._opening.get(sid)
-                if opening is None and sid not in self._by_id:
+                if opening is None:
                     opening = self._opening[sid] = threading.Event()
                     break
-            if opening is not None:
-                opening.wait()  # another request is opening it: then look again
+            opening.wait()  # another request is opening it: then look again
         try:
             cm = self.factory(sid)
         except BaseException:
