@@ -289,6 +289,10 @@ def _kind_tables(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: The readings of a source-rank group shown under it (:func:`eval.ranks.rank_figures`).
+_READINGS = (("distinct", "distinct probes"), ("value", "a hit holding the value"), ("ceiling", "ceiling"))
+
+
 def _rank_tables(summary: dict[str, Any]) -> list[str]:
     """Source rank per scorer: overall, per source, per fact kind."""
     ranks = summary.get("source_rank") or {}
@@ -297,15 +301,23 @@ def _rank_tables(summary: dict[str, Any]) -> list[str]:
     lines = ["", "## Source rank of the probe's fact", "",
              "`ContextManager.search(probe, k=40)` at the session end (the hybrid search page-in uses): the share of "
              "facts whose source message is the first hit, in the top 4, 10, 40 (page-in shows up to 12 units a query); not found: not "
-             "in the top 40; MRR: mean of 1/rank (0 when not found).", "",
+             "in the top 40; MRR: mean of 1/rank (0 when not found). Beside each group: the same over the facts whose probe "
+             "text no other fact of the session shares (distinct probes); the same for the first hit holding the fact's value "
+             "(any message holding it answers the probe); and the ceiling: facts sharing one probe text share one hit list, so "
+             "of a group of n at most min(n, k) rank in the top k.", "",
              "| scorer | group | facts | top-1 | top-4 | top-10 | top-40 | not found | MRR |",
              "|---|---|---|---|---|---|---|---|---|"]
     for scorer, fig in ranks.items():
         groups = [("**all**", fig), *((f"source {k}", v) for k, v in fig["by_source"].items()),
                   *((f"kind {k}", v) for k, v in fig["by_kind"].items())]
         for name, g in groups:
-            lines.append(f"| {scorer} | {name} | {g['facts']} | {_f(g['top1'])} | {_f(g['top4'])} | {_f(g['top10'])} | "
-                         f"{_f(g['top40'])} | {_f(g['not_found'])} | {_f(g['mrr'])} |")
+            readings = [(name, g), *((f"{name}, {label}", g.get(key)) for key, label in _READINGS)]
+            for label, b in readings:
+                if not b or not b.get("facts", 1):
+                    continue
+                lines.append(f"| {scorer} | {label} | {b.get('facts', g['facts'])} | {_f(b.get('top1'))} | "
+                             f"{_f(b.get('top4'))} | {_f(b.get('top10'))} | {_f(b.get('top40'))} | "
+                             f"{_f(b.get('not_found'))} | {_f(b.get('mrr'))} |")
     return lines
 
 

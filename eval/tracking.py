@@ -8,7 +8,7 @@ model URI; metrics are flattened as ``{policy}/{budget key}/{metric}`` (e.g.
 ``learned/f0.25/recall_pagein``), the recall figures per fact kind and per session source as
 ``{policy}/{budget key}/{metric}/kind/{kind}`` and ``.../source/{source}``, the source ranks as
 ``{scorer}/source_rank/{top1|top4|top10|top40|mrr}`` (and ``.../source/{source}/...``,
-``.../kind/{kind}/...``), the task boundaries as ``boundaries/{precision|recall|f1}`` and
+``.../kind/{kind}/...``, and ``.../{value|distinct|ceiling}/...`` overall, :func:`eval.ranks.rank_figures`), the task boundaries as ``boundaries/{precision|recall|f1}`` and
 ``boundaries/{source}/...``; artifacts are the output folder (metrics.json, report.md, plots).
 When the model version points at an MLflow 3 LoggedModel, the run declares it as an input
 (``mlflow.log_input(model=LoggedModelInput(model_id))``) and the reference-budget metrics are also
@@ -63,6 +63,9 @@ def _ranks_and_boundaries(summary: dict[str, Any], out: dict[str, float]) -> Non
     for scorer, fig in (summary.get("source_rank") or {}).items():
         for m in RANK_METRICS:
             _put(out, f"{scorer}/source_rank/{m}", fig.get(m))
+        for reading in ("value", "distinct", "ceiling"):
+            for m in RANK_METRICS:
+                _put(out, f"{scorer}/source_rank/{reading}/{m}", (fig.get(reading) or {}).get(m))
         for part in ("source", "kind"):
             for name, sub in (fig.get(f"by_{part}") or {}).items():
                 for m in RANK_METRICS:

@@ -169,6 +169,7 @@ def test_managed_window_tokens_match_the_counter(booking):
 
 def _rank_session():
     msgs = [{"role": "user", "content": f"message {i}", "id": f"src/a#{i}"} for i in range(6)]
+    msgs[0]["content"] = "message 0 (as Message  3 said)"  # holds f2's value, normalised
     facts = [{"fact_id": "f1", "value": "message 1", "source_index": 1, "probe": "p1", "kind": "slot"},
              {"fact_id": "f2", "value": "message 3", "source_index": 3, "probe": "p2", "kind": "slot"},
              {"fact_id": "f3", "value": "message 5", "source_index": 5, "probe": "p3", "kind": "ref"},
@@ -198,6 +199,14 @@ def test_source_ranks_by_hand():
     assert fig["by_kind"]["slot"]["top1"] == 0.5 and fig["by_kind"]["slot"]["mrr"] == 0.5
     assert fig["by_kind"]["ref"]["top4"] == 1.0 and fig["by_kind"]["ref"]["mrr"] == 0.625
     assert fig["by_source"]["demo"]["facts"] == 4
+    # the first hit holding the value: f2's value is in #0, p2's first hit; the others as their source
+    assert [r["value_rank"] for r in recs] == [1, 1, 1, 4]
+    assert (fig["value"]["top1"], fig["value"]["top4"], fig["value"]["mrr"]) == (0.75, 1.0, 0.8125)
+    # f1 and f4 share p1: one hit list for both, so at most one of them can rank first
+    assert [r["same_probe"] for r in recs] == [2, 1, 1, 2]
+    assert fig["ceiling"] == {"top1": 0.75, "top4": 1.0, "top10": 1.0}
+    assert (fig["distinct"]["facts"], fig["distinct"]["top1"]) == (2, 0.5)  # f2 (None), f3 (1)
+    assert fig["by_kind"]["slot"]["ceiling"]["top1"] == 1.0  # f1 and f2: different probes
     # k cuts the hit list: at k=2, #4 (fourth for p1) is out of reach
     assert [r["rank"] for r in source_ranks(sess, lambda q, k: hits[q], k=2)] == [1, None, 1, None]
     with pytest.raises(ValueError):
