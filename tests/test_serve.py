@@ -495,6 +495,96 @@ def test_a_session_whose_manager_cannot_be_made_is_tried_again():
     sessions.close()
 
 
+class _Overlap:
+    """Counts the calls running at once (the most seen in ``peak``)."""
+
+    def __init__(self) -> None:
+        self.lock, self.active, self.peak, self.calls = threading.Lock(), 0, 0, 0
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.active += 1
+            self.calls += 1
+            self.peak = max(self.peak, self.active)
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.active -= 1
+
+
+def _first_requests_at_once(srv, n: int) -> None:
+    """The first request of ``n`` sessions, sent together from ``n`` threads; each must succeed."""
+    start, errors = threading.Barrier(n), []
+
+    def one(i: int) -> None:
+        start.wait(10)
+        try:
+            chat(client_for(srv, f"s{i}"), [{"role": "user", "content": user_turn(i + 1)}], stream=False)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+
+
+def test_local_session_work_runs_one_request_at_a_time(upstream):
+    """With only local CPU work (sessions in memory, a rule scorer) the proxy scores one request at a
+    time, in arrival order: requests that take turns at the interpreter lock all finish late."""
+    from ctxscore.scoring.rules import RuleClassifier
+
+    overlap = _Overlap()
+
+    class SlowRules(RuleClassifier):
+        def predict(self, messages):
+            with overlap:
+                time.sleep(0.05)
+                return super().predict(messages)
+
+    app = create_app(upstream.url, 3000, scorer=SlowRules())
+    assert app.state.proxy.in_order
+    with Background(app) as srv:
+        _first_requests_at_once(srv, 6)
+    assert overlap.calls >= 12 and overlap.peak == 1  # each request and each reply scored, never two at once
+
+
+def test_session_work_that_waits_on_a_network_runs_at_once(upstream):
+    """A query writer (an LLM call per request) keeps the shared thread pool: two requests wait for
+    their queries at the same time (run in order, the first would wait for the second forever)."""
+    together, overlap = threading.Barrier(2), _Overlap()
+
+    class Writer:
+        def expand(self, query: str) -> str:
+            with overlap:
+                together.wait(10)  # raises BrokenBarrierError when the two are not in it at once
+                return query
+
+    app = create_app(upstream.url, 3000, scorer="rules", query_writer=Writer())
+    assert not app.state.proxy.in_order
+    with Background(app) as srv:
+        _first_requests_at_once(srv, 2)
+    assert overlap.peak == 2
+
+
+def test_which_proxies_run_their_sessions_work_in_order():
+    from ctxscore.scoring.learned import LearnedScorer
+    from ctxscore.serve.app import local_work
+
+    def local(store=None, redis=None, factory=None, writer=None, **options):
+        return local_work(store, redis, factory, writer, {"scorer": "auto", "budget": 1000, "policy": None, **options})
+
+    assert local() and local("sessions.db") and local(scorer="rules") and local(layers=[])
+    assert not local("postgresql://u@h/db") and not local("postgresql://u@h/db", "redis://h:6379/0")
+    assert not local(factory=lambda sid: None) and not local(writer=object())
+    assert not local(compressor=object()) and not local(layers=[object()]) and not local(scorer=object())
+    fallback = LearnedScorer.__new__(LearnedScorer)
+    fallback.fallback = lambda message, prediction: None  # an LLM classifier behind the learned one
+    assert not local(scorer=fallback)
+
+
 def test_least_recently_used_sessions_are_closed_and_come_back_whole(upstream):
     with Background(create_app(upstream.url, 2000, scorer="rules", max_sessions=2)) as srv:
         histories = {}
