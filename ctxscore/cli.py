@@ -160,7 +160,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     options = {"rules": rules, "compressor": comp, "layers": [comp.layer()] if comp is not None else []}
     app = create_app(args.upstream, args.budget, scorer=scorer, store=args.store, redis=args.redis, policy=policy,
                      encoding=args.encoding, manager_options=options, upstream_api_key=key, timeout=args.timeout,
-                     max_sessions=args.max_sessions, query_writer=writer)
+                     max_sessions=args.max_sessions, query_writer=writer,
+                     in_order={"auto": None, "on": True, "off": False}[args.in_order])
     logging.getLogger("ctxscore").setLevel(logging.WARNING)
     print(f"ctxscore proxy on http://{args.host}:{args.port}/v1 -> {args.upstream} (budget {args.budget} tokens)",
           file=sys.stderr, flush=True)
@@ -350,6 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--summary-timing", default="immediate", choices=["immediate", "deferred"],
                    help="batch at turn KxN (immediate) or when turn KxN+1 begins (deferred)")
     v.add_argument("--query-writer", action="store_true", help="let --llm-model write the page-in queries")
+    v.add_argument("--in-order", default="auto", choices=["auto", "on", "off"],
+                   help="run the sessions' work one request at a time, in arrival order (on), or many at once (off); "
+                        "auto (default): in order when it is all local CPU work (no --redis, --llm-model or "
+                        "postgresql:// --store)")
     v.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     v.set_defaults(func=cmd_serve)
     return p

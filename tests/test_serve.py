@@ -544,11 +544,12 @@ def test_local_session_work_runs_one_request_at_a_time(upstream):
                 time.sleep(0.05)
                 return super().predict(messages)
 
-    app = create_app(upstream.url, 3000, scorer=SlowRules())
+    app = create_app(upstream.url, 3000, scorer=SlowRules(), in_order=True)  # a subclass: not local by itself
     assert app.state.proxy.in_order
     with Background(app) as srv:
         _first_requests_at_once(srv, 6)
     assert overlap.calls >= 12 and overlap.peak == 1  # each request and each reply scored, never two at once
+    assert not create_app(upstream.url, 3000, scorer="rules", in_order=False, warm=False).state.proxy.in_order
 
 
 def test_session_work_that_waits_on_a_network_runs_at_once(upstream):
@@ -570,7 +571,9 @@ def test_session_work_that_waits_on_a_network_runs_at_once(upstream):
 
 
 def test_which_proxies_run_their_sessions_work_in_order():
+    from ctxscore.scoring.embedders import HashingEmbedder
     from ctxscore.scoring.learned import LearnedScorer
+    from ctxscore.scoring.rules import RuleClassifier
     from ctxscore.serve.app import local_work
 
     def local(store=None, redis=None, factory=None, writer=None, **options):
@@ -582,7 +585,22 @@ def test_which_proxies_run_their_sessions_work_in_order():
     assert not local(compressor=object()) and not local(layers=[object()]) and not local(scorer=object())
     fallback = LearnedScorer.__new__(LearnedScorer)
     fallback.fallback = lambda message, prediction: None  # an LLM classifier behind the learned one
+    fallback.embedder = HashingEmbedder(64)
     assert not local(scorer=fallback)
+    packaged = LearnedScorer.__new__(LearnedScorer)
+    packaged.fallback, packaged.embedder = None, HashingEmbedder(64)
+    assert local(scorer=packaged) and local(scorer=RuleClassifier())
+
+    class Remote:  # an embedder of the user's own, which may call an embedding API
+        model_id, dim = "remote", 64
+
+        def embed(self, texts):
+            raise AssertionError("not called")
+
+    remote = LearnedScorer.__new__(LearnedScorer)
+    remote.fallback, remote.embedder = None, Remote()
+    assert not local(scorer=remote)
+    assert not local(scorer=type("MyRules", (RuleClassifier,), {})())  # a subclass's methods are the user's
 
 
 def test_least_recently_used_sessions_are_closed_and_come_back_whole(upstream):

@@ -88,3 +88,19 @@ def test_serve_cli_refuses_bad_options():
     assert r.returncode == 2 and "budget must be positive" in r.stderr
 
 
+
+
+@pytest.mark.parametrize(("flags", "in_order"), [
+    ((), True),  # in memory, the rule scorer: local CPU work
+    (("--in-order", "off"), False),
+    (("--llm-model", "summarizer"), False),  # an LLM compressor waits on a network
+    (("--llm-model", "summarizer", "--in-order", "on"), True),
+])
+def test_serve_in_order_flag(monkeypatch, flags, in_order):
+    import ctxscore.serve
+    from ctxscore.cli import main
+
+    served = []
+    monkeypatch.setattr(ctxscore.serve, "run", lambda app, **kw: served.append(app))
+    assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--budget", "1000", "--model", "rules", *flags]) == 0
+    assert served[0].state.proxy.in_order is in_order

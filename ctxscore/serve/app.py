@@ -34,13 +34,14 @@ the proxy's own time per request (p50 / p95 ms, upstream time excluded).
 
 A session's work (the sync and build of a request, the recording of its reply) runs in worker
 threads. When all of it is local CPU work -- the proxy's own sessions in memory or in a SQLite file,
-the packaged or rule scorer, no LLM and no Redis: ``ctxscore serve`` without ``--redis`` -- it runs
-one request at a time, in arrival order (:func:`local_work`). Two requests run at once on one
-interpreter take turns at its lock (5 ms slices), so both finish late; in order, the first finishes
-in its own time and the second no later. With 16 concurrent 300-turn sessions on this 2-core machine
-(rules scorer, ``benchmarks/load_proxy.py``) the proxy's p95 fell from 31-36 to 23 ms. Work that
-waits on a network (PostgreSQL, Redis, an LLM compressor or query writer, a scorer of your own) runs
-in the shared thread pool, many requests at once.
+the packaged or rule scorer, no LLM compressor or query writer, no Redis (:func:`local_work`) -- it
+runs one request at a time, in arrival order (``create_app(in_order=...)`` and ``ctxscore serve
+--in-order`` decide otherwise). Two requests run at once on one interpreter take turns at its lock
+(5 ms slices), so both finish late; in order, the first finishes in its own time and the second no
+later. With 16 concurrent 300-turn sessions on this 2-core machine (rules scorer,
+``benchmarks/load_proxy.py``) the proxy's p95 fell from 31-36 to 23 ms. Work that waits on a network
+(PostgreSQL, Redis, an LLM compressor or query writer, a scorer of your own) runs in the shared
+thread pool, many requests at once.
 
 The upstream is called with aiohttp's client (one pooled session per proxy): under 16 concurrent
 sessions it cost about a fifth of the CPU httpx's ``AsyncClient`` did on this machine (0.43 vs 2.1
@@ -896,16 +897,22 @@ _USER_WORK = frozenset({"compressor", "layers", "hooks", "sections"})
 def local_work(store: Any, redis: Any, manager_factory: Any, query_writer: Any, options: dict[str, Any]) -> bool:
     """Whether a proxy's session work is local CPU work only, so that it runs one request at a time
     (see the module docstring): no Redis, no manager factory, no query writer, a store in memory or
-    in a SQLite file, the rule scorer or a :class:`~ctxscore.scoring.learned.LearnedScorer` without
-    a fallback classifier (``"auto"``, ``"rules"``, a packaged folder), and none of the
-    ``ContextManager`` arguments that bring the user's own work (``compressor``, ``layers``,
-    ``hooks``, ``sections``)."""
+    in a SQLite file, the rule scorer or a :class:`~ctxscore.scoring.learned.LearnedScorer` with one
+    of ctxscore's embedders and no fallback classifier (``"auto"``, ``"rules"``, a packaged folder;
+    not a subclass, whose methods may call a network), and none of the ``ContextManager``
+    arguments that bring the user's own work (``compressor``, ``layers``, ``hooks``, ``sections``).
+
+    A SQLite file shared with another process would make every session of the proxy wait while
+    that process holds the file's write lock (up to the store's 5 s busy timeout): pass
+    ``create_app(..., in_order=False)`` (``ctxscore serve --in-order off``) then."""
+    from ..scoring.embedders import EMBEDDERS, HashingEmbedder  # noqa: PLC0415
     from ..scoring.learned import LearnedScorer  # noqa: PLC0415
     from ..scoring.rules import RuleClassifier  # noqa: PLC0415
 
     scorer = options.get("scorer")
-    local_scorer = scorer in ("auto", "rules", None) or isinstance(scorer, RuleClassifier) or (
-        isinstance(scorer, LearnedScorer) and scorer.fallback is None)
+    local_scorer = scorer in ("auto", "rules", None) or type(scorer) is RuleClassifier or (
+        type(scorer) is LearnedScorer and scorer.fallback is None
+        and type(scorer.embedder) in (*EMBEDDERS.values(), HashingEmbedder))
     local_store = store is None or (isinstance(store, str | os.PathLike) and not _is_server_url(store))
     return (redis is None and manager_factory is None and query_writer is None and local_store and local_scorer
             and not any(options.get(k) for k in _USER_WORK))
@@ -1002,7 +1009,7 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
                manager_factory: Callable[[str], ContextManager] | None = None, upstream_api_key: str | None = None,
                timeout: float = 600.0, max_sessions: int = 1000, session_header: str = "X-Session-Id",
                query_writer: Any = None, redis: Any = None, manager_options: dict[str, Any] | None = None,
-               warm: bool = True) -> FastAPI:
+               warm: bool = True, in_order: bool | None = None) -> FastAPI:
     """The proxy as a FastAPI app (serve it with uvicorn; see the module docstring).
 
     Args:
@@ -1033,6 +1040,12 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
         warm: run :func:`warm_up` before returning, so that no request waits for the scorer's
             models or the tokenizers to load (with ``manager_factory``, whose managers may use any
             scorer, only the tokenizers are loaded).
+        in_order: run the sessions' work (sync, build, the reply's recording) one request at a
+            time, in arrival order (``True``), or many at once in the shared thread pool
+            (``False``); ``None`` (default): in order when it is all local CPU work
+            (:func:`local_work`). In order, one process serves at most about 1,000 / (CPU ms a
+            request) requests a second: about 70 with the rules scorer and 25-40 with the learned
+            one on this project's 2-core machine; run more processes (PostgreSQL + Redis) beyond.
 
     Raises:
         ConfigError: a bad budget, upstream URL, count, store or Redis URL, ``redis`` without a
@@ -1053,11 +1066,13 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
         _warm(sessions, options["scorer"] if manager_factory is None else "rules", encoding)
     proxy = Proxy(upstream, budget, sessions, upstream_api_key=upstream_api_key,
                   timeout=timeout, max_sessions=max_sessions, session_header=session_header, query_writer=query_writer,
-                  in_order=local_work(store, redis, manager_factory, query_writer, options))
+                  in_order=local_work(store, redis, manager_factory, query_writer, options) if in_order is None
+                  else bool(in_order))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        proxy._limiter = None  # made again in the next event loop that serves the app
         if proxy.client is not None:
             await proxy.client.close()
             proxy.client = None
