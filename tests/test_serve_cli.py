@@ -90,17 +90,39 @@ def test_serve_cli_refuses_bad_options():
 
 
 
+@pytest.fixture
+def served(monkeypatch):
+    """``ctxscore serve``'s apps, uvicorn's ``run`` replaced; the collector's frozen objects given
+    back afterwards (the command freezes the process's heap)."""
+    import gc
+
+    import ctxscore.serve
+
+    apps: list = []
+    monkeypatch.setattr(ctxscore.serve, "run", lambda app, **kw: apps.append(app))
+    gc.unfreeze()
+    yield apps
+    gc.unfreeze()
+
+
 @pytest.mark.parametrize(("flags", "in_order"), [
     ((), True),  # in memory, the rule scorer: local CPU work
     (("--in-order", "off"), False),
     (("--llm-model", "summarizer"), False),  # an LLM compressor waits on a network
     (("--llm-model", "summarizer", "--in-order", "on"), True),
 ])
-def test_serve_in_order_flag(monkeypatch, flags, in_order):
-    import ctxscore.serve
+def test_serve_in_order_flag(served, flags, in_order):
     from ctxscore.cli import main
 
-    served = []
-    monkeypatch.setattr(ctxscore.serve, "run", lambda app, **kw: served.append(app))
     assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--budget", "1000", "--model", "rules", *flags]) == 0
     assert served[0].state.proxy.in_order is in_order
+
+
+def test_serve_moves_its_warmed_up_heap_out_of_the_collector(served):
+    import gc
+
+    from ctxscore.cli import main
+
+    assert gc.get_freeze_count() == 0
+    assert main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--budget", "1000", "--model", "rules"]) == 0
+    assert len(served) == 1 and gc.get_freeze_count() > 10_000  # modules, tokenizers, the app
