@@ -88,8 +88,6 @@ def test_serve_cli_refuses_bad_options():
     assert r.returncode == 2 and "budget must be positive" in r.stderr
 
 
-
-
 @pytest.fixture
 def served(monkeypatch):
     """``ctxscore serve``'s apps, uvicorn's ``run`` replaced; the collector's frozen objects given
