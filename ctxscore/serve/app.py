@@ -482,6 +482,14 @@ class Proxy:
                 connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=_tls_context()), auto_decompress=True)
         return self.client
 
+    async def aclose(self) -> None:
+        """Drop what belongs to the event loop that served the app -- the upstream client (closed)
+        and the in-order limiter -- so the next loop to serve it makes its own."""
+        self._limiter = None
+        if self.client is not None:
+            await self.client.close()
+            self.client = None
+
     async def _call(self, method: str, url: str, body: bytes, headers: dict[str, str]) -> Any:
         """Send one request upstream: its response (headers read, body not yet), or an error
         :class:`Response` (504 when the upstream did not answer in time, 502 when unreachable)."""
@@ -1072,10 +1080,7 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        proxy._limiter = None  # made again in the next event loop that serves the app
-        if proxy.client is not None:
-            await proxy.client.close()
-            proxy.client = None
+        await proxy.aclose()
         proxy.sessions.close()
 
     app = FastAPI(title="ctxscore proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
