@@ -12,7 +12,7 @@ import time
 import pytest
 
 from ctxscore import ContextManager
-from ctxscore.errors import StoreError
+from ctxscore.errors import ConfigError, StoreError
 from ctxscore.scoring.rules import RuleClassifier
 from ctxscore.store import open_store
 
@@ -202,6 +202,12 @@ def test_busy_session_is_a_store_error(hot_url):
         done.set()
         th.join()
     assert b.store.count("s") == 0
+
+
+@pytest.mark.parametrize("name", ["ttl_s", "lock_timeout_s", "lock_wait_s", "lock_poll_s"])
+def test_times_must_be_positive_seconds(name):
+    with pytest.raises(ConfigError, match=f"{name} must be positive seconds, got 0"):
+        RedisHotState("redis://127.0.0.1:1/0", **{name: 0})
 
 
 def test_unreachable_redis(hot_url):

@@ -84,13 +84,16 @@ class RedisHotState:
             for up to this many seconds, so a turn that legitimately lasts longer than
             ``lock_timeout_s`` (a proxy waiting for the model) keeps its lock, while a dead process
             still loses it after ``lock_timeout_s``; ``None`` (default): no renewal.
+        lock_poll_s: seconds between two tries of a worker waiting for the lock (redis-py's ``Lock``
+            polls; its default, 0.1 s, made a waiter start up to 100 ms after the holder released).
 
     Raises:
         ConfigError: redis-py is not installed, or a bad argument.
     """
 
     def __init__(self, client: Any, *, prefix: str = "ctxscore", ttl_s: float = DEFAULT_TTL_S,
-                 lock_timeout_s: float = 60.0, lock_wait_s: float = 30.0, renew_s: float | None = None) -> None:
+                 lock_timeout_s: float = 60.0, lock_wait_s: float = 30.0, renew_s: float | None = None,
+                 lock_poll_s: float = 0.005) -> None:
         if _redis is None:
             raise ConfigError("the Redis hot state needs redis-py; install it with `pip install 'ctxscore[redis]'` "
                               "(or `pip install redis`)")
@@ -104,12 +107,13 @@ class RedisHotState:
             raise ConfigError(f"redis must be a URL or a redis.Redis client, got {type(client).__name__}")
         if not prefix or any(c in prefix for c in "{}"):
             raise ConfigError(f"prefix must be a non-empty string without braces, got {prefix!r}")
-        for name, v in (("ttl_s", ttl_s), ("lock_timeout_s", lock_timeout_s), ("lock_wait_s", lock_wait_s)):
+        for name, v in (("ttl_s", ttl_s), ("lock_timeout_s", lock_timeout_s), ("lock_wait_s", lock_wait_s),
+                        ("lock_poll_s", lock_poll_s)):
             if not v > 0:
                 raise ConfigError(f"{name} must be positive seconds, got {v}")
         self.prefix = prefix
         self.ttl_ms = int(ttl_s * 1000)
-        self.lock_timeout_s, self.lock_wait_s = lock_timeout_s, lock_wait_s
+        self.lock_timeout_s, self.lock_wait_s, self.lock_poll_s = lock_timeout_s, lock_wait_s, lock_poll_s
         if renew_s is not None and not renew_s > 0:
             raise ConfigError(f"renew_s must be positive seconds or None, got {renew_s}")
         self.renew_s = renew_s
@@ -251,7 +255,7 @@ class RedisHotState:
                 unreachable; nothing of the turn has run then.
         """
         lk = self.client.lock(self._key(session_id, "lock"), timeout=self.lock_timeout_s,
-                              blocking_timeout=self.lock_wait_s, thread_local=False)
+                              blocking_timeout=self.lock_wait_s, sleep=self.lock_poll_s, thread_local=False)
         with self._guard("take the session lock"):
             got = lk.acquire()
         if not got:
