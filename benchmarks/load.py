@@ -3,7 +3,7 @@ PostgreSQL (the store) and Redis (hot state and the per-session lock).
 
 ``--mode proxy`` sends them through the real proxy (``ctxscore serve`` on loopback, in memory and
 then ``--workers`` processes with ``--store postgresql://... --redis redis://...``, a fake upstream
-taking ``--llm-ms`` per answer): :mod:`benchmarks.load_proxy` describes it.
+taking ``--llm-ms`` per answer; ``--routing`` as below): :mod:`benchmarks.load_proxy` describes it.
 
 ``--mode library`` (the default) plays the proxy's part with the library API, the way the proxy
 uses it: ``--workers`` processes (default: one per core),
@@ -27,7 +27,7 @@ Usage::
 
     CTXSCORE_PG_DSN=postgresql://... CTXSCORE_REDIS_URL=redis://... python benchmarks/load.py \\
         [--mode library|proxy] [--sessions 16] [--turns 300] [--workers 2] [--scorer rules|learned] \
-        [--llm-ms 200] [--budget 16000]
+        [--llm-ms 200] [--budget 16000] [--routing round-robin|sticky]
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ turn's requests would arrive at once). Two phases in one run:
 - ``postgres+redis``: ``--workers`` proxy processes started with ``--store postgresql://...
   --redis redis://...``; request ``j`` of session ``k`` goes to process ``(j + k) % workers`` (a
   round-robin load balancer: nearly every request lands on a process that did not serve the
-  session's previous turn).
+  session's previous turn), or with ``--routing sticky`` always to process ``k % workers`` (a load
+  balancer with session affinity).
 
 Per request: the proxy's own time (its ``X-Ctxscore-Proxy-Ms`` header: parse, sync, build,
 forward, record, the shared turn's lock; the upstream excluded), and the round trip minus the
@@ -109,9 +110,9 @@ def start_proxy(upstream: str, budget: int, model: str, store: list[str]) -> tup
 
 
 def play(k: int, sid: str, messages: list[dict], bases: list[str], rows: list[dict[str, Any]],
-         errors: list[str], start_s: float = 0.0) -> None:
-    """One agent session: the history before each assistant message, round robin over ``bases``,
-    the first request ``start_s`` seconds after the call."""
+         errors: list[str], start_s: float = 0.0, sticky: bool = False) -> None:
+    """One agent session: the history before each assistant message, round robin over ``bases``
+    (``sticky``: always ``bases[k % len(bases)]``), the first request ``start_s`` seconds after the call."""
     import httpx
 
     time.sleep(start_s)
@@ -124,7 +125,7 @@ def play(k: int, sid: str, messages: list[dict], bases: list[str], rows: list[di
             headers = {"content-type": "application/json", "x-session-id": sid, "x-bench-reply": f"{sid}|{end}"}
             t0 = time.perf_counter()
             try:
-                r = clients[(j + k) % len(clients)].post("/v1/chat/completions", content=body, headers=headers)
+                r = clients[(k if sticky else j + k) % len(clients)].post("/v1/chat/completions", content=body, headers=headers)
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 errors.append(f"{sid}#{j}: {exc!r}")
                 continue
@@ -150,7 +151,8 @@ def phase(name: str, sessions: dict[str, list[dict]], upstream: str, args: Any, 
     # independent agents: the sessions' first requests spread evenly over one model time (started at
     # the same instant they would stay in step, 16 requests arriving together every turn)
     threads = [threading.Thread(target=play, args=(k, sid, msgs, bases, rows[k], errors,
-                                                   k * args.llm_ms / 1000 / len(sessions)))
+                                                   k * args.llm_ms / 1000 / len(sessions),
+                                                   args.routing == "sticky"))
                for k, (sid, msgs) in enumerate(sessions.items())]
     cpu0 = [cpu_seconds(p.pid) for p, _ in procs]
     load0 = os.getloadavg()[0]
@@ -186,7 +188,8 @@ def run_proxy(args: Any, sessions: dict[str, list[dict]], pg_url: str | None) ->
     server = start_upstream(sessions, args.llm_ms / 1000)
     upstream = f"http://127.0.0.1:{server.server_address[1]}/v1"
     out: dict[str, Any] = {"mode": "proxy", "scorer": args.scorer, "sessions": len(sessions), "turns": args.turns,
-                           "llm_ms": args.llm_ms, "budget": args.budget, "cores": os.cpu_count(), "phases": []}
+                           "llm_ms": args.llm_ms, "budget": args.budget, "routing": args.routing, "cores": os.cpu_count(),
+                           "phases": []}
     try:
         out["phases"].append(phase("memory", sessions, upstream, args, [], 1))
         print(json.dumps(out["phases"][-1]), file=sys.stderr, flush=True)  # each phase as soon as it ends
