@@ -110,6 +110,20 @@ def test_failures_archived_first_and_values_explained():
     assert {"base", "recency", "references", "entity_density", "confirmation", "token_cost", "relevance"} <= set(d.factors)
 
 
+def test_a_short_user_confirmation_raises_the_proposal_it_answers():
+    proposal = {"role": "assistant", "content": "I can book flight UA 889 on May 3 for $412. Shall I book it?"}
+    cm = ContextManager(scorer="rules", budget=4000)
+    cm.extend([{"role": "user", "content": "Find me a flight to Denver."}, proposal,
+               {"role": "user", "content": "Yes, please book it."}])
+    # a long user message is not a confirmation, even when it says yes
+    cm.extend([dict(proposal, content=proposal["content"].replace("UA 889", "UA 412")),
+               {"role": "user", "content": "Yes, but first tell me the baggage rules, the seat map and whether "
+                                          "the fare is refundable if I cancel before May 1."}])
+    d = cm.build().decisions
+    assert d[1].factors["confirmation"] == 1.3  # confirmation_boost of the default rule file
+    assert d[3].factors["confirmation"] == 1.0
+
+
 def test_page_in_brings_back_archived_original():
     msgs = agent_session(12)
     # four units at most: every search result matches the query's words, and with all twelve the

@@ -19,7 +19,7 @@ from . import supersede
 from .history import History
 from .tasks import starts_task
 from .tiers import pin_reason
-from .value import ValueModel
+from .value import CONFIRM_SHORT, ValueModel
 
 #: The start (characters) of each of the previous messages indexed as the search context of a
 #: message (a booking reply is found by a question naming the venue asked for earlier) ...
@@ -140,5 +140,7 @@ def append(history: History, values: ValueModel, rules: RuleClassifier, counter:
                        pin_reason(msg, pred, entities, cfg), constraints)
     e.values = supersede.typed_values(msg, cfg)
     supersede.link(history, cfg)  # the earlier messages this one restates get it as their successor
-    confirms = msg.role == Role.USER and rules.config.keyword_regexes["confirmation"].search(msg.content) is not None
+    # only a short user message confirms (ValueModel.added): a long one is not searched (0.8 ms on 10 KB)
+    confirms = (msg.role == Role.USER and len(msg.content) <= CONFIRM_SHORT
+                and rules.config.keyword_regexes["confirmation"].search(msg.content) is not None)
     values.added(history, len(history) - 1, confirms)

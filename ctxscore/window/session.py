@@ -113,10 +113,10 @@ class SessionState:
         if fits:
             if h.n_compacted:  # the full history fits below the first threshold: all verbatim
                 changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
-        else:  # compaction has begun or will: prepare forms a few at a time, not all in its turn
+        elif occ >= pol.t_archive * B and self.stuck != (len(h), B):
+            changed += self._compact(vals, B, reserved)  # computes the forms it needs that are not ready
+        else:  # compaction has begun or will: prepare forms a few at a time, in the builds between passes
             self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
-            if occ >= pol.t_archive * B and self.stuck != (len(h), B):
-                changed += self._compact(vals, B, reserved)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
