@@ -24,19 +24,23 @@ def _indexed(turn: int, m: dict):
 QUERIES = ["which flight and seat did we book?", "the hotel price per night", "flight seat total price booked"]
 
 
+# the session grows between searches by fewer rows than a cached term counts one by one, and by more
+# (the rows added since are then counted in one scan of the joined texts from the first of them)
+@pytest.mark.parametrize("step", [7, session_index._RESCAN_ROWS + 5])
 @pytest.mark.parametrize("rows_cached", [session_index.TERM_ROWS_CACHED, 5])
-def test_cached_term_counts_rank_as_a_fresh_count(monkeypatch, rows_cached):
+def test_cached_term_counts_rank_as_a_fresh_count(monkeypatch, rows_cached, step):
     monkeypatch.setattr(session_index, "TERM_ROWS_CACHED", rows_cached)
-    session = agent_session(12)
+    session = agent_session(40)
     msgs = [_indexed(i, m) for i, m in enumerate(session)]
     growing = SessionIndex()
-    for start in range(0, len(msgs), 7):  # the session grows between searches
-        growing.extend(msgs[start:start + 7])
+    for start in range(0, len(msgs), step):
+        growing.extend(msgs[start:start + step])
         fresh = SessionIndex()
-        fresh.extend([_indexed(i, m) for i, m in enumerate(session[:start + 7])])  # a message joins one index
+        fresh.extend([_indexed(i, m) for i, m in enumerate(session[:start + step])])  # a message joins one index
         for q in QUERIES:
             terms = query_terms(q)[0]
             assert growing.keyword(terms, 100) == fresh.keyword(terms, 100)
+            assert [growing._term_freq(t) for t in terms] == [fresh._term_freq(t) for t in terms]
             stems = [porter_stem(w) for w in stem_terms(q)]
             assert growing.stem(stems, 100) == fresh.stem(stems, 100) and growing.stem(stems, 100)[1]
     assert growing._term_rows == sum(len(f) for _, f in growing._term_freqs.values())

@@ -111,12 +111,15 @@ def _self_overlapping(term: str) -> bool:
     return any(term[:k] == term[-k:] for k in range(1, len(term)))
 
 
-def _row_counts(joined: str, starts: list[int], parts: Sequence[str], term: str) -> dict[int, int]:
-    """Overlapping occurrences of ``term`` per row of ``joined`` (``parts`` joined by NUL): one scan
-    from row to row, each row holding the term counted at C speed."""
+def _row_counts(joined: str, starts: list[int], parts: Sequence[str], term: str, first: int = 0) -> dict[int, int]:
+    """Overlapping occurrences of ``term`` per row of ``joined`` (``parts`` joined by NUL), in the rows
+    from ``first`` on: one scan from row to row, each row holding the term counted at C speed."""
     counts: dict[int, int] = {}
     overlap = _self_overlapping(term)
-    find, n_rows, i = joined.find, len(starts), joined.find(term)
+    n_rows = len(starts)
+    if first >= n_rows:
+        return counts
+    find, i = joined.find, joined.find(term, starts[first])
     while i >= 0:
         r = bisect.bisect_right(starts, i) - 1
         counts[r] = _count(parts[r], term, overlap)
@@ -276,11 +279,13 @@ class SessionIndex:
         n = len(self.messages)
         seen, freq = self._term_freqs.pop(term, (0, None))
         self._term_rows -= len(freq) if freq is not None else 0
-        if freq is None or seen > n or n - seen > _RESCAN_ROWS:
+        if freq is None or seen > n:
+            seen, freq = 0, {}
+        if n - seen > _RESCAN_ROWS:  # the rows not counted yet (all of them for a new term) in one scan
             text, t_starts, ctx, c_starts = self._joined()
-            in_text = _row_counts(text, t_starts, self._texts, term)
-            in_ctx = _row_counts(ctx, c_starts, self._ctxs, term)
-            freq = {r: _freq(in_text.get(r, 0), in_ctx.get(r, 0)) for r in sorted(in_text.keys() | in_ctx.keys())}
+            in_text = _row_counts(text, t_starts, self._texts, term, seen)
+            in_ctx = _row_counts(ctx, c_starts, self._ctxs, term, seen)
+            freq.update((r, _freq(in_text.get(r, 0), in_ctx.get(r, 0))) for r in sorted(in_text.keys() | in_ctx.keys()))
         elif seen < n:
             overlap = _self_overlapping(term)
             for r in range(seen, n):
