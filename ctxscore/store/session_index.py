@@ -41,7 +41,8 @@ from .stemming import stem_index
 #: and the rows they may hold in all (a common term of a long session holds most of its rows).
 TERMS_CACHED = 2048
 TERM_ROWS_CACHED = 50_000
-# A cached term behind by more rows than this is counted again in one scan of the joined texts.
+# A cached term behind by more rows than this has the rows added since counted in one scan of the
+# joined texts (from the first of them); fewer are counted one row at a time.
 _RESCAN_ROWS = 32
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
