@@ -114,13 +114,10 @@ def _self_overlapping(term: str) -> bool:
 
 def _row_counts(joined: str, starts: list[int], parts: Sequence[str], term: str, first: int = 0) -> dict[int, int]:
     """Overlapping occurrences of ``term`` per row of ``joined`` (``parts`` joined by NUL), in the rows
-    from ``first`` on: one scan from row to row, each row holding the term counted at C speed."""
+    from ``first`` on (a row of ``starts``): one scan from row to row, each row holding the term counted at C speed."""
     counts: dict[int, int] = {}
     overlap = _self_overlapping(term)
-    n_rows = len(starts)
-    if first >= n_rows:
-        return counts
-    find, i = joined.find, joined.find(term, starts[first])
+    find, n_rows, i = joined.find, len(starts), joined.find(term, starts[first])
     while i >= 0:
         r = bisect.bisect_right(starts, i) - 1
         counts[r] = _count(parts[r], term, overlap)

@@ -140,7 +140,7 @@ def append(history: History, values: ValueModel, rules: RuleClassifier, counter:
                        pin_reason(msg, pred, entities, cfg), constraints)
     e.values = supersede.typed_values(msg, cfg)
     supersede.link(history, cfg)  # the earlier messages this one restates get it as their successor
-    # only a short user message confirms (ValueModel.added): a long one is not searched (0.8 ms on 10 KB)
+    # only a short user message confirms; a long one is not searched (0.8 ms on a 10 KB tool output)
     confirms = (msg.role == Role.USER and len(msg.content) <= CONFIRM_SHORT
                 and rules.config.keyword_regexes["confirmation"].search(msg.content) is not None)
     values.added(history, len(history) - 1, confirms)

@@ -84,8 +84,9 @@ class ValueModel:
 
     def added(self, history: History, idx: int, confirms: bool) -> None:
         """Update values after entry ``idx`` was appended: its intrinsic value, the later-reference
-        counts of earlier messages that share its entities, and (when ``confirms``: a short user
-        confirmation) the confirmation of the assistant message it answers."""
+        counts of earlier messages that share its entities, and (when ``confirms``: a user message
+        of at most :data:`CONFIRM_SHORT` characters with a confirmation keyword, as
+        :func:`ctxscore.window.ingest.append` decides) the confirmation of the assistant message it answers."""
         e = history.entries[idx]
         e.static, intr = self.static(e)
         history.intr.a[idx] = intr
@@ -99,7 +100,7 @@ class ValueModel:
                 refs[j] += 1
             if not post or post[-1] != idx:
                 post.append(idx)
-        if confirms and e.msg.role == Role.USER and len(e.msg.content) <= CONFIRM_SHORT:
+        if confirms:
             for j in range(idx - 1, -1, -1):
                 prev = history.entries[j]
                 if prev.msg.role == Role.ASSISTANT:
