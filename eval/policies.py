@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxscore.messages import Message
-from ctxscore.scoring.base import Prediction
+from ctxscore.scoring.base import Prediction, share_parts
 from ctxscore.tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from ctxscore.window.result import Decision
 from training.extra import require_train_extra
@@ -315,7 +315,9 @@ class CachedScorer:
     The evaluation replays each session once per budget; scoring every message once (in one batch,
     so a learned scorer sees the messages as one contiguous conversation) and serving the cached
     predictions keeps the learned policy's replay cost at the rule path's. ``embed_texts`` is
-    forwarded for the archive's vector search, with a per-text cache.
+    forwarded for the archive's vector search, with a per-text cache; the ranker (``ranker``,
+    ``rerank``) and the key-span extractor (``spans``, ``key_spans``: the compressed tiers and the
+    fact ledger) are forwarded as they are, so the learned policy replays what the runtime runs.
 
     Args:
         scorer: any :class:`ctxscore.scorer.Scorer`.
@@ -328,9 +330,7 @@ class CachedScorer:
         self._embeds: dict[str, Any] = {}
         if hasattr(scorer, "embed_texts"):
             self.embed_texts = self._embed_texts
-        self.ranker = getattr(scorer, "ranker", None)  # page-in re-ranking (ctxscore.window.pagein.search)
-        if self.ranker is not None:
-            self.rerank = scorer.rerank
+        share_parts(self, scorer)  # the page-in ranker and the key-span extractor
 
     def _embed_texts(self, texts: Sequence[str]) -> Any:
         """``scorer.embed_texts`` with a per-text cache (probe queries repeat at every probe point)."""

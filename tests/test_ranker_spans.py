@@ -394,3 +394,35 @@ def test_ranker_keeps_the_rows_of_the_sessions_used_last(monkeypatch):
     for cm in managers.values():
         cm.close()
     store.close()
+
+
+@pytest.mark.parametrize("wrap", ["eval cache", "LLM second path"])
+def test_a_wrapped_learned_scorer_keeps_its_ranker_and_span_extractor(trained, wrap):
+    """The evaluation's prediction cache and the LLM dual path hand the manager the wrapped scorer's
+    page-in ranker and key-span extractor: without them the compressed tiers, the fact ledger and
+    page-in would silently fall back to the rules."""
+    from ctxscore.llm import DualPathScorer, LLMClassifier, LLMClient
+    from ctxscore.memory.ledger import FactLedger
+    from ctxscore.scoring.spans import extractor_of, facts_of
+    from eval.policies import CachedScorer
+
+    data, out = trained
+    scorer = LearnedScorer.from_pretrained(out)
+    if wrap == "eval cache":
+        wrapped = CachedScorer(scorer)
+    else:  # the LLM is never called: no message is below a threshold of 0
+        wrapped = DualPathScorer(scorer, LLMClassifier(LLMClient(base_url="http://127.0.0.1:9", model="m")), threshold=0.0)
+    text = "My member number is HY74579789, no flights before 8am."
+    assert extractor_of(wrapped)(text) == scorer.key_spans(text) != []
+    assert facts_of(wrapped)(text) == scorer.spans.facts(text)
+    sess = _session(data)
+    keys = ("role", "content", "name", "tool_calls", "tool_call_id", "id")
+    msgs = [{k: m[k] for k in keys if m.get(k) is not None} for m in sess["messages"]]
+    ledger = FactLedger()
+    cm = ContextManager(budget=4000, scorer=wrapped, layers=[ledger])
+    cm.extend(msgs)
+    assert ledger.fctx.extractor is not None
+    assert any(f.origin == "extractor" for f in ledger.facts)  # spans the rules missed reached the ledger
+    probe = sess["key_facts"][0]["probe"]
+    hits = search(cm.store, cm.session_id, wrapped, probe, 10)
+    assert hits and all(h.learned is not None for h in hits)  # re-ranked by the learned ranker

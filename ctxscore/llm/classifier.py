@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..messages import CATEGORIES, Message
-from ..scoring.base import Prediction, Scorer, one_hot
+from ..scoring.base import Prediction, Scorer, one_hot, share_parts
 from .client import LLMClient, LLMError
 from .prompts import CLASSIFIER_RULES, items_by_id, parse_json_object
 
@@ -159,7 +159,8 @@ class DualPathScorer:
             (0 sends none, 1 sends all).
 
     The first path's embedding (vector search) and rule signals are kept on an LLM prediction; its
-    ``signals`` gain ``first_path_confidence``. ``embed_texts`` is the first path's, when it has one.
+    ``signals`` gain ``first_path_confidence``. ``embed_texts``, the page-in ranker and the key-span
+    extractor are the first path's, when it has them (:func:`~ctxscore.scoring.base.share_parts`).
 
     Raises:
         ConfigError: ``threshold`` outside [0, 1], or a first path without ``predict``.
@@ -173,6 +174,7 @@ class DualPathScorer:
         self.scorer, self.classifier, self.threshold = scorer, classifier, float(threshold)
         if callable(getattr(scorer, "embed_texts", None)):
             self.embed_texts = scorer.embed_texts  # type: ignore[attr-defined]
+        share_parts(self, scorer)  # the first path's page-in ranker and key-span extractor
 
     def predict(self, messages: Sequence[Message]) -> list[Prediction]:
         """Predictions for ``messages`` (N in, N out, in order); see the class docstring."""

@@ -55,6 +55,25 @@ class Scorer(Protocol):
     def predict(self, messages: Sequence[Message]) -> list[Prediction]: ...
 
 
+def share_parts(wrapper: Any, scorer: Any) -> None:
+    """Give a scorer wrapper the parts of the wrapped ``scorer`` the runtime reads besides ``predict``.
+
+    The page-in ranker (``ranker`` and ``rerank``, :func:`ctxscore.window.pagein.search`) and the
+    key-span extractor (``spans`` and ``key_spans``: the compressed tiers,
+    :func:`ctxscore.scoring.spans.extractor_of`, and the fact ledger,
+    :func:`ctxscore.scoring.spans.facts_of`) are set on ``wrapper`` when ``scorer`` has them;
+    ``ranker`` and ``spans`` are set to ``None`` otherwise. A wrapper that left them out would run
+    without them, silently (a :class:`~ctxscore.llm.classifier.DualPathScorer` over a learned scorer,
+    the evaluation's prediction cache).
+    """
+    wrapper.ranker = getattr(scorer, "ranker", None)
+    if wrapper.ranker is not None:
+        wrapper.rerank = scorer.rerank
+    wrapper.spans = getattr(scorer, "spans", None)
+    if wrapper.spans is not None:
+        wrapper.key_spans = scorer.key_spans
+
+
 def one_hot(category: str, confidence: float = 1.0) -> dict[str, float]:
     """Probabilities with ``confidence`` on ``category`` and the rest spread evenly over the others."""
     rest = (1.0 - confidence) / (len(CATEGORIES) - 1)
