@@ -63,6 +63,25 @@ def test_entities_english():
         assert any(expected in e for e in ents), (expected, ents)
 
 
+@pytest.mark.parametrize(
+    ("text", "entity", "kind"),
+    [  # the spoken times and dates of SGD's dialogues: whole, so that a compressed form keeps them whole
+        ("It will be for half past 11 in the morning.", "half past 11 in the morning", "time"),
+        ("Book it for the 6th at quarter to 6 in the evening.", "quarter to 6 in the evening", "time"),
+        ("Book it for the 6th at quarter to 6 in the evening.", "the 6th", "date_words"),
+        ("I leave at 5:15 in the evening.", "5:15 in the evening", "time"),
+        ("Two in the afternoon would be a good time.", "Two in the afternoon", "time"),
+        ("What will it be like on the 14th of this month?", "the 14th of this month", "date_words"),
+        ("I plan to fly on the 9th of March.", "the 9th of March", "date_words"),
+        ("Let's go Tuesday next week.", "Tuesday next week", "weekday"),
+    ],
+)
+def test_spoken_times_and_dates_are_one_entity(text, entity, kind):
+    from ctxscore.scoring.rules import typed_entity_spans
+
+    assert (entity, kind) in [(text[a:b], k) for a, b, k in typed_entity_spans(text)]
+
+
 def test_entities_chinese():
     ents = extract_entities("请在2024年5月20日下午3点前预订，预算500元，3人，住2晚。")
     for expected in ["2024年5月20日", "下午3点", "500元", "3人", "2晚"]:

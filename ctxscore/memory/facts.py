@@ -169,7 +169,8 @@ def _slot_name(before: str) -> str | None:
 
 
 def resolve_date(value: str, today: date | None) -> str | None:
-    """The ISO date a relative date value means on ``today`` ("tomorrow", "next Friday", "明天"), or ``None``."""
+    """The ISO date a relative date value means on ``today`` ("tomorrow", "next Friday", "Tuesday next
+    week", "明天"), or ``None``."""
     if today is None:
         return None
     low = value.lower().strip()
@@ -179,6 +180,10 @@ def resolve_date(value: str, today: date | None) -> str | None:
     if m:  # "Friday" / "this Friday": the next one on or after today; "next Friday": a week after that
         delta = (_WEEKDAYS.index(m.group(2)) - today.weekday()) % 7 + (7 if m.group(1) == "next " else 0)
         return (today + timedelta(days=delta)).isoformat()
+    m = re.fullmatch(r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday) (next|this) week", low)
+    if m:  # "Tuesday next week": that weekday of the week after today's (weeks start on Monday)
+        monday = today - timedelta(days=today.weekday()) + timedelta(days=7 if m.group(2) == "next" else 0)
+        return (monday + timedelta(days=_WEEKDAYS.index(m.group(1)))).isoformat()
     return None
 
 
