@@ -98,6 +98,40 @@ def test_custom_rule_file_changes_behaviour(tmp_path):
     assert RuleClassifier().signals(Message.from_dict({"role": "user", "content": "ahoy"}))["pleasantry"] == 0.0
 
 
+def test_pattern_prefilters_never_change_the_entities():
+    """A prefilter only skips a pattern on texts where it cannot match: on every bundled message the
+    typed entities are those of a scan without the prefilters."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from ctxscore.scoring.rules import _scan_typed, default_config
+
+    cfg = default_config()
+    assert {"weekday", "money", "status"} <= set(cfg.requires) and cfg.requires["weekday"] == ("day", "tonight", "tomorrow")
+    bare = dataclasses.replace(cfg, requires={})
+    path = Path(__file__).resolve().parents[1] / "data" / "bundled" / "sessions.jsonl"
+    texts = [m["content"] for line in path.read_text(encoding="utf-8").splitlines()
+             for m in json.loads(line)["messages"] if m.get("content")]
+    texts += ["Monday 9am, $40 or 300 USD; gold member, 2024-05-01, 5/6, #tag, a.py, my_var, x.y(), 'q', 下午3点, 50元",
+              "MONDAY at NOON costs 40 DOLLARS for a GOLD MEMBER", "明天下午3点，500人民币", "See you tomorrow night"]
+    assert len(texts) > 1000
+    skipped = 0
+    for t in texts:
+        assert _scan_typed(t, cfg) == _scan_typed(t, bare), t[:80]
+        skipped += not any(n in t.lower() for n in cfg.requires["weekday"])
+    assert skipped > len(texts) // 2  # the weekday pattern is skipped on most messages
+
+
+@pytest.mark.parametrize("value", ["[]", '[""]', "[1]", '""', "3"])
+def test_a_bad_pattern_prefilter_is_refused(tmp_path, value):
+    text = DEFAULT_RULES_PATH.read_text(encoding="utf-8").replace('weekday = ["day", "tonight", "tomorrow"]', f"weekday = {value}")
+    bad = tmp_path / "rules.toml"
+    bad.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[pattern_requires\] maps pattern names .* a non-empty string or a list"):
+        RuleConfig.load(bad)
+
+
 def test_missing_rule_file(tmp_path):
     with pytest.raises(ConfigError, match="rule file not found"):
         RuleConfig.load(tmp_path / "nope.toml")

@@ -93,8 +93,9 @@ class RuleConfig:
         signal_patterns: signal pattern name -> regex source (``error``, ``returncode``, ``code``, ``question``).
         scores: category -> {signal or "bias": weight}.
         factors: the validated value factors (:class:`ctxscore.config.ValueFactors`).
-        requires: optional prefilters, pattern name -> a string every match contains (``"cjk"``: a
-            CJK character); the pattern is skipped on texts without it.
+        requires: optional prefilters, pattern name -> strings (lower-cased) one of which every match
+            contains, ignoring case (``"cjk"``: a non-ASCII character, for the CJK patterns); the pattern
+            is skipped on texts without any of them.
         path: where the file was read from (``None`` for the packaged default).
     """
 
@@ -104,7 +105,7 @@ class RuleConfig:
     signal_patterns: dict[str, str]
     scores: dict[str, dict[str, float]]
     factors: ValueFactors
-    requires: dict[str, str] = field(default_factory=dict)
+    requires: dict[str, tuple[str, ...]] = field(default_factory=dict)
     path: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -185,8 +186,15 @@ class RuleConfig:
                     raise ConfigError(f"rule file {where}: scores.{cat}.{key} must be a number")
         factors = ValueFactors.from_table(section("factors"), where=f"rule file {where}")
         requires = data.get("pattern_requires", {})
-        if not isinstance(requires, dict) or not all(isinstance(v, str) and v and k in patterns for k, v in requires.items()):
-            raise ConfigError(f"rule file {where}: [pattern_requires] maps pattern names of [patterns] to non-empty strings")
+
+        def _needs(v: Any) -> tuple[str, ...] | None:
+            v = [v] if isinstance(v, str) else v
+            ok = isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)
+            return tuple(x if x == "cjk" else x.lower() for x in v) if ok else None
+
+        if not isinstance(requires, dict) or not all(k in patterns and _needs(v) for k, v in requires.items()):
+            raise ConfigError(f"rule file {where}: [pattern_requires] maps pattern names of [patterns] to a non-empty "
+                              'string or a list of them (e.g. weekday = ["day", "tonight"])')
         return cls(
             base_weights={c: float(base[c]) for c in CATEGORIES},
             keywords={k: list(v) for k, v in keywords.items()},
@@ -194,7 +202,7 @@ class RuleConfig:
             signal_patterns=dict(signal_patterns),
             scores={c: {k: float(v) for k, v in scores[c].items()} for c in CATEGORIES},
             factors=factors,
-            requires=dict(requires),
+            requires={k: _needs(v) for k, v in requires.items()},
             path=path,
             raw=data,
         )
@@ -307,10 +315,14 @@ def typed_entity_spans(text: str, config: RuleConfig | None = None) -> list[tupl
 def _scan_typed(text: str, cfg: RuleConfig) -> tuple[tuple[int, int, str], ...]:
     spans: list[tuple[int, int, str]] = []
     ascii_only = text.isascii()
+    low: str | None = None
     for name, rx in zip(cfg.patterns, cfg.entity_regexes, strict=True):
         need = cfg.requires.get(name)
-        if need is not None and (ascii_only if need == "cjk" else need not in text):
-            continue  # the rule file's prefilter: this pattern cannot match here
+        if need is not None:
+            if low is None:
+                low = text.lower()
+            if not any((not ascii_only) if n == "cjk" else n in low for n in need):
+                continue  # the rule file's prefilter: this pattern cannot match here
         for m in rx.finditer(text):
             s, e = m.span()
             while e > s and text[e - 1] in ".,;:!?)":
