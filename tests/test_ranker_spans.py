@@ -426,3 +426,43 @@ def test_a_wrapped_learned_scorer_keeps_its_ranker_and_span_extractor(trained, w
     probe = sess["key_facts"][0]["probe"]
     hits = search(cm.store, cm.session_id, wrapped, probe, 10)
     assert hits and all(h.learned is not None for h in hits)  # re-ranked by the learned ranker
+
+
+def test_span_probabilities_are_the_models_own(trained):
+    """The extractor hashes with memoised columns and takes the logistic of the linear decision; on the
+    bundled messages that is exactly FeatureHasher + ``predict_proba``, and a model that is not a
+    binary log-loss SGDClassifier is asked through ``predict_proba``."""
+    from sklearn.feature_extraction import FeatureHasher
+    from sklearn.linear_model import LogisticRegression
+
+    from ctxscore.scoring.spans import N_FEATURES, _window, token_features
+
+    data, out = trained
+    ext = LearnedScorer.from_pretrained(out).spans
+    assert ext._linear is not None  # the shipped kind of model takes the short path
+    hasher = FeatureHasher(n_features=N_FEATURES, input_type="string", alternate_sign=False)
+    texts = [m["content"] for line in BUNDLED.read_text(encoding="utf-8").splitlines()
+             for m in json.loads(line)["messages"] if m.get("content")][:300]
+    rows, probs = [], []
+    for t in texts:
+        win = _window(t)
+        toks = tokenize(win)
+        if not toks:
+            continue
+        feats = token_features(win, toks, "user", ext.config)
+        X = hasher.transform(feats)
+        assert (ext._hash(feats) != X).nnz == 0
+        got = ext.token_probs(t, "user")[1]
+        assert np.allclose(got, ext.model.predict_proba(X)[:, 1], rtol=0, atol=1e-12)
+        rows.append(X)
+        probs.append(got)
+    import scipy.sparse as sp
+
+    X = sp.vstack(rows)
+    y = (np.concatenate(probs) >= 0.5).astype(int)
+    other = SpanExtractor(LogisticRegression(max_iter=200).fit(X, y))
+    assert other._linear is None
+    t = texts[0]
+    win = _window(t)
+    expected = other.model.predict_proba(hasher.transform(token_features(win, tokenize(win), "user", other.config)))[:, 1]
+    assert np.array_equal(other.token_probs(t, "user")[1], expected)

@@ -148,6 +148,21 @@ def token_features(text: str, toks: Sequence[tuple[int, int]], role: str = "", c
     return out
 
 
+#: Feature strings whose hashed column :class:`SpanExtractor` keeps (the memo starts over beyond it).
+_MAX_COLS = 200_000
+
+
+def _logistic_parts(model: Any) -> tuple[np.ndarray, float] | None:
+    """``(coef (N_FEATURES,), intercept)`` of a fitted binary log-loss ``SGDClassifier``, whose
+    ``predict_proba(X)[:, 1]`` is ``expit(X @ coef + intercept)``; ``None`` for any other model."""
+    from sklearn.linear_model import SGDClassifier
+
+    if (type(model) is SGDClassifier and model.loss == "log_loss" and len(getattr(model, "classes_", ())) == 2
+            and getattr(model, "coef_", np.zeros((0, 0))).shape == (1, N_FEATURES)):
+        return np.asarray(model.coef_[0], dtype=np.float64), float(model.intercept_[0])
+    return None
+
+
 class SpanExtractor:
     """Key spans of a text from a fitted token classifier (see the module docstring).
 
@@ -172,25 +187,56 @@ class SpanExtractor:
         self.threshold = threshold
         self.require_threshold = require_threshold
         self.config = config or default_config()
-        self._hasher: Any = None
+        self._cols: dict[str, int] = {}  # feature string -> hashed column (see _hash)
+        self._linear = _logistic_parts(model)
         self._lock = threading.Lock()
         self._memo: dict[tuple[str, str, float], list[tuple[int, int]]] = {}
         self._key_memo: dict[tuple[str, str], list[str]] = {}  # (role, text) -> key_spans (a form, its blocks, the ledger ask)
 
     def _hash(self, feats: list[list[str]]) -> Any:
-        if self._hasher is None:
-            from sklearn.feature_extraction import FeatureHasher
+        """The feature rows hashed as ``FeatureHasher(n_features=N_FEATURES, input_type="string",
+        alternate_sign=False).transform(feats)`` does it in training (``training/spans.py``): a CSR
+        matrix ``(len(feats), N_FEATURES)`` of counts, each string's column its signed 32-bit
+        MurmurHash3 (seed 0, UTF-8) taken absolute, modulo :data:`N_FEATURES`. The column of each
+        string is memoised, which makes this several times cheaper than the hasher's ``transform``
+        (most strings recur: words, shapes, entity kinds)."""
+        from scipy.sparse import csr_matrix
+        from sklearn.utils import murmurhash3_32
 
-            self._hasher = FeatureHasher(n_features=N_FEATURES, input_type="string", alternate_sign=False)
-        return self._hasher.transform(feats)
+        cols = self._cols
+        if len(cols) > _MAX_COLS:
+            cols.clear()
+        flat = [f for row in feats for f in row]
+        get = cols.get
+        indices = [get(f, -1) for f in flat]
+        for i, j in enumerate(indices):
+            if j < 0:
+                h = murmurhash3_32(flat[i], seed=0)
+                indices[i] = cols[flat[i]] = ((2147483647 - (N_FEATURES - 1)) % N_FEATURES if h == -2147483648
+                                              else abs(h) % N_FEATURES)
+        indptr = np.zeros(len(feats) + 1, dtype=np.int32)
+        np.cumsum([len(row) for row in feats], out=indptr[1:])
+        X = csr_matrix((np.ones(len(indices)), np.asarray(indices, dtype=np.int32), indptr), shape=(len(feats), N_FEATURES))
+        X.sum_duplicates()
+        return X
 
     def token_probs(self, text: str, role: str = "") -> tuple[list[tuple[int, int]], np.ndarray]:
-        """``(tokens, keep probability per token)`` of the part of ``text`` the extractor reads."""
+        """``(tokens, keep probability per token)`` of the part of ``text`` the extractor reads.
+
+        For the shipped model (a binary ``SGDClassifier`` with the log loss) the probability is the
+        logistic function of its decision value, ``expit(X @ coef_ + intercept_)``, which is what its
+        ``predict_proba`` returns without the input validation that costs most of a short message's
+        time; any other model is asked through ``predict_proba``."""
         win = _window(text)
         toks = tokenize(win)
         if not toks:
             return [], np.zeros(0)
         X = self._hash(token_features(win, toks, role, self.config))
+        if self._linear is not None:
+            from scipy.special import expit  # noqa: PLC0415 - scikit-learn's dependency, loaded with the model
+
+            coef, intercept = self._linear
+            return toks, expit(np.asarray(X @ coef, dtype=np.float64) + intercept)
         return toks, np.asarray(self.model.predict_proba(X), dtype=np.float64)[:, 1]
 
     def keep_positions(self, text: str, role: str = "", threshold: float | None = None) -> list[tuple[int, int]]:
