@@ -148,8 +148,9 @@ def token_features(text: str, toks: Sequence[tuple[int, int]], role: str = "", c
     return out
 
 
-#: Feature strings whose hashed column :class:`SpanExtractor` keeps (the memo starts over beyond it).
-_MAX_COLS = 200_000
+#: Feature strings whose hashed column :class:`SpanExtractor` keeps (the memo starts over beyond it;
+#: about 7 MB).
+_MAX_COLS = 50_000
 
 
 def _logistic_parts(model: Any) -> tuple[np.ndarray, float] | None:
