@@ -46,6 +46,8 @@ def test_relative_dates_are_resolved_when_the_session_gives_a_date():
     assert resolve_date("Tuesday next week", today) == "2024-05-21"
     assert resolve_date("Monday this week", today) == "2024-05-13"
     assert resolve_date("Sunday next week", today) == "2024-05-26"
+    assert resolve_date("Tuesday next week", date(2024, 5, 19)) == "2024-05-21"  # from a Sunday: the next day's week
+    assert resolve_date("Monday this week", date(2024, 5, 19)) == "2024-05-13"  # may lie in the past
     assert resolve_date("tomorrow", None) is None
     (f,) = [f for f in facts_of({"role": "user", "content": "Please book it for tomorrow."}, today) if f.value == "tomorrow"]
     assert f.resolved == "2024-05-16" and "(= 2024-05-16)" in f.line()

@@ -466,3 +466,11 @@ def test_span_probabilities_are_the_models_own(trained):
     win = _window(t)
     expected = other.model.predict_proba(hasher.transform(token_features(win, tokenize(win), "user", other.config)))[:, 1]
     assert np.array_equal(other.token_probs(t, "user")[1], expected)
+    import copy
+
+    sparse = copy.deepcopy(ext.model).sparsify()  # sparse coefficients: asked through predict_proba
+    ext2 = SpanExtractor(sparse, config=ext.config)
+    assert ext2._linear is None
+    X = hasher.transform(token_features(win, tokenize(win), "user", ext.config))
+    assert np.allclose(ext2.token_probs(t, "user")[1], ext.token_probs(t, "user")[1], rtol=0, atol=1e-12)
+    assert np.array_equal(ext2.token_probs(t, "user")[1], sparse.predict_proba(X)[:, 1])

@@ -82,6 +82,26 @@ def test_spoken_times_and_dates_are_one_entity(text, entity, kind):
     assert (entity, kind) in [(text[a:b], k) for a, b, k in typed_entity_spans(text)]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [  # counts, ordinals and versions that only look like spoken times and dates
+        "Click the 2nd button, then the 3rd option.",
+        "This is the 4th time it failed.",
+        "It will be the 5th time.",
+        "Revenue grew from last quarter to 150 units.",
+        "We sold 40 in the morning and 25 in the afternoon.",
+        "Take one in the morning and one at night.",
+        "Python 3.10 in the morning",
+        "Meet me at the 3rd Street Cinema.",
+    ],
+)
+def test_look_alikes_are_no_time_or_date(text):
+    from ctxscore.scoring.rules import typed_entity_spans
+
+    got = [(text[a:b], k) for a, b, k in typed_entity_spans(text) if k in ("time", "date_words", "weekday")]
+    assert got == []
+
+
 def test_entities_chinese():
     ents = extract_entities("请在2024年5月20日下午3点前预订，预算500元，3人，住2晚。")
     for expected in ["2024年5月20日", "下午3点", "500元", "3人", "2晚"]:
@@ -114,7 +134,9 @@ def test_pattern_prefilters_never_change_the_entities():
     texts = [m["content"] for line in path.read_text(encoding="utf-8").splitlines()
              for m in json.loads(line)["messages"] if m.get("content")]
     texts += ["Monday 9am, $40 or 300 USD; gold member, 2024-05-01, 5/6, #tag, a.py, my_var, x.y(), 'q', 下午3点, 50元",
-              "MONDAY at NOON costs 40 DOLLARS for a GOLD MEMBER", "明天下午3点，500人民币", "See you tomorrow night"]
+              "MONDAY at NOON costs 40 DOLLARS for a GOLD MEMBER", "明天下午3点，500人民币", "See you tomorrow night",
+              # letters the regex engine matches case-insensitively to ASCII ones that str.lower does not lower to them
+              "See you TONİGHT", "see you tonıght", "a first claſs seat", "40 uſd", "business cabİn"]
     assert len(texts) > 1000
     skipped = 0
     for t in texts:
@@ -123,7 +145,17 @@ def test_pattern_prefilters_never_change_the_entities():
     assert skipped > len(texts) // 2  # the weekday pattern is skipped on most messages
 
 
-@pytest.mark.parametrize("value", ["[]", '[""]', "[1]", '""', "3"])
+def test_a_prefilter_given_in_code_as_one_string_is_a_list_of_one():
+    import dataclasses
+
+    from ctxscore.scoring.rules import default_config, typed_entity_spans
+
+    cfg = dataclasses.replace(default_config(), requires={"date_zh": "cjk", "url": "://", "weekday": "DAY"})
+    assert cfg.requires == {"date_zh": ("cjk",), "url": ("://",), "weekday": ("day",)}
+    assert ("明天", "date_zh") in [("明天下午"[a:b], k) for a, b, k in typed_entity_spans("明天下午", cfg)]
+
+
+@pytest.mark.parametrize("value", ["[]", '[""]', "[1]", '""', "3", '["cjk", 3]'])
 def test_a_bad_pattern_prefilter_is_refused(tmp_path, value):
     text = DEFAULT_RULES_PATH.read_text(encoding="utf-8").replace('weekday = ["day", "tonight", "tomorrow"]', f"weekday = {value}")
     bad = tmp_path / "rules.toml"

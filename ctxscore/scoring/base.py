@@ -64,7 +64,10 @@ def share_parts(wrapper: Any, scorer: Any) -> None:
     :func:`ctxscore.scoring.spans.facts_of`) are set on ``wrapper`` when ``scorer`` has them;
     ``ranker`` and ``spans`` are set to ``None`` otherwise. A wrapper that left them out would run
     without them, silently (a :class:`~ctxscore.llm.classifier.DualPathScorer` over a learned scorer,
-    the evaluation's prediction cache).
+    the evaluation's prediction cache). The parts are taken when the wrapper is built.
+
+    Raises:
+        AttributeError: ``scorer`` has a ``ranker`` without ``rerank``, or ``spans`` without ``key_spans``.
     """
     wrapper.ranker = getattr(scorer, "ranker", None)
     if wrapper.ranker is not None:

@@ -333,6 +333,7 @@ class LearnedScorer:
                        ranker=ranker,
                        spans=None if pkg.spans is None else SpanExtractor(
                            pkg.spans, float((config.get("spans") or {}).get("threshold", SPAN_THRESHOLD)),
+                           config=rules.config,  # the entity kinds it was trained with: the package's rule file
                            require_threshold=float((config.get("spans") or {}).get(
                                "require_threshold", SPAN_REQUIRE_THRESHOLD))))
         except (ConfigError, ValueError) as exc:

@@ -93,9 +93,10 @@ class RuleConfig:
         signal_patterns: signal pattern name -> regex source (``error``, ``returncode``, ``code``, ``question``).
         scores: category -> {signal or "bias": weight}.
         factors: the validated value factors (:class:`ctxscore.config.ValueFactors`).
-        requires: optional prefilters, pattern name -> strings (lower-cased) one of which every match
-            contains, ignoring case (``"cjk"``: a non-ASCII character, for the CJK patterns); the pattern
-            is skipped on texts without any of them.
+        requires: optional prefilters, pattern name -> strings one of which every match contains,
+            ignoring case as the regex engine does (``"cjk"``, exactly: any non-ASCII character, for
+            the CJK patterns); the pattern is skipped on texts without any of them. A string given
+            instead of a tuple is a tuple of one; the strings are kept lower-cased.
         path: where the file was read from (``None`` for the packaged default).
     """
 
@@ -109,6 +110,12 @@ class RuleConfig:
     path: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        # prefilters as tuples of lower-cased strings, "cjk" kept as the marker (a string given for a
+        # list, as in older rule files or a RuleConfig built in code, is a list of one)
+        self.requires = {k: tuple(x if x == "cjk" else x.lower() for x in ((v,) if isinstance(v, str) else v))
+                         for k, v in self.requires.items()}
+
     REQUIRED_KEYWORDS = (
         "request", "constraint", "failure", "pleasantry", "reasoning", "confirmation", "decision", "conclusion",
     )
@@ -120,7 +127,9 @@ class RuleConfig:
 
         Raises:
             ConfigError: the file is missing, not valid TOML or UTF-8, lacks a section, has a weight
-                out of range or a pattern that does not compile. The message names the file and key.
+                out of range, a pattern that does not compile or a ``[pattern_requires]`` entry that
+                is not a non-empty string or list of them for a known pattern. The message names the
+                file and key.
         """
         src = Path(path) if path is not None else DEFAULT_RULES_PATH
         try:
@@ -187,12 +196,9 @@ class RuleConfig:
         factors = ValueFactors.from_table(section("factors"), where=f"rule file {where}")
         requires = data.get("pattern_requires", {})
 
-        def _needs(v: Any) -> tuple[str, ...] | None:
-            v = [v] if isinstance(v, str) else v
-            ok = isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)
-            return tuple(x if x == "cjk" else x.lower() for x in v) if ok else None
-
-        if not isinstance(requires, dict) or not all(k in patterns and _needs(v) for k, v in requires.items()):
+        if not isinstance(requires, dict) or not all(
+                k in patterns and (isinstance(v, str) and v or isinstance(v, list) and v and all(isinstance(x, str) and x for x in v))
+                for k, v in requires.items()):
             raise ConfigError(f"rule file {where}: [pattern_requires] maps pattern names of [patterns] to a non-empty "
                               'string or a list of them (e.g. weekday = ["day", "tonight"])')
         return cls(
@@ -202,7 +208,7 @@ class RuleConfig:
             signal_patterns=dict(signal_patterns),
             scores={c: {k: float(v) for k, v in scores[c].items()} for c in CATEGORIES},
             factors=factors,
-            requires={k: _needs(v) for k, v in requires.items()},
+            requires=dict(requires),
             path=path,
             raw=data,
         )
@@ -312,6 +318,12 @@ def typed_entity_spans(text: str, config: RuleConfig | None = None) -> list[tupl
     return list(_scan_typed(text, cfg))
 
 
+#: Characters that the regex engine's IGNORECASE matches to an ASCII letter but ``str.lower`` does
+#: not lower to it (the long s, the dotless i, the dotted capital I, which ``lower`` makes two
+#: characters): a prefilter reads the text with them folded first, so that it never skips a match.
+_IGNORECASE_FOLD = str.maketrans({"\u017f": "s", "\u0131": "i", "\u0130": "i"})
+
+
 def _scan_typed(text: str, cfg: RuleConfig) -> tuple[tuple[int, int, str], ...]:
     spans: list[tuple[int, int, str]] = []
     ascii_only = text.isascii()
@@ -320,7 +332,7 @@ def _scan_typed(text: str, cfg: RuleConfig) -> tuple[tuple[int, int, str], ...]:
         need = cfg.requires.get(name)
         if need is not None:
             if low is None:
-                low = text.lower()
+                low = text.lower() if ascii_only else text.translate(_IGNORECASE_FOLD).lower()
             if not any((not ascii_only) if n == "cjk" else n in low for n in need):
                 continue  # the rule file's prefilter: this pattern cannot match here
         for m in rx.finditer(text):

@@ -148,18 +148,22 @@ def token_features(text: str, toks: Sequence[tuple[int, int]], role: str = "", c
     return out
 
 
-#: Feature strings whose hashed column :class:`SpanExtractor` keeps (the memo starts over beyond it;
-#: about 7 MB).
+#: Feature strings whose hashed column :class:`SpanExtractor` keeps (about 7 MB; a call that finds
+#: more starts the memo over). Threads share the memo without a lock: each entry is set whole and
+#: always to the same value, and nothing iterates over it.
 _MAX_COLS = 50_000
 
 
 def _logistic_parts(model: Any) -> tuple[np.ndarray, float] | None:
-    """``(coef (N_FEATURES,), intercept)`` of a fitted binary log-loss ``SGDClassifier``, whose
-    ``predict_proba(X)[:, 1]`` is ``expit(X @ coef + intercept)``; ``None`` for any other model."""
+    """``(coef (N_FEATURES,), intercept)`` of a fitted binary log-loss ``SGDClassifier`` with dense
+    coefficients, whose ``predict_proba(X)[:, 1]`` is ``expit(X @ coef + intercept)``; ``None`` for
+    any other model. A copy taken when the extractor is built: a model refitted later is not seen."""
+    from scipy.sparse import issparse
     from sklearn.linear_model import SGDClassifier
 
+    coef = getattr(model, "coef_", None)
     if (type(model) is SGDClassifier and model.loss == "log_loss" and len(getattr(model, "classes_", ())) == 2
-            and getattr(model, "coef_", np.zeros((0, 0))).shape == (1, N_FEATURES)):
+            and coef is not None and not issparse(coef) and coef.shape == (1, N_FEATURES)):
         return np.asarray(model.coef_[0], dtype=np.float64), float(model.intercept_[0])
     return None
 
