@@ -432,6 +432,9 @@ def test_span_probabilities_are_the_models_own(trained):
     """The extractor hashes with memoised columns and takes the logistic of the linear decision; on the
     bundled messages that is exactly FeatureHasher + ``predict_proba``, and a model that is not a
     binary log-loss SGDClassifier is asked through ``predict_proba``."""
+    import copy
+
+    import scipy.sparse as sp
     from sklearn.feature_extraction import FeatureHasher
     from sklearn.linear_model import LogisticRegression
 
@@ -456,8 +459,6 @@ def test_span_probabilities_are_the_models_own(trained):
         assert np.allclose(got, ext.model.predict_proba(X)[:, 1], rtol=0, atol=1e-12)
         rows.append(X)
         probs.append(got)
-    import scipy.sparse as sp
-
     X = sp.vstack(rows)
     y = (np.concatenate(probs) >= 0.5).astype(int)
     other = SpanExtractor(LogisticRegression(max_iter=200).fit(X, y))
@@ -466,8 +467,6 @@ def test_span_probabilities_are_the_models_own(trained):
     win = _window(t)
     expected = other.model.predict_proba(hasher.transform(token_features(win, tokenize(win), "user", other.config)))[:, 1]
     assert np.array_equal(other.token_probs(t, "user")[1], expected)
-    import copy
-
     sparse = copy.deepcopy(ext.model).sparsify()  # sparse coefficients: asked through predict_proba
     ext2 = SpanExtractor(sparse, config=ext.config)
     assert ext2._linear is None

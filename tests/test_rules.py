@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
 import pytest
 
 from ctxscore.errors import ConfigError
@@ -11,7 +15,10 @@ from ctxscore.scoring.rules import (
     SIGNAL_NAMES,
     RuleClassifier,
     RuleConfig,
+    _scan_typed,
+    default_config,
     extract_entities,
+    typed_entity_spans,
 )
 
 
@@ -77,8 +84,6 @@ def test_entities_english():
     ],
 )
 def test_spoken_times_and_dates_are_one_entity(text, entity, kind):
-    from ctxscore.scoring.rules import typed_entity_spans
-
     assert (entity, kind) in [(text[a:b], k) for a, b, k in typed_entity_spans(text)]
 
 
@@ -96,8 +101,6 @@ def test_spoken_times_and_dates_are_one_entity(text, entity, kind):
     ],
 )
 def test_look_alikes_are_no_time_or_date(text):
-    from ctxscore.scoring.rules import typed_entity_spans
-
     got = [(text[a:b], k) for a, b, k in typed_entity_spans(text) if k in ("time", "date_words", "weekday")]
     assert got == []
 
@@ -121,12 +124,6 @@ def test_custom_rule_file_changes_behaviour(tmp_path):
 def test_pattern_prefilters_never_change_the_entities():
     """A prefilter only skips a pattern on texts where it cannot match: on every bundled message the
     typed entities are those of a scan without the prefilters."""
-    import dataclasses
-    import json
-    from pathlib import Path
-
-    from ctxscore.scoring.rules import _scan_typed, default_config
-
     cfg = default_config()
     assert {"weekday", "money", "status"} <= set(cfg.requires) and cfg.requires["weekday"] == ("day", "tonight", "tomorrow")
     bare = dataclasses.replace(cfg, requires={})
@@ -146,10 +143,6 @@ def test_pattern_prefilters_never_change_the_entities():
 
 
 def test_a_prefilter_given_in_code_as_one_string_is_a_list_of_one():
-    import dataclasses
-
-    from ctxscore.scoring.rules import default_config, typed_entity_spans
-
     cfg = dataclasses.replace(default_config(), requires={"date_zh": "cjk", "url": "://", "weekday": "DAY"})
     assert cfg.requires == {"date_zh": ("cjk",), "url": ("://",), "weekday": ("day",)}
     assert ("明天", "date_zh") in [("明天下午"[a:b], k) for a, b, k in typed_entity_spans("明天下午", cfg)]

@@ -196,9 +196,10 @@ class RuleConfig:
         factors = ValueFactors.from_table(section("factors"), where=f"rule file {where}")
         requires = data.get("pattern_requires", {})
 
-        if not isinstance(requires, dict) or not all(
-                k in patterns and (isinstance(v, str) and v or isinstance(v, list) and v and all(isinstance(x, str) and x for x in v))
-                for k, v in requires.items()):
+        def strings(v: Any) -> bool:  # a non-empty string, or a non-empty list of them
+            return bool(v) and (isinstance(v, str) or isinstance(v, list) and all(isinstance(x, str) and x for x in v))
+
+        if not isinstance(requires, dict) or not all(k in patterns and strings(v) for k, v in requires.items()):
             raise ConfigError(f"rule file {where}: [pattern_requires] maps pattern names of [patterns] to a non-empty "
                               'string or a list of them (e.g. weekday = ["day", "tonight"])')
         return cls(

@@ -164,7 +164,7 @@ def _logistic_parts(model: Any) -> tuple[np.ndarray, float] | None:
     coef = getattr(model, "coef_", None)
     if (type(model) is SGDClassifier and model.loss == "log_loss" and len(getattr(model, "classes_", ())) == 2
             and coef is not None and not issparse(coef) and coef.shape == (1, N_FEATURES)):
-        return np.asarray(model.coef_[0], dtype=np.float64), float(model.intercept_[0])
+        return np.asarray(coef[0], dtype=np.float64), float(model.intercept_[0])
     return None
 
 
