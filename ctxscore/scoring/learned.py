@@ -327,15 +327,15 @@ class LearnedScorer:
                 ranker = Ranker(pkg.ranker, (config.get("ranker") or {}).get("features", RANKER_FEATURES))
             except ValueError as exc:  # an older export: the heads still work, page-in uses the fused order
                 log.warning("%s: the page-in ranker is not used: %s; %s", folder, exc, REEXPORT_HINT)
+        span_cfg = config.get("spans") or {}
         try:
+            spans = None if pkg.spans is None else SpanExtractor(
+                pkg.spans, float(span_cfg.get("threshold", SPAN_THRESHOLD)),
+                config=rules.config,  # the entity kinds it was trained with: the package's rule file
+                require_threshold=float(span_cfg.get("require_threshold", SPAN_REQUIRE_THRESHOLD)))
             return cls(pkg.classifier, pkg.regressor, spec, rules=rules, rules_path=pkg.rules_path, embedder=embedder,
                        uncertainty_threshold=float(threshold), fallback=fallback, config=config,
-                       ranker=ranker,
-                       spans=None if pkg.spans is None else SpanExtractor(
-                           pkg.spans, float((config.get("spans") or {}).get("threshold", SPAN_THRESHOLD)),
-                           config=rules.config,  # the entity kinds it was trained with: the package's rule file
-                           require_threshold=float((config.get("spans") or {}).get(
-                               "require_threshold", SPAN_REQUIRE_THRESHOLD))))
+                       ranker=ranker, spans=spans)
         except (ConfigError, ValueError) as exc:
             raise ModelLoadError(f"{folder}: {exc}; {REEXPORT_HINT}") from exc
 
