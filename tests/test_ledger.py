@@ -85,6 +85,32 @@ def test_a_user_reply_confirms_or_denies_a_proposal():
     assert by_value["HAT205"].status == "confirmed"
 
 
+def test_extractor_values_supersede_only_what_they_replace():
+    """A pluggable extractor's values: an unnamed one (the learned extractor's ``key span``) is recorded
+    but is no slot's value, so it neither supersedes nor is shown; named ones of one slot from two
+    messages both stay current unless the later one corrects the earlier (before, any two values of
+    an extractor in a task read as a state update: "riverside" was shown as superseded by "quiet")."""
+    from ctxscore.scoring.spans import UNNAMED_SLOT
+
+    spans = {"I'd like dinner on the riverside with my sister.": [(UNNAMED_SLOT, "riverside"), (UNNAMED_SLOT, "sister")],
+             "Somewhere quiet, Thai food please.": [(UNNAMED_SLOT, "quiet"), ("cuisine", "Thai")],
+             "Also lunch tomorrow, Italian food.": [("cuisine", "Italian")],
+             "Actually, make the lunch Greek food.": [("cuisine", "Greek")]}
+    ledger = FactLedger(extractor=lambda text: spans.get(text, []))
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ledger])
+    for text in spans:
+        cm.add({"role": "user", "content": text})
+        cm.add({"role": "assistant", "content": "Noted."})
+    recorded = {f.value for f in ledger.facts if f.slot == UNNAMED_SLOT}
+    assert recorded == {"riverside", "sister", "quiet"}  # kept in the record ...
+    assert not any(f.slot == UNNAMED_SLOT for f in ledger.current.values())  # ... but no slot's value
+    assert not any("riverside" in olds or "sister" in olds for olds in ledger.was.values())
+    assert not any(line.startswith(UNNAMED_SLOT) for line in ledger.lines())
+    cuisine = sorted(f.value for f in ledger.current.values() if f.slot == "cuisine")
+    assert cuisine == ["Greek", "Thai"]  # Thai and Italian both stated; the correction replaced Italian
+    assert ledger.was[(0, "cuisine")] == ["Italian"]
+
+
 def test_the_section_shows_only_facts_not_verbatim_and_fits_its_cap():
     cm = ContextManager(budget=1200, scorer="rules", layers=[FactLedger()])
     cm.add({"role": "system", "content": "You are a travel agent."})

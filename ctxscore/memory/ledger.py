@@ -5,7 +5,11 @@ the same slot within a task supersedes the old one (kept and marked: the line sa
 ledger answers "what is current") when it replaces it: the new message is a correction ("actually",
 "make it", "change to", 改成 ...), the old value was only proposed or denied (a new offer replaces
 the last), or both come from the same tool-call argument or JSON path (a state update); otherwise
-both values stay current (two trips, two references). A proposal the user confirms right after becomes ``confirmed``;
+both values stay current (two trips, two references). A value nothing names (slot
+:data:`~ctxscore.scoring.spans.UNNAMED_SLOT`: the learned key-span extractor finds values, not their
+names) is recorded in :attr:`FactLedger.facts` but is no slot's current value: it replaces none, is
+replaced by none and is shown in no line (a bare value is not a ledger line, and values of different
+kinds under one generic slot would read as superseding one another). A proposal the user confirms right after becomes ``confirmed``;
 one the user turns down (``no``, ``not that one``) is ``denied`` and leaves the ledger.
 
 The ledger section (position 40, after the system messages and before the stubs) shows the current
@@ -26,7 +30,7 @@ from typing import Any
 
 from ..messages import Message, Role
 from ..scoring.rules import typed_entity_spans
-from ..scoring.spans import facts_of
+from ..scoring.spans import UNNAMED_SLOT, facts_of
 from ..window.history import Entry, Pin
 from ..window.layers import Layer, LayerContext
 from .facts import Extractor, Fact, FactContext, extract_facts, session_date
@@ -125,11 +129,13 @@ class FactLedger(Layer):
         self._last_assistant = []
 
     def _put(self, f: Fact, correction: bool) -> None:
-        key = (f.task, f.slot)
         self.facts.append(f)
+        if f.slot == UNNAMED_SLOT:  # a value nothing names is no slot's value: recorded, not a ledger line
+            return
+        key = (f.task, f.slot)
         old = self.current.get(key)
         if old is not None and old.value != f.value:
-            if correction or old.status in ("proposed", "denied") or (f.origin == old.origin and f.origin != "text"):
+            if correction or old.status in ("proposed", "denied") or (f.origin == old.origin and f.origin in ("call", "json")):
                 self.was.setdefault(key, []).append(old.value)
             else:  # another value of the same kind: both stay current
                 self.current[(f.task, f"{f.slot}#{old.turn}")] = old

@@ -53,6 +53,8 @@ _TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.\-_'’/:@][A-Za-z0-9_]+)*|[\u3400-\u9ff
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _JOIN = frozenset("-/:.,'’&()（）·")
 _TRIM = ".,;:!?。，；：！？、)）]}\"'“”"
+#: The slot of a value an extractor found without naming it (:meth:`SpanExtractor.facts`).
+UNNAMED_SLOT = "key span"
 #: Words that alone are never a key span (a run of the classifier on a lone function word).
 STOP_WORDS = frozenset(
     "a an the of to for in on at by with from and or but is are was were be been it its this that these those "
@@ -286,8 +288,10 @@ class SpanExtractor:
         return list(out)
 
     def facts(self, text: str) -> list[tuple[str, str]]:
-        """A fact-ledger extractor: ``[("key span", span)]`` for each of :meth:`key_spans` of ``text``."""
-        return [("key span", s) for s in self.key_spans(text)]
+        """A fact-ledger extractor: ``[(UNNAMED_SLOT, span)]`` for each of :meth:`key_spans` of ``text``
+        (the extractor finds values, not their names: the ledger records them without showing them,
+        :mod:`ctxscore.memory.ledger`)."""
+        return [(UNNAMED_SLOT, s) for s in self.key_spans(text)]
 
 
 def useful(span: str) -> bool:
