@@ -9,8 +9,9 @@ both values stay current (two trips, two references). A value nothing names (slo
 :data:`~ctxscore.scoring.spans.UNNAMED_SLOT`: the learned key-span extractor finds values, not their
 names) is recorded in :attr:`FactLedger.facts` but is no slot's current value: it replaces none, is
 replaced by none and is shown in no line (a bare value is not a ledger line, and values of different
-kinds under one generic slot would read as superseding one another). A proposal the user confirms right after becomes ``confirmed``;
-one the user turns down (``no``, ``not that one``) is ``denied`` and leaves the ledger.
+kinds under one generic slot would read as superseding one another). A proposal the user confirms
+right after becomes ``confirmed``; one the user turns down (``no``, ``not that one``) is ``denied``
+and leaves the ledger.
 
 The ledger section (position 40, after the system messages and before the stubs) shows the current
 facts whose source message is not verbatim in the window -- a fact visible in its message needs no
@@ -54,7 +55,8 @@ class FactLedger(Layer):
         share: the fraction of the budget its section may use, in (0, 1].
         extractor: a learned key-span extractor ``text -> [(slot, value)]`` (optional; default: the
             session scorer's span extractor when it has one, :func:`ctxscore.scoring.spans.facts_of`,
-            else none: the rules and JSON paths alone).
+            else none: the rules and JSON paths alone). Values it returns with the slot
+            :data:`~ctxscore.scoring.spans.UNNAMED_SLOT` are recorded but not shown (module docstring).
     """
 
     position = 40
