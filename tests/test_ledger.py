@@ -11,6 +11,7 @@ from ctxscore.memory.facts import FactContext, extract_facts, resolve_date
 from ctxscore.memory.ledger import FactLedger
 from ctxscore.messages import Message
 from ctxscore.scoring.rules import default_config, typed_entity_spans
+from ctxscore.scoring.spans import UNNAMED_SLOT
 
 
 def facts_of(msg: dict, today: date | None = None):
@@ -90,8 +91,6 @@ def test_extractor_values_supersede_only_what_they_replace():
     but is no slot's value, so it neither supersedes nor is shown; named ones of one slot from two
     messages both stay current unless the later one corrects the earlier (before, any two values of
     an extractor in a task read as a state update: "riverside" was shown as superseded by "quiet")."""
-    from ctxscore.scoring.spans import UNNAMED_SLOT
-
     spans = {"I'd like dinner on the riverside with my sister.": [(UNNAMED_SLOT, "riverside"), (UNNAMED_SLOT, "sister")],
              "Somewhere quiet, Thai food please.": [(UNNAMED_SLOT, "quiet"), ("cuisine", "Thai")],
              "Also lunch tomorrow, Italian food.": [("cuisine", "Italian")],

@@ -137,7 +137,8 @@ class FactLedger(Layer):
         key = (f.task, f.slot)
         old = self.current.get(key)
         if old is not None and old.value != f.value:
-            if correction or old.status in ("proposed", "denied") or (f.origin == old.origin and f.origin in ("call", "json")):
+            state_update = f.origin == old.origin and f.origin in ("call", "json")
+            if correction or old.status in ("proposed", "denied") or state_update:
                 self.was.setdefault(key, []).append(old.value)
             else:  # another value of the same kind: both stay current
                 self.current[(f.task, f"{f.slot}#{old.turn}")] = old
