@@ -322,7 +322,7 @@ def typed_entity_spans(text: str, config: RuleConfig | None = None) -> list[tupl
 #: Characters that the regex engine's IGNORECASE matches to an ASCII letter but ``str.lower`` does
 #: not lower to it (the long s, the dotless i, the dotted capital I, which ``lower`` makes two
 #: characters): a prefilter reads the text with them folded first, so that it never skips a match.
-_IGNORECASE_FOLD = str.maketrans({"\u017f": "s", "\u0131": "i", "\u0130": "i"})
+IGNORECASE_FOLD = str.maketrans({"\u017f": "s", "\u0131": "i", "\u0130": "i"})
 
 
 def _scan_typed(text: str, cfg: RuleConfig) -> tuple[tuple[int, int, str], ...]:
@@ -333,7 +333,7 @@ def _scan_typed(text: str, cfg: RuleConfig) -> tuple[tuple[int, int, str], ...]:
         need = cfg.requires.get(name)
         if need is not None:
             if low is None:
-                low = text.lower() if ascii_only else text.translate(_IGNORECASE_FOLD).lower()
+                low = text.lower() if ascii_only else text.translate(IGNORECASE_FOLD).lower()
             if not any((not ascii_only) if n == "cjk" else n in low for n in need):
                 continue  # the rule file's prefilter: this pattern cannot match here
         for m in rx.finditer(text):
