@@ -18,12 +18,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..scoring.rules import IGNORECASE_FOLD
+from ..scoring.rules import IGNORECASE_FOLD, SCAN_WHOLE_CHARS
 from ..scoring.spans import is_json
 from .verify import occurrences
 
-#: Messages longer than this (characters) are handled block by block.
-BLOCK_MIN_CHARS = 3000
+#: Messages longer than this (characters) are handled block by block; shorter ones are compressed as
+#: a whole and read whole by the scorer (:data:`ctxscore.scoring.rules.SCAN_WHOLE_CHARS`).
+BLOCK_MIN_CHARS = SCAN_WHOLE_CHARS
 #: A block is cut into line groups when longer than this (characters).
 BLOCK_MAX_CHARS = 1200
 

@@ -6,7 +6,7 @@ Sources, in order (:func:`extract_facts`):
 2. JSON content (tool results): scalar leaves, slot = their key path (``reservations.0``,
    ``flights.1.flight_number``), values as written (``12.50`` stays ``12.50``), at most
    :data:`MAX_JSON_FACTS` per message, shallow leaves first;
-3. text (its first and last 1,200 characters when longer): the rule file's entity patterns, the
+3. text (its first and last 1,200 characters when longer than 3,000): the rule file's entity patterns, the
    slot named by the words before the value in its
    sentence (``reference number is Q1XUDH9Y`` -> ``reference number``), else by the unit of a number
    (``4 people`` -> ``people``), else by the kind of entity (``date``, ``time``, ``money``, ``id`` ...);

@@ -58,12 +58,18 @@ SIGNAL_NAMES: tuple[str, ...] = (
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _ASCII_WORD = re.compile(r"[a-z0-9_']+")
 _TASK = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
-_SCAN_CHARS = 1200  # signals and scoring entities read the first and last 1,200 characters
+#: Texts up to this many characters are read whole by the signals, the entities and the facts. It is
+#: the longest message compressed as a whole (:data:`ctxscore.compress.blocks.BLOCK_MIN_CHARS`),
+#: whose compressed forms the verifier checks against the entities of the whole text: such a message
+#: is scanned once, when it is added, and its compaction finds the scan memoised.
+SCAN_WHOLE_CHARS = 3000
+_SCAN_CHARS = 1200  # a longer text is read as its first and last 1,200 characters
 
 
 def scan_text(text: str) -> str:
-    """Head and tail of long texts, so per-message cost stays bounded (about 2,400 characters)."""
-    if len(text) <= 2 * _SCAN_CHARS:
+    """The text itself up to :data:`SCAN_WHOLE_CHARS` characters, else its first and last 1,200
+    characters joined by a newline, so the per-message cost stays bounded."""
+    if len(text) <= SCAN_WHOLE_CHARS:
         return text
     return text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
 
