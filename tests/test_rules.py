@@ -142,6 +142,39 @@ def test_pattern_prefilters_never_change_the_entities():
     assert skipped > len(texts) // 2  # the weekday pattern is skipped on most messages
 
 
+def test_case_insensitive_patterns_run_on_the_folded_text_find_the_same_spans():
+    """The (?i) patterns run case-sensitively on the case-folded text: on every bundled message and on
+    the letters IGNORECASE matches to ASCII ones that str.lower does not lower to them (ſ, ı, İ, the
+    Kelvin sign), the typed entities are those of the IGNORECASE regexes on the text itself."""
+    cfg = default_config()
+    folded = {name for name, (_, on) in zip(cfg.patterns, cfg.scan_regexes, strict=True) if on}
+    assert {"date_words", "time", "weekday", "count_noun", "number_unit", "status"} <= folded
+    assert not folded & {"money", "proper_name", "code3"}  # scoped (?i:...) or upper-case letters: run as written
+    plain = dataclasses.replace(cfg)
+    plain.__dict__["scan_regexes"] = [(rx, False) for rx in cfg.entity_regexes]
+    path = Path(__file__).resolve().parents[1] / "data" / "bundled" / "sessions.jsonl"
+    texts = [m["content"] for line in path.read_text(encoding="utf-8").splitlines()
+             for m in json.loads(line)["messages"] if m.get("content")]
+    texts += [t.upper() for t in texts[:200]]
+    texts += ["MONDAY at 9 AM, THE 14TH OF THIS MONTH, 2 FREE CHECKED BAGS, 30 MINUTES", "half paſt 11 in the morning",
+              "Tueſday next week", "on the 3rd of Aprıl", "see you tonİght", "2 checked bagſ, 5 \u212aG", "FIRST CLAſS"]
+    for t in texts:
+        assert _scan_typed(t, cfg) == _scan_typed(t, plain), t[:80]
+    assert ("half paſt 11 in the morning", "time") in [("half paſt 11 in the morning"[a:b], k)
+                                                      for a, b, k in _scan_typed("half paſt 11 in the morning", cfg)]
+
+
+def test_a_case_insensitive_pattern_naming_an_upper_case_letter_runs_as_written(tmp_path):
+    text = DEFAULT_RULES_PATH.read_text(encoding="utf-8").replace("code3 = '\\b[A-Z]{3}\\b'", "code3 = '(?i)\\b[A-Z]{3}\\b'")
+    custom = tmp_path / "rules.toml"
+    custom.write_text(text, encoding="utf-8")
+    cfg = RuleConfig.load(custom)
+    assert cfg.patterns["code3"].startswith("(?i)")
+    on = dict(zip(cfg.patterns, (f for _, f in cfg.scan_regexes), strict=True))
+    assert on["code3"] is False and on["time"] is True
+    assert ("abc", "code3") in [("go abc now"[a:b], k) for a, b, k in _scan_typed("go abc now", cfg)]
+
+
 def test_a_prefilter_given_in_code_as_one_string_is_a_list_of_one():
     cfg = dataclasses.replace(default_config(), requires={"date_zh": "cjk", "url": "://", "weekday": "DAY"})
     assert cfg.requires == {"date_zh": ("cjk",), "url": ("://",), "weekday": ("day",)}
