@@ -192,10 +192,11 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
     kw = cfg.keyword_regexes
     keep_rx = [kw[g] for g in ("decision", "confirmation", "constraint", "hard_constraint") if g in kw]
     starts = [s for s, _ in (entity_spans(text, cfg) if spans is None else spans)]
-    held = _keep_intervals(text, keep)
+    held = _keep_intervals(text, keep)  # sorted by start
     lines = []
     pos = 0
-    j = 0
+    j = k = 0
+    active: list[tuple[int, int]] = []  # the held intervals begun before this sentence's end, in order
     for m in _SENT_SPLIT.finditer(text + "\n"):
         lo, hi = pos, m.start()
         pos = m.end()
@@ -205,7 +206,11 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
         while j < len(starts) and starts[j] < lo:
             j += 1
         has_entity = j < len(starts) and starts[j] < hi
-        holds = [text[a:b] for a, b in held if a < hi and b > lo]
+        while k < len(held) and held[k][0] < hi:
+            active.append(held[k])
+            k += 1
+        active = [(a, b) for a, b in active if b > lo]  # sentences only move on: an ended one stays out
+        holds = [text[a:b] for a, b in active]
         if has_entity or holds or any(rx.search(sent) for rx in keep_rx):
             bare = _LEAD_FILLER.sub("", sent).strip()
             if bare and all(h in bare for h in holds if h in sent):

@@ -65,12 +65,29 @@ def _neg_norm(text: str) -> str:
     return t
 
 
-def _has_phrase(phrase: str, text: str) -> bool:
+def _has_phrase(phrase: str, text: str, neg_text: str | None = None) -> bool:
     """``phrase`` occurs in ``text``: English as whole words, case, whitespace and contractions aside
-    ("don't book" matches "do not book"); Chinese as is."""
+    ("don't book" matches "do not book"); Chinese as is. ``neg_text``: ``_neg_norm(text)`` when the
+    caller checks several phrases against one text (normalised once, not once per phrase)."""
     if _ZH_NEG.match(phrase):
         return phrase in text
-    return re.search(r"(?<![\w'])" + re.escape(_neg_norm(phrase)) + r"(?![\w'])", _neg_norm(text)) is not None
+    neg = _neg_norm(text) if neg_text is None else neg_text
+    p = _neg_norm(phrase)
+    if not p:
+        return True
+    # an occurrence not inside a longer word: what (?<![\w'])phrase(?![\w']) finds, without compiling
+    # a regex for every phrase (the engine's \w is str.isalnum() or "_")
+    i = neg.find(p)
+    while i >= 0:
+        j = i + len(p)
+        if not (i and _wordish(neg[i - 1])) and not (j < len(neg) and _wordish(neg[j])):
+            return True
+        i = neg.find(p, i + 1)
+    return False
+
+
+def _wordish(c: str) -> bool:
+    return c.isalnum() or c in "_'"
 
 
 def key_spans(text: str, config: RuleConfig | None = None, *, learned: bool = True,
@@ -129,7 +146,10 @@ def verify(original: str, form: str, spans: Sequence[str] | None = None,
     want = key_spans(original, cfg) if spans is None else list(spans)
     norm_form, norm_orig = _norm(form), _norm(original)
     missing = tuple(s for s in want if _norm(s) not in norm_form)
-    missing += tuple(s for s in negation_spans(original) if s not in missing and not _has_phrase(s, norm_form))
+    negations = [s for s in negation_spans(original) if s not in missing]
+    if negations:
+        neg_form = _neg_norm(norm_form)
+        missing += tuple(s for s in negations if not _has_phrase(s, norm_form, neg_form))
     # a line that is a substring of the original cannot hold an invented entity: scan only the others
     # (line by line: an entity never runs across a line break of a form, "price=11\npassengers: ..." is no "11 passengers")
     novel = [line for line in form.split("\n") if line.strip() and _norm(line).strip() not in norm_orig]
