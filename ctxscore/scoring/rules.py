@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -243,6 +244,18 @@ class RuleConfig:
             )
         return out
 
+    @cached_property
+    def keyword_index(self) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[tuple[str, str], ...]]]:
+        """:attr:`keyword_sets` inverted for counting: single ASCII word -> the groups holding it, and
+        per group its phrases with their first word (a phrase can occur only where that word does)."""
+        singles: dict[str, list[str]] = {}
+        phrases: dict[str, tuple[tuple[str, str], ...]] = {}
+        for name, (words, phr, _) in self.keyword_sets.items():
+            for w in words:
+                singles.setdefault(w, []).append(name)
+            phrases[name] = tuple((ph, ph.split()[0]) for ph in phr)
+        return {w: tuple(g) for w, g in singles.items()}, phrases
+
     def keyword_counts(self, text: str) -> dict[str, int]:
         """Occurrences of each keyword group's keywords in ``text``.
 
@@ -252,20 +265,23 @@ class RuleConfig:
         """
         low = text.lower()
         words = _ASCII_WORD.findall(low)
-        counts: dict[str, int] = {}
-        for w in words:
-            counts[w] = counts.get(w, 0) + 1
+        counts = Counter(words)
         padded = " " + " ".join(words) + " "
         has_cjk = _CJK.search(text) is not None
-        out = {}
-        for name, (singles, phrases, cjk) in self.keyword_sets.items():
-            n = sum(c for w, c in counts.items() if w in singles)
-            for ph in phrases:
-                n += padded.count(ph)
+        single_groups, phrase_firsts = self.keyword_index
+        out = dict.fromkeys(self.keyword_sets, 0)
+        for w, c in counts.items():
+            for name in single_groups.get(w, ()):
+                out[name] += c
+        for name, (_, _, cjk) in self.keyword_sets.items():
+            n = 0
+            for ph, first in phrase_firsts[name]:
+                if first in counts:
+                    n += padded.count(ph)
             if has_cjk:
                 for kw in cjk:
                     n += text.count(kw)
-            out[name] = n
+            out[name] += n
         return out
 
     @cached_property
