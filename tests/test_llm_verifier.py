@@ -44,3 +44,26 @@ def test_a_form_that_drops_a_denial_falls_back_and_the_extractive_one_keeps_it()
     assert res.tier == "verbatim" and "no garage" in res.missing
     kept = compress(text, "structured")  # the structured summary keeps the sentences with a negation
     assert kept.tier == "structured" and "There is no garage." in kept.text and "great day" not in kept.text
+
+
+def test_negations_found_on_the_folded_text_are_those_of_the_ignorecase_pattern():
+    """The English negations are searched case-sensitively in the case-folded text: the same spans as
+    the IGNORECASE pattern in the text itself, on the bundled messages and on the letters the regex
+    engine's IGNORECASE matches to ASCII ones that str.lower does not lower to them."""
+    import json
+    from pathlib import Path
+
+    from ctxscore.compress.verify import _EN_NEG, _ZH_NEG, _negated, negation_matches
+
+    path = Path(__file__).resolve().parents[1] / "data" / "bundled" / "sessions.jsonl"
+    texts = [m["content"] for line in path.read_text(encoding="utf-8").splitlines()
+             for m in json.loads(line)["messages"] if m.get("content")]
+    texts += [t.upper() for t in texts[:300]]
+    texts += ["We do NOT allow pets; NEVER book after 9.", "I doeſn't care", "NEVER ſee it", "ıt is noT \u212aept", "NOTHING ELSE", "İ do NOT want it"]
+    found = 0
+    for t in texts:
+        want = tuple(m.span() for rx in (_EN_NEG, _ZH_NEG) for m in rx.finditer(t))
+        assert negation_matches(t) == want, t[:80]
+        assert _negated(t) == {lang for lang, rx in (("en", _EN_NEG), ("zh", _ZH_NEG)) if rx.search(t)}
+        found += bool(want)
+    assert found > 100

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
-from ..scoring.rules import RuleConfig, default_config, entity_spans
+from ..scoring.rules import RuleConfig, casefold_text, default_config, entity_spans
 from ..scoring.spans import registered as registered_spans
 
 _WS = re.compile(r"\s+")
@@ -37,20 +38,35 @@ _EN_NEG = re.compile(
 _ZH_NEG = re.compile(r"(?P<cue>不|没|别|勿|未|无|禁止)(?!过|但|仅|断|久|少|错|管|论|同|然|客气)[\u4e00-\u9fff]")
 
 
+# _EN_NEG without IGNORECASE, run on the case-folded text (rules.casefold_text: same length, the
+# same matches): about three times as fast
+_EN_NEG_FOLDED = re.compile(_EN_NEG.pattern)
+
+
+@lru_cache(maxsize=512)
+def negation_matches(text: str) -> tuple[tuple[int, int], ...]:
+    """Character spans of the negations in ``text`` (:func:`negation_spans`): the English ones, then
+    the Chinese ones, each in order (memoised: a compaction reads the same original several times)."""
+    low = casefold_text(text)
+    en = _EN_NEG_FOLDED.finditer(low) if len(low) == len(text) else _EN_NEG.finditer(text)
+    return tuple(m.span() for it in (en, _ZH_NEG.finditer(text)) for m in it)
+
+
 def negation_spans(text: str) -> list[str]:
     """The negations of ``text`` a compressed form must keep: an English negation cue with the word
     after it ("not allowed", "never book", "don't want", "No" before a comma), or a Chinese negation
     character with the character after it (不要, 没有, 别用); distinct, in order of appearance."""
     out: dict[str, None] = {}
-    for rx in (_EN_NEG, _ZH_NEG):
-        for m in rx.finditer(text):
-            out.setdefault(_norm(m.group(0)), None)
+    for a, b in negation_matches(text):
+        out.setdefault(_norm(text[a:b]), None)
     return list(out)
 
 
 def _negated(text: str) -> set[str]:
     """The languages (``"en"``, ``"zh"``) in which ``text`` negates anything."""
-    return {lang for lang, rx in (("en", _EN_NEG), ("zh", _ZH_NEG)) if rx.search(text)}
+    low = casefold_text(text)
+    en = _EN_NEG_FOLDED.search(low) if len(low) == len(text) else _EN_NEG.search(text)
+    return {lang for lang, m in (("en", en), ("zh", _ZH_NEG.search(text))) if m}
 
 
 _CONTRACTIONS = ((re.compile(r"\bcan(?:'t|not)\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"),
