@@ -59,6 +59,15 @@ SIGNAL_NAMES: tuple[str, ...] = (
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _ASCII_WORD = re.compile(r"[a-z0-9_']+")
 _TASK = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
+# its case-insensitive phrases, searched without IGNORECASE in the case-folded text (casefold_text)
+_TASK_PHRASES = re.compile(r"please solve this issue|your task is|## task")
+
+
+def _task_statement(text: str, folded: str) -> bool:
+    """Whether :data:`_TASK` finds a task statement in ``text`` (``folded``: its casefold_text)."""
+    if "<pr_description>" in text or "<issue>" in text:
+        return True
+    return (_TASK_PHRASES.search(folded) if len(folded) == len(text) else _TASK.search(text)) is not None
 #: Texts up to this many characters are read whole by the signals, the entities and the facts. It is
 #: the longest message compressed as a whole (:data:`ctxscore.compress.blocks.BLOCK_MIN_CHARS`),
 #: whose compressed forms the verifier checks against the entities of the whole text: such a message
@@ -316,6 +325,17 @@ class RuleConfig:
         """Compiled signal patterns."""
         return {k: re.compile(v) for k, v in self.signal_patterns.items()}
 
+    @cached_property
+    def signal_scan(self) -> dict[str, tuple[re.Pattern[str], bool]]:
+        """The signal patterns as :meth:`RuleClassifier.signals` runs them: ``(regex, on_folded)``, a
+        case-insensitive one without upper-case letters on the case-folded text (see
+        :attr:`scan_regexes`)."""
+        out = {}
+        for k, v in self.signal_patterns.items():
+            body = _caseless_body(v)
+            out[k] = (re.compile(body), True) if body is not None else (self.signal_regexes[k], False)
+        return out
+
 
 _default_config: RuleConfig | None = None
 
@@ -538,7 +558,12 @@ class RuleClassifier:
         cfg = self.config
         text = scan_text(message.text())
         kw = cfg.keyword_regexes
-        sp = cfg.signal_regexes
+        sp = cfg.signal_scan
+        folded = casefold_text(text)
+
+        def found(name: str) -> bool:
+            rx, on_folded = sp[name]
+            return rx.search(folded if on_folded and len(folded) == len(text) else text) is not None
 
         counts = cfg.keyword_counts(text)
 
@@ -546,7 +571,7 @@ class RuleClassifier:
             return float(min(3, counts.get(group, 0)))
 
         role = message.role
-        rc_match = sp["returncode"].search(text)
+        rc_match = cfg.signal_regexes["returncode"].search(text)
         observation = float(role == "user" and (rc_match is not None or text.lstrip().startswith("<output")))
         rc_zero = rc_nonzero = 0.0
         if rc_match is not None:
@@ -569,11 +594,11 @@ class RuleClassifier:
             "role_assistant": float(role == "assistant"),
             "role_tool": float(role == "tool"),
             "observation": observation,
-            "task_statement": float(role == "user" and _TASK.search(text) is not None),
+            "task_statement": float(role == "user" and _task_statement(text, folded)),
             "request": request,
             "constraint": constraint,
             "failure": count("failure"),
-            "error": float(sp["error"].search(text) is not None),
+            "error": float(found("error")),
             "returncode_zero": rc_zero,
             "returncode_nonzero": rc_nonzero,
             "pleasantry": pleasantry,
@@ -581,8 +606,8 @@ class RuleClassifier:
             "reasoning": count("reasoning"),
             "confirmation": count("confirmation"),
             "decision": count("decision"),
-            "question": float(sp["question"].search(text[-400:]) is not None),
-            "code": float(sp["code"].search(text) is not None),
+            "question": float(cfg.signal_regexes["question"].search(text[-400:]) is not None),
+            "code": float(found("code")),
             "tool_calls": float(bool(message.tool_calls)),
             "entities": float(min(3.0, math.log1p(n_ent))),
             "entity_density": min(3.0, 100.0 * n_ent / n_chars),
