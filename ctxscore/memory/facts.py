@@ -23,6 +23,7 @@ Friday", "明天") are resolved to absolute ones when the session gives a date (
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -110,6 +111,7 @@ class FactContext:
     config: RuleConfig
     today: date | None = None
     extractor: Extractor | None = None
+    #: ``text -> [(start, end, kind)]`` sorted by start (``typed_entity_spans``).
     spans: Callable[[str], list[tuple[int, int, str]]] | None = field(default=None, repr=False)
 
 
@@ -226,14 +228,15 @@ def _call_facts(msg: Message) -> list[tuple[str, str, str]]:
 def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     spans = ctx.spans(text) if ctx.spans is not None else []
+    starts = [s for s, _, _ in spans]
     pos = 0
     for sent in sentences(text) if spans else ():
         base = text.find(sent, pos)
         if base < 0:
             continue
         pos = start = base  # naming words are looked for after the previous value of the sentence
-        for s, e, kind in spans:
-            if not (base <= s < base + len(sent)) or kind in UNTYPED_KINDS:
+        for s, e, kind in spans[bisect.bisect_left(starts, base):bisect.bisect_left(starts, base + len(sent))]:
+            if kind in UNTYPED_KINDS:
                 continue
             value = text[s:e].strip()
             if not value or len(value) > MAX_VALUE_CHARS:
