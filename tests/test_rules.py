@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,9 @@ from ctxscore.scoring.rules import (
     SIGNAL_NAMES,
     RuleClassifier,
     RuleConfig,
+    _caseless_body,
     _scan_typed,
+    casefold_text,
     default_config,
     extract_entities,
     typed_entity_spans,
@@ -173,6 +177,43 @@ def test_a_case_insensitive_pattern_naming_an_upper_case_letter_runs_as_written(
     on = dict(zip(cfg.patterns, (f for _, f in cfg.scan_regexes), strict=True))
     assert on["code3"] is False and on["time"] is True
     assert ("abc", "code3") in [("go abc now"[a:b], k) for a, b, k in _scan_typed("go abc now", cfg)]
+
+
+# Texts holding what IGNORECASE and lower-casing treat differently: letters and the punctuation between
+# the two ASCII alphabets, final sigma, micro sign, title-case digraphs, ſ, ı, İ, the Kelvin sign.
+_CASE_TEXTS = ["A a Z z @ [ ^ _ ` { Aa aA AA", "ΣΑΣ σας ς µ μ Μ", "ǅ ǆ Ǆ", "paſt Aprıl tonİght 5 \u212aG",
+               "失败 错误 not found NOT FOUND Not Found", "x1 X1 abc-DEF_ghi"]
+
+
+def _folded_spans(body: str, text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(body, casefold_text(text))]
+
+
+@pytest.mark.parametrize("pattern", [r"(?i)[a-z0-9_-]+", r"(?i)\bnot found\b|失败|错误", r"(?i)[!-/]\d|x\.?1",
+                                     r"(?i)(?:abc)(?=-)(?<!x)[^a-z ]", r"(?i)[一-龥]+|\w+_\w+"])
+def test_an_accepted_case_insensitive_pattern_finds_the_same_spans_on_the_folded_text(pattern):
+    body = _caseless_body(pattern)
+    assert body == pattern[4:]
+    for t in _CASE_TEXTS:
+        assert _folded_spans(body, t) == [m.span() for m in re.finditer(pattern, t)], t
+
+
+# Run naively (without the flag) on the folded text, each finds other spans than under IGNORECASE.
+_FOLD_DIFFERS = [r"(?i)[@-_]", r"(?i)[0-_]", r"(?i)\x41", r"(?i)\101", r"(?i)a(?-i:a)", "(?i)σ", "(?i)µ", "(?i)A"]
+
+
+@pytest.mark.parametrize("pattern", _FOLD_DIFFERS + [r"(?i)(a)\1", r"(?i)(?P<n>a)(?P=n)", r"(?i)\N{LATIN SMALL LETTER A}", "(?i)ǆ"])
+def test_a_case_insensitive_pattern_the_folded_text_may_read_differently_runs_as_written(pattern):
+    """Refused: escapes naming a character or a group, ranges across the letters, inline flags, cased
+    non-ASCII characters (the last four are refused although they would read the same)."""
+    assert _caseless_body(pattern) is None
+    if pattern in _FOLD_DIFFERS:
+        assert any(_folded_spans(pattern[4:], t) != [m.span() for m in re.finditer(pattern, t)] for t in _CASE_TEXTS)
+
+
+def test_the_folded_text_keeps_every_position():
+    assert all(len(casefold_text(chr(c))) == 1 for c in range(sys.maxunicode + 1))
+    assert casefold_text("paſt İstanbul ıK") == "past istanbul ik"
 
 
 def test_a_prefilter_given_in_code_as_one_string_is_a_list_of_one():

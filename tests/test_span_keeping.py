@@ -101,6 +101,20 @@ def test_key_blocks_keep_the_blocks_holding_a_given_span():
     assert "rollback owner is Maria" in kept and "archived" in kept and len(kept) < len(text)
 
 
+def test_key_blocks_count_file_names_joined_by_a_hyphen_each():
+    """``a.py-b.md`` holds two file names: the block of six such pairs (12 names) is denser than the
+    block of ten single names and is the one kept when the budget holds one."""
+    filler = "plain words here " * 20
+    names = ["alpha", "beta", "gamma", "delta", "omega", "kappa", "sigma", "theta", "iota", "zeta"]
+    paras = ["Intro " + filler, "Singles: " + " ".join(f"{n}.py" for n in names) + " " + filler,
+             "Pairs: " + " ".join(f"{n}.py-{n}.md" for n in names[:6]) + " " + filler, "Outro " + filler]
+    text = "\n\n".join(paras)
+    blocks = split_blocks(text)
+    assert len(blocks) == 4
+    share = (blocks[0].end - blocks[0].start + blocks[3].end - blocks[3].start + blocks[2].end - blocks[2].start + 5) / len(text)
+    assert key_blocks(text, blocks, share=share) == {0, 2, 3}
+
+
 def test_trivial_predicted_spans_are_not_required():
     assert not any(useful(s) for s in ("the", "That", "1", "周", "is a", "`"))
     assert all(useful(s) for s in ("centre", "$146", "北京饭店", "a museum"))

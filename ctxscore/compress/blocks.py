@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..scoring.rules import IGNORECASE_FOLD, SCAN_WHOLE_CHARS
+from ..scoring.rules import SCAN_WHOLE_CHARS, casefold_text
 from ..scoring.spans import is_json
 from .verify import occurrences
 
@@ -31,11 +31,10 @@ BLOCK_MAX_CHARS = 1200
 _FENCE = re.compile(r"^```.*?^```[^\n]*$", re.S | re.M)
 _HUNK = re.compile(r"^(?:diff --git |@@ )", re.M)
 _PARA = re.compile(r"\n[ \t]*\n")
-_ERROR_WORDS = r"traceback|error|exception|failed|failure|<returncode>[1-9]|assert|fatal|denied|not found"
-_ERROR = re.compile("(?i)" + _ERROR_WORDS)
-#: The same words searched in a lower-cased text: Python's regex engine scans a case-sensitive
-#: alternation about five times faster than an IGNORECASE one.
-_ERROR_LOWER = re.compile(_ERROR_WORDS)
+#: Error words, searched in the case-folded text (:func:`casefold_text`: the same matches as under
+#: IGNORECASE in the text; Python's regex engine scans a case-sensitive alternation about five times
+#: as fast).
+_ERROR_LOWER = re.compile(r"traceback|error|exception|failed|failure|<returncode>[1-9]|assert|fatal|denied|not found")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +133,12 @@ def blocked_form(text: str, blocks: Sequence[Block], keep: Iterable[int], messag
     return "".join(out)
 
 
-# IDs and numbers, CONSTANT_names, file names (a file name is tried only from the start of its word:
-# the same matches as from every position, without rescanning each word from each of its letters)
+# IDs and numbers, CONSTANT_names, file names. A file name is tried only where a run of word
+# characters and hyphens begins, or at a hyphen (where the previous match may have ended): the same
+# matches as trying it at every position, without rescanning each word from each of its letters.
 _KEYLIKE = re.compile(r"\b(?=[\w./-]*\d)[\w./-]{3,}|\b[A-Z][A-Za-z0-9]*_[\w]+"
-                      r"|(?<![\w-])[\w-]+\.(?:py|js|ts|json|ya?ml|md|txt|cfg|toml)\b")
+                      r"|(?<![\w-])[\w-]+\.(?:py|js|ts|json|ya?ml|md|txt|cfg|toml)\b"
+                      r"|-[\w-]*\.(?:py|js|ts|json|ya?ml|md|txt|cfg|toml)\b")
 
 
 def key_blocks(text: str, blocks: Sequence[Block], share: float = 0.3, spans: Sequence[str] = ()) -> set[int]:
@@ -154,15 +155,12 @@ def key_blocks(text: str, blocks: Sequence[Block], share: float = 0.3, spans: Se
     for a, e in occurrences(text, list(dict.fromkeys(spans))):
         held.update(i for i, b in enumerate(blocks) if b.start < e and b.end > a)
 
-    # folded as the engine's IGNORECASE folds (ſ, ı, İ), then lower-cased; positions are kept unless
-    # a character lowers to two, and then the text is searched as is
-    low = text.lower() if text.isascii() else text.translate(IGNORECASE_FOLD).lower()
-    err, src = (_ERROR_LOWER, low) if len(low) == len(text) else (_ERROR, text)
+    low = casefold_text(text)  # same length: block positions hold in it
 
     def score(i: int) -> float:
         b = blocks[i]
         keys = len(_KEYLIKE.findall(text, b.start, b.end))
-        return ((3.0 if err.search(src, b.start, b.end) else 0.0) + (4.0 if i in held else 0.0)
+        return ((3.0 if _ERROR_LOWER.search(low, b.start, b.end) else 0.0) + (4.0 if i in held else 0.0)
                 + keys / max(1.0, (b.end - b.start) / 200))
 
     scores = {i: score(i) for i in range(1, n - 1)}

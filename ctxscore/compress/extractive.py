@@ -32,7 +32,7 @@ from typing import Any
 from ..messages import Tier
 from ..scoring.rules import RuleConfig, default_config, entity_spans
 from .base import CompressionResult, compress_verified
-from .verify import key_spans, negation_matches, occurrences
+from .verify import key_spans, negation_matches, occurrences, scan_negations
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
 # Filler words at the start of a sentence, removed only as whole words: an ASCII word must not be
@@ -255,7 +255,7 @@ def _holding(sents: list[str], wanted: Sequence[str]) -> set[int]:
     def at(pos: int) -> int:
         return bisect.bisect_right(starts, pos) - 1
 
-    out = {at(a) for a, _ in negation_matches(joined)}
+    out = {at(a) for a, _ in scan_negations(joined)}  # the joined text is read once
     for k in wanted:
         if "\x00" in k:
             out.update(i for i, sent in enumerate(sents) if k in sent)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..scoring.rules import RuleConfig, casefold_text, default_config, entity_spans
+from ..scoring.rules import SPAN_CACHE_CHARS, RuleConfig, casefold_text, default_config, entity_spans
 from ..scoring.spans import registered as registered_spans
 
 _WS = re.compile(r"\s+")
@@ -39,17 +39,26 @@ _ZH_NEG = re.compile(r"(?P<cue>不|没|别|勿|未|无|禁止)(?!过|但|仅|断
 
 
 # _EN_NEG without IGNORECASE, run on the case-folded text (rules.casefold_text: same length, the
-# same matches): about three times as fast
+# same matches): about three times as fast. extractive._holding searches sentences joined by NUL with
+# it: neither pattern may match across a NUL (no ".", "\W", "[^...]", "^" or "$" in them).
 _EN_NEG_FOLDED = re.compile(_EN_NEG.pattern)
 
 
-@lru_cache(maxsize=512)
 def negation_matches(text: str) -> tuple[tuple[int, int], ...]:
     """Character spans of the negations in ``text`` (:func:`negation_spans`): the English ones, then
-    the Chinese ones, each in order (memoised: a compaction reads the same original several times)."""
-    low = casefold_text(text)
-    en = _EN_NEG_FOLDED.finditer(low) if len(low) == len(text) else _EN_NEG.finditer(text)
+    the Chinese ones, each in order. Memoised for texts up to
+    :data:`ctxscore.scoring.rules.SPAN_CACHE_CHARS` characters (LRU of 512): a compaction reads the
+    same original several times."""
+    return _cached_negations(text) if len(text) <= SPAN_CACHE_CHARS else scan_negations(text)
+
+
+def scan_negations(text: str) -> tuple[tuple[int, int], ...]:
+    """:func:`negation_matches` without the memo (for a text read once)."""
+    en = _EN_NEG_FOLDED.finditer(casefold_text(text))
     return tuple(m.span() for it in (en, _ZH_NEG.finditer(text)) for m in it)
+
+
+_cached_negations = lru_cache(maxsize=512)(scan_negations)
 
 
 def negation_spans(text: str) -> list[str]:
@@ -64,8 +73,7 @@ def negation_spans(text: str) -> list[str]:
 
 def _negated(text: str) -> set[str]:
     """The languages (``"en"``, ``"zh"``) in which ``text`` negates anything."""
-    low = casefold_text(text)
-    en = _EN_NEG_FOLDED.search(low) if len(low) == len(text) else _EN_NEG.search(text)
+    en = _EN_NEG_FOLDED.search(casefold_text(text))
     return {lang for lang, m in (("en", en), ("zh", _ZH_NEG.search(text))) if m}
 
 
@@ -89,8 +97,8 @@ def _has_phrase(phrase: str, text: str, neg_text: str | None = None) -> bool:
         return phrase in text
     neg = _neg_norm(text) if neg_text is None else neg_text
     p = _neg_norm(phrase)
-    if not p:
-        return True
+    if not p:  # what the regex below finds for an empty phrase: a position between two non-words
+        return re.search(r"(?<![\w'])(?![\w'])", neg) is not None
     # an occurrence not inside a longer word: what (?<![\w'])phrase(?![\w']) finds, without compiling
     # a regex for every phrase (the engine's \w is str.isalnum() or "_")
     i = neg.find(p)

@@ -111,7 +111,7 @@ class FactContext:
     config: RuleConfig
     today: date | None = None
     extractor: Extractor | None = None
-    #: ``text -> [(start, end, kind)]`` sorted by start (``typed_entity_spans``).
+    #: ``text -> [(start, end, kind)]`` (``typed_entity_spans``; read in order of start).
     spans: Callable[[str], list[tuple[int, int, str]]] | None = field(default=None, repr=False)
 
 
@@ -227,7 +227,8 @@ def _call_facts(msg: Message) -> list[tuple[str, str, str]]:
 
 def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
-    spans = ctx.spans(text) if ctx.spans is not None else []
+    # sorted by start (stable: a sorted list stays as it is) so each sentence bisects to its own spans
+    spans = sorted(ctx.spans(text), key=lambda sp: sp[0]) if ctx.spans is not None else []
     starts = [s for s, _, _ in spans]
     pos = 0
     for sent in sentences(text) if spans else ():

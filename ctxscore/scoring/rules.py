@@ -67,7 +67,9 @@ def _task_statement(text: str, folded: str) -> bool:
     """Whether :data:`_TASK` finds a task statement in ``text`` (``folded``: its casefold_text)."""
     if "<pr_description>" in text or "<issue>" in text:
         return True
-    return (_TASK_PHRASES.search(folded) if len(folded) == len(text) else _TASK.search(text)) is not None
+    return _TASK_PHRASES.search(folded) is not None
+
+
 #: Texts up to this many characters are read whole by the signals, the entities and the facts. It is
 #: the longest message compressed as a whole (:data:`ctxscore.compress.blocks.BLOCK_MIN_CHARS`),
 #: whose compressed forms the verifier checks against the entities of the whole text: such a message
@@ -301,8 +303,8 @@ class RuleConfig:
     @cached_property
     def scan_regexes(self) -> list[tuple[re.Pattern[str], bool]]:
         """The entity patterns as the scan runs them, in file order: ``(regex, on_folded)``. A pattern
-        that is case-insensitive as a whole (a leading ``(?i)``) and names no upper-case letter runs
-        without the flag on the case-folded text (:func:`casefold_text`), which finds the same spans
+        that is case-insensitive as a whole (a leading ``(?i)``) and that :func:`_caseless_body` accepts
+        runs without the flag on the case-folded text (:func:`casefold_text`), which finds the same spans
         about 1.5 times as fast: Python's regex engine scans a case-sensitive pattern faster."""
         out = []
         for p in self.patterns.values():
@@ -328,7 +330,7 @@ class RuleConfig:
     @cached_property
     def signal_scan(self) -> dict[str, tuple[re.Pattern[str], bool]]:
         """The signal patterns as :meth:`RuleClassifier.signals` runs them: ``(regex, on_folded)``, a
-        case-insensitive one without upper-case letters on the case-folded text (see
+        case-insensitive one that :func:`_caseless_body` accepts on the case-folded text (see
         :attr:`scan_regexes`)."""
         out = {}
         for k, v in self.signal_patterns.items():
@@ -375,48 +377,105 @@ def typed_entity_spans(text: str, config: RuleConfig | None = None) -> list[tupl
 
 #: Characters that the regex engine's IGNORECASE matches to an ASCII letter but ``str.lower`` does
 #: not lower to it (the long s, the dotless i, the dotted capital I, which ``lower`` makes two
-#: characters): a prefilter reads the text with them folded first, so that it never skips a match.
-IGNORECASE_FOLD = str.maketrans({"\u017f": "s", "\u0131": "i", "\u0130": "i"})
+#: characters): :func:`casefold_text` folds them first.
+_IGNORECASE_FOLD = str.maketrans({"\u017f": "s", "\u0131": "i", "\u0130": "i"})
 
 
 def casefold_text(text: str) -> str:
-    """``text`` lower-cased after :data:`IGNORECASE_FOLD`: a case-sensitive pattern without upper-case
-    letters matches it where the pattern under IGNORECASE matches ``text`` (the regex engine's
-    IGNORECASE maps exactly the 52 ASCII letters, ſ, ı, İ and the Kelvin sign to ASCII letters). Its
-    length is ``len(text)``: the only character ``lower`` makes two, İ, is folded first."""
-    return text.lower() if text.isascii() else text.translate(IGNORECASE_FOLD).lower()
+    """``text`` with ſ, ı and İ folded to s, i, i and then lower-cased; same length as ``text`` (İ is
+    the only character ``str.lower`` makes two, and it is folded first).
+
+    An ASCII character that is not an upper-case letter matches the same characters of ``text`` under
+    the regex engine's IGNORECASE as it matches, case-sensitively, in ``casefold_text(text)`` (checked
+    over every code point: the 52 ASCII letters, ſ, ı, İ and the Kelvin sign are the characters
+    IGNORECASE matches to an ASCII letter), and so do ``\\w``, ``\\d``, ``\\s``, ``\\b`` and a
+    character without case (``c.lower() == c == c.upper()``, a Chinese character: no other character
+    lowers to it, and the engine's IGNORECASE leaves it alone). So a pattern that
+    :func:`_caseless_body` accepts finds the same spans either way."""
+    return text.lower() if text.isascii() else text.translate(_IGNORECASE_FOLD).lower()
 
 
 _ESCAPE = re.compile(r"\\.", re.S)
-_INLINE_FLAGS = re.compile(r"\(\?[a-zA-Z-]+[:)]")
+#: Escapes that name a class or a position of characters (the same under IGNORECASE and on the folded
+#: text) or a control character; any other escaped letter or digit (\x41, \u00e9, \N{...}, \1, \0)
+#: may name a letter or a group, and the pattern then runs as written.
+_SAFE_ESCAPES = frozenset("bBwWdDsSAZntrfv")
+#: What may follow ``(?`` in a pattern run on the folded text: groups and look-arounds, no flags,
+#: comments, back-references or conditionals.
+_GROUP_OPENERS = (":", "=", "!", "<=", "<!", "P<")
 
 
 def _caseless_body(pattern: str) -> str | None:
-    """The pattern without its leading ``(?i)`` when it may run case-sensitively on the case-folded
-    text: no other inline flags and no upper-case letter outside escapes (``\\b``, ``\\W`` keep their
-    meaning); ``None`` otherwise."""
+    """The pattern without its leading ``(?i)`` when it may run case-sensitively on
+    :func:`casefold_text` of a text and find the same spans; ``None`` otherwise (the pattern then runs
+    as written). Accepted: outside escapes only ASCII characters other than upper-case letters and
+    characters without case; only the escapes of :data:`_SAFE_ESCAPES` or an escaped ASCII
+    punctuation character; no inline flags, back-references or conditionals; character ranges that
+    lie within a-z or hold only characters without case. Strict on purpose: a custom rule file's
+    pattern that is refused is only slower, never different."""
     if not pattern.startswith("(?i)"):
         return None
     body = pattern[4:]
-    bare = _ESCAPE.sub("", body)
-    if _INLINE_FLAGS.search(bare) or any(c.isupper() for c in bare):
+    if not all(_uncased(c) or (c.isascii() and not c.isupper()) for c in _ESCAPE.sub("", body)):
         return None
+    i, n = 0, len(body)
+    in_class = first = False
+    prev: str | None = None  # in a class: the previous member when it is one character (a range's start)
+    while i < n:
+        c = body[i]
+        if c == "\\":
+            e = body[i + 1:i + 2]
+            if not e.isascii() or (e.isalnum() and e not in _SAFE_ESCAPES):
+                return None
+            prev = e if in_class and e and not e.isalnum() else None
+            first = False
+            i += 2
+            continue
+        if in_class:
+            if c == "]" and not first:
+                in_class = False
+            elif c == "-" and prev is not None and i + 1 < n and body[i + 1] != "]":
+                hi = body[i + 1]
+                if hi == "\\" or not _plain_range(prev, hi):
+                    return None
+                prev = None
+                i += 1  # the range's end
+            else:
+                prev = c
+            first = False
+        elif c == "[":
+            in_class = first = True
+            prev = None
+            if body[i + 1:i + 2] == "^":
+                i += 1
+        elif c == "(" and body[i + 1:i + 2] == "?" and not body.startswith(_GROUP_OPENERS, i + 2):
+            return None
+        i += 1
     return body
+
+
+def _plain_range(lo: str, hi: str) -> bool:
+    """Whether the class range ``lo-hi`` matches the same under IGNORECASE and on the folded text: it
+    lies within a-z, or holds only characters without case."""
+    return ("a" <= lo and hi <= "z") or all(_uncased(chr(c)) for c in range(ord(lo), ord(hi) + 1))
+
+
+def _uncased(c: str) -> bool:
+    """Whether the character has no case: ``lower`` and ``upper`` leave it as it is."""
+    return c.lower() == c == c.upper()
 
 
 def _scan_typed(text: str, cfg: RuleConfig) -> tuple[tuple[int, int, str], ...]:
     spans: list[tuple[int, int, str]] = []
     ascii_only = text.isascii()
     low: str | None = None
-    for name, (rx, on_folded), original in zip(cfg.patterns, cfg.scan_regexes, cfg.entity_regexes, strict=True):
+    for name, (rx, on_folded) in zip(cfg.patterns, cfg.scan_regexes, strict=True):
         need = cfg.requires.get(name)
         if need is not None or on_folded:
             if low is None:
                 low = casefold_text(text)
             if need is not None and not any((not ascii_only) if n == "cjk" else n in low for n in need):
                 continue  # the rule file's prefilter: this pattern cannot match here
-        if on_folded and len(low) != len(text):  # not expected (see casefold_text): run the original
-            rx, on_folded = original, False
         for m in rx.finditer(low if on_folded else text):
             s, e = m.span()
             while e > s and text[e - 1] in ".,;:!?)":
@@ -561,9 +620,10 @@ class RuleClassifier:
         sp = cfg.signal_scan
         folded = casefold_text(text)
 
-        def found(name: str) -> bool:
+        def found(name: str, last: int = 0) -> bool:  # in the text, or in its last ``last`` characters
             rx, on_folded = sp[name]
-            return rx.search(folded if on_folded and len(folded) == len(text) else text) is not None
+            src = folded if on_folded else text
+            return rx.search(src[-last:] if last else src) is not None
 
         counts = cfg.keyword_counts(text)
 
@@ -606,7 +666,7 @@ class RuleClassifier:
             "reasoning": count("reasoning"),
             "confirmation": count("confirmation"),
             "decision": count("decision"),
-            "question": float(cfg.signal_regexes["question"].search(text[-400:]) is not None),
+            "question": float(found("question", last=400)),
             "code": float(found("code")),
             "tool_calls": float(bool(message.tool_calls)),
             "entities": float(min(3.0, math.log1p(n_ent))),
