@@ -124,6 +124,26 @@ def test_workers_taking_turns_build_the_windows_of_one_worker(hot_url, n_workers
     assert all(w.stats["refreshed"] >= 17 // n_workers - 1 for w in ws)
 
 
+def test_a_worker_catching_up_reuses_the_token_counts_of_the_other_worker(hot_url):
+    """Round-robin: the messages another worker added since this worker's last turn are read with
+    the counts that worker published when its turn ended (no re-tokenising); the turn's state, tier
+    changes and those counts come with the lock."""
+    msgs = conversation(6)
+    ends = turns(msgs)
+    a, b = workers(hot_url, 2)
+    for k, end in enumerate(ends):
+        w = (a, b)[k % 2]
+        with w.turn("s") as cm:
+            kept = w._kept["s"]
+            if k >= 2:
+                assert w.brought("s") == "refreshed"
+                assert not kept.counter.fresh  # everything caught up was counted by the other worker
+            cm.sync(msgs[:end])
+            cm.build(query="which hotel in city 2?")
+        assert kept.version == w.hot.version("s") and kept.toklog == w.hot.client.llen(w.hot.keys("s")[4])
+    assert a.stats["refreshed"] + b.stats["refreshed"] == len(ends) - 2
+
+
 def test_lock_keeps_each_turn_whole(hot_url):
     ws = workers(hot_url, 4)
     errors: list[BaseException] = []

@@ -11,10 +11,13 @@ a worker needs to continue a session it did not serve last, cheaply and consiste
 - the session's **tiers** (message id -> tier), so a worker whose manager is behind applies the
   other workers' compaction without reading the session again;
 - **token counts** of the texts counted in the session (messages and compressed forms, per
-  encoding), so a worker that never saw the session builds its history without re-tokenising;
+  encoding), so a worker that never saw the session builds its history without re-tokenising, and
+  a log of the counts each turn published, so a worker that is behind reads only the new ones;
 - a per-session **lock** (redis-py ``Lock``, with a timeout so a dead worker cannot hold it) around
   one turn, so two workers never interleave one session's turns (``renew_s``: renewed while a long
-  turn runs, e.g. a proxy waiting for the model).
+  turn runs, e.g. a proxy waiting for the model). Taking it also reads the session's state and
+  what other workers logged since (one script, one round trip), and releasing it publishes the
+  turn's token counts (another): a turn costs two round trips besides one per write.
 
 Predictions are not duplicated in Redis: they are stored with each message, so a worker that never
 saw a session reads them with the messages and never re-scores (``tests/test_redis_state.py``
@@ -41,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreError
@@ -128,9 +132,9 @@ class RedisHotState:
 
     def keys(self, session_id: str, encoding: str = DEFAULT_ENCODING) -> list[str]:
         """The session's keys: meta (version, message count), tiers, the log of tier changes, token
-        counts of ``encoding``."""
+        counts of ``encoding`` and the log of the counts each turn published."""
         return [self._key(session_id, "meta"), self._key(session_id, "tiers"), self._key(session_id, "tierlog"),
-                self._key(session_id, f"tok:{encoding}")]
+                self._key(session_id, f"tok:{encoding}"), self._key(session_id, f"toklog:{encoding}")]
 
     @contextmanager
     def _guard(self, what: str) -> Iterator[None]:
@@ -194,7 +198,7 @@ class RedisHotState:
         """Record a write: bump the version (returned), store ``tiers`` (in the tiers hash and as one
         entry of the tier log) and the message count, and refresh the TTL of the session's keys (one
         round trip)."""
-        meta, tk, log_key, tok = self.keys(session_id, encoding)
+        meta, tk, log_key, tok, toklog = self.keys(session_id, encoding)
         with self._guard("record a write"):
             p = self.client.pipeline(transaction=True)
             p.hincrby(meta, "version", 1)
@@ -205,7 +209,7 @@ class RedisHotState:
                 changes = {i: str(Tier(t)) for i, t in tiers.items()}
                 p.hset(tk, mapping=changes)
                 p.rpush(log_key, json.dumps(changes))
-            for k in (meta, tk, log_key, tok):
+            for k in (meta, tk, log_key, tok, toklog):
                 p.pexpire(k, self.ttl_ms)
             return int(p.execute()[0])
 
@@ -223,12 +227,14 @@ class RedisHotState:
     def add_token_counts(self, session_id: str, encoding: str, counts: Mapping[str, int]) -> tuple[int | None, int]:
         """Store token counts (:func:`text_key` -> tokens) and refresh their TTL; returns the
         session's version and the length of its tier log (one round trip)."""
-        k = self._key(session_id, f"tok:{encoding}")
+        k, klog = self._key(session_id, f"tok:{encoding}"), self._key(session_id, f"toklog:{encoding}")
         with self._guard("store token counts"):
             p = self.client.pipeline(transaction=False)
             if counts:
                 p.hset(k, mapping=dict(counts))
-                p.pexpire(k, self.ttl_ms)
+                p.rpush(klog, json.dumps(dict(counts)))
+                for key in (k, klog):
+                    p.pexpire(key, self.ttl_ms)
             p.hget(self._key(session_id, "meta"), "version")
             p.llen(self._key(session_id, "tierlog"))
             *_, v, n = p.execute()
@@ -245,6 +251,62 @@ class RedisHotState:
         with self._guard("read the TTL"):
             ms = self.client.pttl(self._key(session_id, "meta"))
         return None if ms < 0 else ms / 1000
+
+    @contextmanager
+    def turn(self, session_id: str, *, tier_from: int = -1, tok_from: int = -1,
+             encoding: str = DEFAULT_ENCODING) -> Iterator[TurnState]:
+        """Hold the session's lock for one turn, as :meth:`lock`, with the turn's reads and writes in
+        the lock's own round trips: taking the lock reads the session's state, the tier changes from
+        entry ``tier_from`` on and the published token counts from entry ``tok_from`` on (``-1``:
+        none); releasing it publishes :attr:`TurnState.publish` (token counts made in the turn) and
+        reads the version and log lengths back into :attr:`TurnState.after`. Two round trips where
+        :meth:`lock`, :meth:`state`, :meth:`tier_log`, :meth:`add_token_counts` and the release take
+        five.
+
+        Raises:
+            StoreError: as :meth:`lock`; nothing of the turn has run then.
+        """
+        keys = self.keys(session_id, encoding)
+        lk = _TurnLock(self, self._key(session_id, "lock"), keys, tier_from, tok_from)
+        with self._guard("take the session lock"):
+            got = lk.acquire()
+        if not got:
+            raise StoreError(f"session {session_id!r} is busy: another worker held it for more than "
+                             f"{self.lock_wait_s} s; retry")
+        if self.renew_s is not None:
+            self._keep(lk)
+        ts = lk.start
+        try:
+            yield ts
+        finally:
+            with self._held_lock:
+                self._held.pop(lk, None)
+            counts = ts.publish or {}
+            args: list[Any] = [lk.local.token, self.ttl_ms, json.dumps(counts) if counts else ""]
+            for k, v in counts.items():
+                args += [k, v]
+            try:
+                version, tierlog, toklog, released = self._end_script(keys=[lk.name, keys[3], keys[4], keys[0], keys[2]],
+                                                                      args=args)
+                lk.local.token = None
+                ts.after = (None if version is None else int(version)), int(tierlog), int(toklog)
+            except _redis.RedisError as exc:
+                log.warning("cannot publish the turn of session %r or release its lock (%s); the lock expires in "
+                            "%s s", session_id, exc, self.lock_timeout_s)
+                released = 1
+            if not released:
+                log.warning("the lock of session %r expired during a turn (longer than %s s); its hot state is "
+                            "dropped so every worker reads the session again", session_id, self.lock_timeout_s)
+                ts.after = None
+                self.forget(session_id)
+
+    @cached_property
+    def _start_script(self) -> Any:
+        return self.client.register_script(_START_TURN)
+
+    @cached_property
+    def _end_script(self) -> Any:
+        return self.client.register_script(_END_TURN)
 
     @contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
@@ -304,6 +366,90 @@ class RedisHotState:
         self._closing.set()
         if self._own:
             self.client.close()
+
+
+# KEYS: lock, meta, tierlog, toklog; ARGV: token, lock ms, tier log start, token-count log start (-1: none).
+# Takes the lock (as redis-py's Lock does: SET NX PX) and, only then, reads the state.
+_START_TURN = """
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+local tiers, toks = {}, {}
+if tonumber(ARGV[3]) >= 0 then tiers = redis.call('lrange', KEYS[3], ARGV[3], -1) end
+if tonumber(ARGV[4]) >= 0 then toks = redis.call('lrange', KEYS[4], ARGV[4], -1) end
+return {redis.call('hmget', KEYS[2], 'version', 'messages', 'detached', 'gen'), tiers, toks,
+        redis.call('llen', KEYS[3]), redis.call('llen', KEYS[4])}
+"""
+
+# KEYS: lock, token counts, token-count log, meta, tierlog; ARGV: token, TTL ms, the counts as one JSON
+# object ('' when none), then key, count, key, count ... Publishes the counts, releases the lock when
+# it is still this token's (redis-py's release script), reads the version and the logs' lengths.
+_END_TURN = """
+if ARGV[3] ~= '' then
+  for i = 4, #ARGV, 2 do redis.call('hset', KEYS[2], ARGV[i], ARGV[i + 1]) end
+  redis.call('pexpire', KEYS[2], ARGV[2])
+  redis.call('rpush', KEYS[3], ARGV[3])
+  redis.call('pexpire', KEYS[3], ARGV[2])
+end
+local released = 0
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('del', KEYS[1])
+  released = 1
+end
+return {redis.call('hget', KEYS[4], 'version'), redis.call('llen', KEYS[5]), redis.call('llen', KEYS[3]), released}
+"""
+
+
+@dataclass
+class TurnState:
+    """What :meth:`RedisHotState.turn` read when it took the lock, and what the turn publishes.
+
+    Attributes:
+        version, messages, detached, gen: as :meth:`RedisHotState.state`.
+        tier_changes: the tier log's entries from the asked start on (message id -> tier each).
+        tierlog: the tier log's length.
+        counts: the token counts published by turns since the asked start (:func:`text_key` -> tokens).
+        toklog: the token-count log's length.
+        publish: set by the turn: the token counts it made, published when the lock is released.
+        after: set on release: (version, tier log length, token-count log length); ``None`` when
+            the release failed or the lock had expired.
+    """
+
+    version: int | None
+    messages: int | None
+    detached: int
+    gen: str | None
+    tier_changes: list[dict[str, Tier]]
+    tierlog: int
+    counts: dict[str, int]
+    toklog: int
+    publish: dict[str, int] | None = None
+    after: tuple[int | None, int, int] | None = None
+
+
+if _redis is not None:
+    from redis.lock import Lock as _Lock
+
+    class _TurnLock(_Lock):
+        """redis-py's ``Lock`` whose acquisition also reads the session's state (one round trip)."""
+
+        def __init__(self, hot: RedisHotState, name: str, keys: list[str], tier_from: int, tok_from: int) -> None:
+            super().__init__(hot.client, name, timeout=hot.lock_timeout_s,
+                             blocking_timeout=hot.lock_wait_s, sleep=hot.lock_poll_s, thread_local=False)
+            self.hot, self.hot_keys, self.tier_from, self.tok_from = hot, keys, tier_from, tok_from
+            self.start: TurnState | None = None
+
+        def do_acquire(self, token: str) -> bool:
+            meta, _, tierlog, _, toklog = self.hot_keys
+            got = self.hot._start_script(keys=[self.name, meta, tierlog, toklog],
+                                         args=[token, int(self.timeout * 1000), self.tier_from, self.tok_from])
+            if not got:
+                return False
+            (v, n, d, g), tiers, toks, n_tiers, n_toks = got
+            self.start = TurnState(
+                version=None if v is None else int(v), messages=None if n is None else int(n),
+                detached=0 if d is None else int(d), gen=None if g is None else g.decode(),
+                tier_changes=[{i: Tier(t) for i, t in json.loads(r).items()} for r in tiers], tierlog=int(n_tiers),
+                counts={k: int(c) for r in toks for k, c in json.loads(r).items()}, toklog=int(n_toks))
+            return True
 
 
 class HotStore:
@@ -481,6 +627,7 @@ class _Kept:
     counter: SharedTokenCounter
     version: int | None
     tierlog: int = 0  # entries of the session's tier log already applied
+    toklog: int = 0  # entries of the session's token-count log already read
     detached: int = 0  # rebases of the session this manager has seen
     gen: str | None = None  # the generation of the hot state this manager follows
     how: str = "opened"  # how the current turn's manager was brought up to date
@@ -532,30 +679,46 @@ class SharedSessions:
             StoreError: the lock cannot be taken (busy session, Redis down) or the durable store
                 fails; nothing of the turn has run then.
         """
-        with self.hot.lock(session_id):
-            version, count, detached, gen = self.hot.state(session_id)
-            self.store.held[session_id] = count
+        with self._lock:
+            seen = self._kept.get(session_id)
+        logs = (seen.tierlog, seen.toklog) if seen is not None else (-1, -1)
+        with self.hot.turn(session_id, tier_from=logs[0], tok_from=logs[1], encoding=self.encoding) as ts:
+            self.store.held[session_id] = ts.messages
             try:
-                kept = self._current(session_id, version, detached, gen)
+                kept = self._current(session_id, ts, seen)
                 yield kept.cm
                 kept.detached += self.store.rebases.pop(session_id, 0)  # this worker's own rebases
-                self._publish(session_id, kept)
+                ts.publish = kept.counter.take_fresh()
             finally:
                 self.store.held.pop(session_id, None)
                 self.store.rebases.pop(session_id, None)
+        if ts.after is None:  # not published: the next turn reads the session's state again
+            kept.version = None
+        else:
+            kept.version, kept.tierlog, kept.toklog = ts.after
 
-    def _current(self, session_id: str, version: int | None, detached: int = 0, gen: str | None = None) -> _Kept:
+    def _current(self, session_id: str, ts: TurnState, seen: _Kept | None) -> _Kept:
+        """This worker's manager of the session brought up to date with what the lock read (``ts``;
+        its logs were read from the entries after those of ``seen``, the manager kept before the
+        lock was taken)."""
         with self._lock:
             kept = self._kept.get(session_id)
-        if kept is not None and (kept.detached != detached or kept.gen != gen):
+        version = ts.version
+        if kept is not None and (kept.detached != ts.detached or kept.gen != ts.gen):
             kept = None  # another worker rebased, or the hot state was dropped since: read it again
+        if kept is not None and kept is seen:  # the other workers' token counts: no re-tokenising
+            kept.counter.known.update(ts.counts)
+            kept.toklog = ts.toklog
         if kept is not None and version is not None and kept.version == version:
             self.stats["current"] += 1
             kept.how = "current"
             return kept
         if kept is not None and version is not None:  # another worker wrote: catch up
+            if kept is seen:
+                changes, kept.tierlog = ts.tier_changes, ts.tierlog
+            else:  # made by another thread of this worker while this one waited for the lock
+                changes, kept.tierlog = self.hot.tier_log(session_id, kept.tierlog)
             kept.cm.state.catch_up()
-            changes, kept.tierlog = self.hot.tier_log(session_id, kept.tierlog)
             for change in changes:
                 apply_tiers(kept.cm, change, partial=True)
             kept.version = version
@@ -564,14 +727,16 @@ class SharedSessions:
             return kept
         counter = SharedTokenCounter(self.encoding, self.hot.token_counts(session_id, self.encoding))
         cm = self.manager(store=self.store, session_id=session_id, counter=counter, **self.manager_kwargs)
+        detached, gen, tierlog = ts.detached, ts.gen, ts.tierlog
         if version is None:  # no hot state (expired, or never written): publish this manager's
             tiers = {e.msg.id: e.tier for e in cm.history.entries if e.tier != Tier.VERBATIM}
             version = self.hot.bump(session_id, tiers=tiers, messages=len(cm), encoding=self.encoding)
             self.store.held[session_id] = len(cm)
             _, _, detached, gen = self.hot.state(session_id)
+            tierlog = self.hot.tier_log_length(session_id)
         else:
             apply_tiers(cm, self.hot.tiers(session_id))
-        kept = _Kept(cm, counter, version, self.hot.tier_log_length(session_id), detached=detached, gen=gen)
+        kept = _Kept(cm, counter, version, tierlog, toklog=ts.toklog, detached=detached, gen=gen)
         self.stats["opened"] += 1
         with self._lock:
             self._kept[session_id] = kept
@@ -587,13 +752,6 @@ class SharedSessions:
         with self._lock:
             kept = self._kept.get(session_id)
         return None if kept is None else kept.how
-
-    def _publish(self, session_id: str, kept: _Kept) -> None:
-        try:
-            kept.version, kept.tierlog = self.hot.add_token_counts(session_id, self.encoding, kept.counter.take_fresh())
-        except StoreError as exc:
-            log.warning("%s", exc)
-            kept.version = None
 
     def close(self) -> None:
         """Forget every manager and close the store."""
