@@ -371,7 +371,7 @@ class RedisHotState:
 # KEYS: lock, meta, tierlog, toklog; ARGV: token, lock ms, tier log start, token-count log start (-1: none).
 # Takes the lock (as redis-py's Lock does: SET NX PX) and, only then, reads the state.
 _START_TURN = """
-if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and redis.call('get', KEYS[1]) ~= ARGV[1] then return false end
 local tiers, toks = {}, {}
 if tonumber(ARGV[3]) >= 0 then tiers = redis.call('lrange', KEYS[3], ARGV[3], -1) end
 if tonumber(ARGV[4]) >= 0 then toks = redis.call('lrange', KEYS[4], ARGV[4], -1) end
@@ -443,13 +443,22 @@ if _redis is not None:
                                          args=[token, int(self.timeout * 1000), self.tier_from, self.tok_from])
             if not got:
                 return False
+            try:
+                self.start = self._parse(got)
+            except (ValueError, TypeError) as exc:  # the lock is ours: give it back before failing
+                self.lua_release(keys=[self.name], args=[token], client=self.redis)
+                raise StoreError(f"hot state at {self.hot.where}: unreadable session state ({exc}); drop it "
+                                 "with RedisHotState.forget(session_id)") from None
+            return True
+
+        @staticmethod
+        def _parse(got: Any) -> TurnState:
             (v, n, d, g), tiers, toks, n_tiers, n_toks = got
-            self.start = TurnState(
+            return TurnState(
                 version=None if v is None else int(v), messages=None if n is None else int(n),
                 detached=0 if d is None else int(d), gen=None if g is None else g.decode(),
                 tier_changes=[{i: Tier(t) for i, t in json.loads(r).items()} for r in tiers], tierlog=int(n_tiers),
                 counts={k: int(c) for r in toks for k, c in json.loads(r).items()}, toklog=int(n_toks))
-            return True
 
 
 class HotStore:
@@ -714,13 +723,14 @@ class SharedSessions:
             kept.how = "current"
             return kept
         if kept is not None and version is not None:  # another worker wrote: catch up
+            kept.cm.state.catch_up()  # first: when it fails, the next turn reads the same tier changes again
             if kept is seen:
-                changes, kept.tierlog = ts.tier_changes, ts.tierlog
+                changes, tierlog = ts.tier_changes, ts.tierlog
             else:  # made by another thread of this worker while this one waited for the lock
-                changes, kept.tierlog = self.hot.tier_log(session_id, kept.tierlog)
-            kept.cm.state.catch_up()
+                changes, tierlog = self.hot.tier_log(session_id, kept.tierlog)
             for change in changes:
                 apply_tiers(kept.cm, change, partial=True)
+            kept.tierlog = tierlog
             kept.version = version
             self.stats["refreshed"] += 1
             kept.how = "refreshed"
