@@ -268,13 +268,7 @@ class RedisHotState:
         """
         keys = self.keys(session_id, encoding)
         lk = _TurnLock(self, self._key(session_id, "lock"), keys, tier_from, tok_from)
-        with self._guard("take the session lock"):
-            got = lk.acquire()
-        if not got:
-            raise StoreError(f"session {session_id!r} is busy: another worker held it for more than "
-                             f"{self.lock_wait_s} s; retry")
-        if self.renew_s is not None:
-            self._keep(lk)
+        self._take(lk, session_id)
         ts = lk.start
         try:
             yield ts
@@ -300,6 +294,20 @@ class RedisHotState:
                 ts.after = None
                 self.forget(session_id)
 
+    def _take(self, lk: Any, session_id: str) -> None:
+        """Acquire ``lk`` (waiting up to ``lock_wait_s``) and keep it renewed when ``renew_s`` is set.
+
+        Raises:
+            StoreError: the session stayed busy, or Redis is unreachable.
+        """
+        with self._guard("take the session lock"):
+            got = lk.acquire()
+        if not got:
+            raise StoreError(f"session {session_id!r} is busy: another worker held it for more than "
+                             f"{self.lock_wait_s} s; retry")
+        if self.renew_s is not None:
+            self._keep(lk)
+
     @cached_property
     def _start_script(self) -> Any:
         return self.client.register_script(_START_TURN)
@@ -318,13 +326,7 @@ class RedisHotState:
         """
         lk = self.client.lock(self._key(session_id, "lock"), timeout=self.lock_timeout_s,
                               blocking_timeout=self.lock_wait_s, sleep=self.lock_poll_s, thread_local=False)
-        with self._guard("take the session lock"):
-            got = lk.acquire()
-        if not got:
-            raise StoreError(f"session {session_id!r} is busy: another worker held it for more than "
-                             f"{self.lock_wait_s} s; retry")
-        if self.renew_s is not None:
-            self._keep(lk)
+        self._take(lk, session_id)
         try:
             yield
         finally:
