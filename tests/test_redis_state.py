@@ -224,6 +224,44 @@ def test_busy_session_is_a_store_error(hot_url):
     assert b.store.count("s") == 0
 
 
+def test_a_turn_that_outlives_its_lock_drops_the_hot_state(hot_url):
+    """Without renewal a turn longer than ``lock_timeout_s`` loses its lock: another worker may have
+    run a turn meanwhile, so the hot state is dropped and every worker reads the store again."""
+    a, b = workers(hot_url, 2, hot={"lock_timeout_s": 0.2})
+    with a.turn("s") as cm:
+        cm.add({"role": "user", "content": "first question"})
+    assert a.hot.version("s") is not None and a._kept["s"].version is not None
+    with a.turn("s") as cm:
+        cm.add({"role": "user", "content": "asked during a slow turn"})
+        time.sleep(0.5)
+        assert a.hot.client.exists(a.hot._key("s", "lock")) == 0  # expired while the turn ran
+    assert a.hot.version("s") is None and a._kept["s"].version is None
+    with b.turn("s") as cm:  # nothing lost: the durable store has both messages
+        assert [m.content for m in cm.messages] == ["first question", "asked during a slow turn"]
+    assert b.brought("s") == "opened"
+    with a.turn("s") as cm:
+        assert [m.content for m in cm.messages] == ["first question", "asked during a slow turn"]
+    assert a.brought("s") == "opened"
+
+
+def test_a_renewed_lock_outlives_its_timeout_and_keeps_the_hot_state(hot_url):
+    """With ``renew_s`` a turn longer than ``lock_timeout_s`` (a proxy waiting for the model) keeps
+    its lock: another worker finds the session busy, and the hot state stays."""
+    a, = workers(hot_url, 1, hot={"lock_timeout_s": 0.3, "renew_s": 10.0})
+    b, = workers(hot_url, 1, hot={"lock_wait_s": 0.2})
+    with a.turn("s") as cm:
+        cm.add({"role": "user", "content": "first question"})
+        time.sleep(0.9)  # three timeouts
+        with pytest.raises(StoreError, match="busy"), b.turn("s"):
+            pass
+        cm.add({"role": "assistant", "content": "answered after a long wait"})
+    version = a.hot.version("s")
+    assert version is not None and a._kept["s"].version == version
+    with b.turn("s") as cm:
+        assert [m.content for m in cm.messages] == ["first question", "answered after a long wait"]
+    assert b.store.count("s") == 2
+
+
 @pytest.mark.parametrize("name", ["ttl_s", "lock_timeout_s", "lock_wait_s", "lock_poll_s"])
 def test_times_must_be_positive_seconds(name):
     with pytest.raises(ConfigError, match=f"{name} must be positive seconds, got 0"):
