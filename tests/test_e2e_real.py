@@ -39,6 +39,16 @@ def distinctive_phrase(text: str, others: list[str]) -> str | None:
     return None
 
 
+def assert_calls_paired(messages: list[dict]) -> None:
+    """No tool result without its call right before it (or after other results of the same call)."""
+    calls: set[str] = set()
+    for out in messages:
+        if out["role"] == "tool":
+            assert out["tool_call_id"] in calls, "tool result separated from its call"
+        else:
+            calls = {c["id"] for c in out.get("tool_calls") or ()}
+
+
 def check_session(messages: list[dict], budget: int) -> None:
     cm = ContextManager(budget=budget, scorer="rules")
     for m in messages:
@@ -52,13 +62,7 @@ def check_session(messages: list[dict], budget: int) -> None:
         sent = [m for m in win.messages if m["role"] != "system" or not m["content"].startswith("[archived")]
         assert all(any(s.get("content") == o.content for s in sent) for d, o in zip(win.decisions, cm.messages, strict=True)
                    if d.pinned)
-        # no tool result without its call right before it (or after other results of the same call)
-        calls: set[str] = set()
-        for out in win.messages:
-            if out["role"] == "tool":
-                assert out["tool_call_id"] in calls, "tool result separated from its call"
-            else:
-                calls = {c["id"] for c in out.get("tool_calls") or ()}
+        assert_calls_paired(win.messages)
         assert len(by_id) == len(cm)
     win = cm.build()
     archived = [d for d in win.decisions if d.tier == "archived"]
@@ -71,6 +75,7 @@ def check_session(messages: list[dict], budget: int) -> None:
         if phrase is None:
             continue  # nothing distinctive in it (for example an empty tool result)
         paged = cm.build(query=phrase)
+        assert_calls_paired(paged.messages)
         assert cm.search(phrase, k=12) and d.id in [h["id"] for h in cm.search(phrase, k=12)], (d.id, phrase)
         if d.id in paged.paged_in:
             checked += 1

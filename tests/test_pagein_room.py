@@ -117,3 +117,93 @@ def test_a_hit_may_collapse_the_stub_note_into_one_line_for_its_build():
     assert len(lines) == 1 and f" {archived} earlier messages " in lines[0]
     assert win.tokens <= 220
     assert cm.build().messages == before.messages
+
+
+def agent_loop(turns: int) -> list[dict]:
+    """A tool-using agent: each turn a request, a search call, its JSON result and a short answer."""
+    import json
+
+    out = [{"role": "system", "content": "You are a booking agent."}]
+    for t in range(turns):
+        out.append({"role": "user", "content": f"Find flights to city {t} on 2024-05-{1 + t % 28:02d}, please."})
+        out.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"call_{t}", "type": "function",
+                    "function": {"name": "search_flights", "arguments": json.dumps({"city": f"city {t}"})}}]})
+        out.append({"role": "tool", "tool_call_id": f"call_{t}", "content": json.dumps(
+            [{"flight": f"XY{t}{k:02d}", "price": 100 + 7 * k + t, "seats": k % 5} for k in range(12)])})
+        out.append({"role": "assistant", "content": f"Flight XY{t}00 to city {t} costs ${100 + t}."})
+    return out
+
+
+def test_a_unit_left_out_for_one_hit_comes_back_whole_for_a_later_hit():
+    # the best hit makes room by leaving out the lowest-value unit, a search call with its result;
+    # the second hit is that result: shown, it brings its call back (a tool result without its call
+    # is a request the OpenAI API refuses)
+    import numpy as np
+
+    from ctxscore.store.retrieval import Hit
+    from ctxscore.window.pagein import plan_page_in
+
+    cm = ContextManager(scorer="rules", budget=4000)
+    cm.extend(agent_loop(30))
+    cm.build()
+    h, st = cm.history, cm.state
+    call = next(i for i, e in enumerate(h.entries) if e.msg.tool_calls and e.tier == "archived")
+    result = call + 1
+    assert h.units[h.entries[call].unit] == [call, result]
+    for i in (call, result):  # in the conversation, compacted: a unit page-in may leave out
+        st.forms.set_tier(h, i, "structured")
+    answer = max(i for i, e in enumerate(h.entries) if e.tier == "archived" and e.msg.role == "assistant"
+                 and not e.msg.tool_calls)
+    values = np.full(len(h.entries), 0.9)
+    values[[call, result]] = 0.05  # the first unit the best hit's room leaves out
+    values[answer] = 0.8
+    hits = [Hit(h.entries[i].msg.id, i, 1.0 / (k + 1), "", frozenset({"keyword"})) for k, i in enumerate((answer, result))]
+    plan = plan_page_in(hits, h, values, st.forms, Policy(), h.msg_tokens + 60)
+    assert answer in plan.shown and result in plan.shown  # both placed; the first made room
+    assert plan.evicted, "the best hit was meant to leave a unit out"
+    assert call not in plan.evicted and result not in plan.evicted
+    for i in plan.evicted:  # whatever is left out is left out whole
+        assert set(h.units[h.entries[i].unit]) <= plan.evicted
+
+
+def unpaired_results(messages: list[dict]) -> list[str]:
+    """Call ids of the tool results in ``messages`` that do not follow their call (or the other
+    results of the same call)."""
+    calls: set[str] = set()
+    bad = []
+    for m in messages:
+        if m["role"] == "tool":
+            if m["tool_call_id"] not in calls:
+                bad.append(m["tool_call_id"])
+        else:
+            calls = {c["id"] for c in m.get("tool_calls") or ()}
+    return bad
+
+
+def test_page_in_with_the_learned_scorer_never_sends_a_tool_result_without_its_call():
+    # an agent loop built with the last request as the query at every turn (as the proxy does), with
+    # the packaged scorer's ranker ordering the hits; before the fix turn 21 sent call_8's result alone
+    import json
+    import random
+
+    rng = random.Random(7)
+    cm = ContextManager(budget=8000, scorer="auto")
+    big = "\n".join(f"line {i}: value={i * i} path=/srv/app/mod_{i}.py status={'ERROR' if i % 50 == 0 else 'ok'}"
+                    for i in range(1500))
+    msgs: list[dict] = [{"role": "system", "content": "You are a coding agent. You must never delete files under /etc."}]
+    paged = 0
+    for t in range(60):
+        ask = (f"Run the tests again for module mod_{t}. The secret token is TK-{t:04d}." if rng.random() < 0.5
+               else f"Turn {t}: what's the status?")
+        msgs.append({"role": "user", "content": ask})
+        if rng.random() < 0.3:
+            msgs.append({"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{t}", "type": "function",
+                         "function": {"name": "run", "arguments": json.dumps({"cmd": f"pytest tests/test_{t}.py"})}}]})
+            msgs.append({"role": "tool", "tool_call_id": f"call_{t}",
+                         "content": big if t % 10 == 0 else json.dumps({"passed": t, "failed": t % 3})})
+        cm.sync(msgs)
+        win = cm.build(query=ask)
+        paged += bool(win.paged_in)
+        assert not unpaired_results(win.messages), (t, unpaired_results(win.messages))
+        msgs.append({"role": "assistant", "content": f"ok {t}"})
+    assert paged >= 10  # the loop pages in: what it checks happened

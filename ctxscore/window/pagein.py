@@ -303,10 +303,17 @@ class _Planner:
         for hid, hit in cands:  # the rest of the window's outdated statements: what replaced them, in the room left
             if entries[ids[hid]].tier == Tier.VERBATIM and entries[hit].unit not in self.done and hit not in self.shown:
                 self.companion(hid, entries[hit].unit, hit)
-        return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
+        return PageInPlan(shown=self.shown, evicted=self.whole_units(self.evicted - set(self.shown)),
                           unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed,
                           in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
                           stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed)
+
+    def whole_units(self, evicted: set[int]) -> frozenset[int]:
+        """The entries of ``evicted`` whose whole unit is evicted. A unit is left out whole or not at
+        all: a later hit shown from a unit an earlier hit's room evicted (a tool result whose call was
+        left out) brings the rest of the unit back, so that no tool result is sent without its call."""
+        units = self.h.units
+        return frozenset(i for i in evicted if all(j in evicted for j in units[self.h.entries[i].unit]))
 
     def place(self, hid: str, hit: int) -> None:
         """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit; then
