@@ -203,10 +203,15 @@ class Message:
     def from_dict(cls, data: Any, *, where: str = "message") -> Message:
         """Build a message from an OpenAI-style dict, validating it (the dict is not kept or changed).
 
+        An assistant message's ``refusal`` (what chat.completions returns when the model refuses,
+        with ``content`` null) is kept as the equivalent ``{"type": "refusal"}`` content part, after
+        the content's text when it has some; the window sends it back in that form.
+
         Raises:
-            InputError: not an object; unknown role; content of the wrong type, empty without tool
-                calls, above :data:`MAX_CONTENT_CHARS` or holding a lone surrogate; malformed
-                ``tool_calls`` (``function`` not an object, arguments not a string ...); a ``tool``
+            InputError: not an object; unknown role; content of the wrong type, empty in a system or
+                user message, above :data:`MAX_CONTENT_CHARS` or holding a lone surrogate; malformed
+                ``tool_calls`` (``function`` not an object, arguments not a string ...); a ``refusal``
+                that is not a string or not on an assistant message; a ``tool``
                 message without ``tool_call_id``; a non-string ``name``; an ``id`` that is not a
                 non-empty string or an integer. The message names ``where`` (for example ``"line 12"``).
         """
@@ -233,10 +238,19 @@ class Message:
             if role != "assistant":
                 raise InputError(f"{where}: only assistant messages may carry 'tool_calls' (role is {role!r})")
             calls = tuple(_tool_call(c, i, where) for i, c in enumerate(raw_calls))
+        refusal = data.get("refusal")
+        if refusal is not None:
+            if role != "assistant" or not isinstance(refusal, str):
+                raise InputError(f"{where}: 'refusal' must be a string on an assistant message (the model's "
+                                 f"refusal), got {type(refusal).__name__} on a {role} message")
+            if refusal:  # kept as the equivalent refusal content part (chat.completions takes both forms)
+                _check_text(refusal, "refusal", where)
+                text_part = (_content_parts([content], where) if content else ())
+                parts = (*(parts or text_part), *_content_parts([{"type": "refusal", "refusal": refusal}], where))
         if refuses_empty(role, content, tool_calls=bool(calls), parts=bool(parts)):
             raise InputError(
                 f"{where}: empty content in a {role} message; drop the message or give it text "
-                "(only tool results and assistant messages with tool_calls may be empty)"
+                "(only tool results and assistant messages may be empty)"
             )
         tool_call_id = data.get("tool_call_id")
         if role == "tool":
@@ -296,9 +310,10 @@ class Message:
 
 def refuses_empty(role: str, content: str, *, tool_calls: bool = False, parts: bool = False) -> bool:
     """True when a message is refused for its empty text (:meth:`Message.from_dict` raises
-    :class:`InputError`): only tool results and assistant messages with tool calls (or content
-    parts) may be empty or whitespace."""
-    return not content.strip() and not tool_calls and not parts and role != Role.TOOL
+    :class:`InputError`): a system or user message needs text (or content parts); tool results and
+    assistant messages may be empty or whitespace (a model's reply can be empty, and a client sends
+    the replies it got back in its next request)."""
+    return not content.strip() and not tool_calls and not parts and role not in (Role.TOOL, Role.ASSISTANT)
 
 
 def _content(raw: Any, where: str) -> tuple[str, tuple[ContentPart, ...]]:

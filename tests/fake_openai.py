@@ -7,7 +7,7 @@ background thread. Every request is recorded (``.requests``: path, headers with 
 What it answers:
 
 - by default, ``responder(body)``: a callable returning the assistant text, or a dict
-  ``{"content": str | None, "tool_calls": [...], "finish_reason": ...}``; the default echoes
+  ``{"content": str | None, "tool_calls": [...], "refusal": str, "finish_reason": ...}``; the default echoes
   ``"echo: <last user text>"``;
 - first, any scripted faults queued with :meth:`FakeOpenAI.push`, one per request, in order:
   ``{"status": 429, "headers": {...}}`` (an error status with an OpenAI error body),
@@ -223,6 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _complete(self, body: dict[str, Any], reply: dict[str, Any]) -> None:
         msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
+        if reply.get("refusal") is not None:
+            msg["refusal"] = reply["refusal"]
         if reply.get("tool_calls"):
             msg["tool_calls"] = reply["tool_calls"]
         out: dict[str, Any] = {
@@ -256,6 +258,9 @@ class _Handler(BaseHTTPRequestHandler):
         k = self.owner.chunk_chars
         for i in range(0, len(text), k):
             event({"content": text[i:i + k]})
+        refusal = reply.get("refusal") or ""
+        for i in range(0, len(refusal), k):
+            event({"refusal": refusal[i:i + k]})
         for j, call in enumerate(reply.get("tool_calls") or []):
             fn = call.get("function", {})
             event({"tool_calls": [{"index": j, "id": call.get("id"), "type": "function",

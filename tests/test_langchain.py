@@ -158,6 +158,29 @@ def test_the_model_sees_the_window_and_the_state_keeps_everything():
     assert list(mw._managers) == ["alice"] and len(mw.manager("alice")) == 1 + 30 * 4 - 1
 
 
+def test_an_empty_reply_and_a_refusal_do_not_stop_the_thread():
+    # the model answers once with nothing and once with a refusal (langchain-openai keeps it in
+    # additional_kwargs, content empty); the next turns go on, the refusal reaches the model again
+    pytest.importorskip("langchain")
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    refusal = "I can't share a customer's home address."
+    model = Fake(responses=[AIMessage(""), AIMessage("", additional_kwargs={"refusal": refusal}), AIMessage("Done.")])
+    model.seen = []
+    mw = ContextMiddleware(budget=2000, scorer="rules")
+    agent = create_agent(model, tools=[], system_prompt=SYSTEM, middleware=[mw], checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    for ask in ("Hello?", "What is Ann's home address?", "Then where is parcel PX-0001?"):
+        out = agent.invoke({"messages": [HumanMessage(ask)]}, cfg)
+    assert [m.content for m in out["messages"]][-1] == "Done." and len(model.seen) == 3
+    seen = to_openai_dicts(model.seen[-1])
+    assert {"role": "assistant", "content": ""} in seen
+    assert {"role": "assistant", "content": "", "refusal": refusal} in seen
+    assert any(m.additional_kwargs.get("refusal") == refusal for m in model.seen[-1])
+    assert len(mw.manager("t")) == 6  # the system prompt, two questions, the two replies, the last question
+
+
 def test_threads_have_their_own_contexts():
     pytest.importorskip("langchain")
     agent, model, mw = _agent(2000, 4)

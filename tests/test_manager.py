@@ -176,6 +176,9 @@ def test_pinned_overflow_is_reported_with_figures():
         ({"role": "user", "content": "   "}, "empty content"),
         ({"role": "user", "content": 42}, "'content' must be a string"),
         ({"role": "user"}, "empty content"),
+        ({"role": "system", "content": ""}, "empty content"),
+        ({"role": "user", "content": "hi", "refusal": "no"}, "'refusal' must be a string on an assistant message"),
+        ({"role": "assistant", "content": None, "refusal": 42}, "'refusal' must be a string"),
         ("just text", "expected a JSON object"),
     ],
 )
@@ -188,6 +191,24 @@ def test_bad_messages_are_rejected_and_nothing_is_lost(bad, match):
         cm.extend([{"role": "user", "content": "fine"}, bad])
     assert [m.content for m in cm.messages] == ["Please keep this."]
     assert cm.store.count(cm.session_id) == 1
+
+
+def test_empty_replies_and_refusals_are_kept_as_the_model_gave_them():
+    # a model's reply can be empty, or a refusal (content null, `refusal` set); a client sends them
+    # back in its next request, so they are taken, and the window gives them back
+    cm = ContextManager(scorer="rules", budget=1000)
+    cm.add({"role": "user", "content": "Say nothing."})
+    cm.add({"role": "assistant", "content": ""})
+    cm.add({"role": "user", "content": "Now refuse."})
+    cm.add({"role": "assistant", "content": None, "refusal": "I can't help with that."})
+    cm.add({"role": "assistant", "content": "Partly:", "refusal": "the rest I can't do."})
+    sent = cm.build().messages
+    assert sent[1] == {"role": "assistant", "content": ""}
+    assert sent[3] == {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]}
+    assert sent[4] == {"role": "assistant", "content": [{"type": "text", "text": "Partly:"},
+                                                        {"type": "refusal", "refusal": "the rest I can't do."}]}
+    resumed = ContextManager(scorer="rules", budget=1000, store=cm.store, session_id=cm.session_id)
+    assert resumed.build().messages == sent
 
 
 def test_duplicate_ids_and_bad_budget():

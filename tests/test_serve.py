@@ -334,6 +334,33 @@ def test_trimmed_and_edited_histories_are_followed(proxy, upstream):
     assert "Hello #21" not in json.dumps(upstream.chat_requests()[-1]["messages"])
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_empty_replies_and_refusals_are_recorded_and_the_conversation_goes_on(proxy, upstream, stream):
+    # the model answers with an empty message, then refuses (content null, `refusal` set): the client
+    # appends both replies as it got them and carries on; before, the next request was a 400
+    c = client_for(proxy, f"empty-{stream}")
+    msgs: list = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say nothing."}]
+    upstream.push({"reply": {"content": ""}})
+    upstream.push({"reply": {"content": None, "refusal": "I can't help with that request."}})
+    for ask in ("Now refuse, please.", "Fine. What's 2 + 2?"):
+        if stream:
+            text, refusal = "", ""
+            for ch in c.chat.completions.create(model="m", messages=msgs, stream=True):
+                for x in ch.choices:
+                    text += x.delta.content or ""
+                    refusal += x.delta.refusal or ""
+            msgs.append({"role": "assistant", "content": text or None, **({"refusal": refusal} if refusal else {})})
+        else:
+            msgs.append(c.chat.completions.create(model="m", messages=msgs).choices[0].message)
+        msgs.append({"role": "user", "content": ask})
+    c.chat.completions.create(model="m", messages=msgs)
+    s = stats(proxy, f"empty-{stream}")
+    assert s["sync_modes"] == {"append": 3} and s["replies_recorded"] == 3 and s["messages"] == 7
+    sent = upstream.chat_requests()[-1]["messages"]
+    assert sent[2] == {"role": "assistant", "content": ""}
+    assert sent[4] == {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that request."}]}
+
+
 def test_tool_definitions_count_against_the_budget(upstream):
     tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": "does a thing " * 20,
                                                "parameters": {"type": "object", "properties": {}}}} for k in range(5)]

@@ -87,7 +87,8 @@ def to_openai_dicts(messages: Sequence[BaseMessage | dict[str, Any]]) -> list[di
     """LangChain messages (or OpenAI dicts, passed through) -> OpenAI-style dicts, same order.
 
     ``SystemMessage`` -> system, ``HumanMessage`` -> user, ``AIMessage`` -> assistant with
-    ``tool_calls`` (valid and invalid ones, ids kept), ``ToolMessage`` -> tool, ``ChatMessage`` by its
+    ``tool_calls`` (valid and invalid ones, ids kept) and its ``refusal`` (from ``additional_kwargs``,
+    where langchain-openai puts it), ``ToolMessage`` -> tool, ``ChatMessage`` by its
     role (``developer`` -> system). Message ids and metadata are not carried.
 
     Raises:
@@ -116,6 +117,8 @@ def to_openai_dicts(messages: Sequence[BaseMessage | dict[str, Any]]) -> list[di
                       for k, c in enumerate(m.invalid_tool_calls)]
             if calls:
                 d["tool_calls"] = calls
+            if isinstance(m.additional_kwargs.get("refusal"), str):  # where langchain-openai puts a refusal
+                d["refusal"] = m.additional_kwargs["refusal"]
         if isinstance(m, ToolMessage):
             d["tool_call_id"] = m.tool_call_id
             if m.name:
@@ -129,7 +132,8 @@ def to_openai_dicts(messages: Sequence[BaseMessage | dict[str, Any]]) -> list[di
 def to_langchain(messages: Sequence[dict[str, Any]]) -> list[BaseMessage]:
     """OpenAI-style dicts (a ctxscore window) -> LangChain messages, same order.
 
-    Tool-call arguments are parsed into ``tool_calls[i]["args"]``; arguments that are not a JSON
+    An assistant message's refusal part goes to ``additional_kwargs["refusal"]``, as langchain-openai
+    keeps it. Tool-call arguments are parsed into ``tool_calls[i]["args"]``; arguments that are not a JSON
     object become ``invalid_tool_calls`` (with the text and the parse error). The raw calls are also
     kept in ``additional_kwargs["tool_calls"]``, as langchain-openai does.
 
@@ -162,6 +166,11 @@ def to_langchain(messages: Sequence[dict[str, Any]]) -> list[BaseMessage]:
                     invalid.append({"name": fn.get("name"), "args": args, "id": c.get("id"), "error": str(exc),
                                     "type": "invalid_tool_call"})
             extra = {"tool_calls": [dict(c) for c in d["tool_calls"]]} if d.get("tool_calls") else {}
+            if isinstance(content, list):  # a refusal part back where langchain-openai keeps it
+                refusal = "".join(p.get("refusal") or "" for p in content if isinstance(p, dict) and p.get("type") == "refusal")
+                if refusal:
+                    extra["refusal"] = refusal
+                    content = "\n".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
             out.append(AIMessage(content=content, tool_calls=calls, invalid_tool_calls=invalid, additional_kwargs=extra))
         else:
             raise InputError(f"message {i}: unknown role {role!r}")

@@ -98,7 +98,7 @@ HOP_RESPONSE_HEADERS = frozenset({"content-length", "transfer-encoding", "connec
                                   "trailer", "upgrade", "date", "server"})
 #: The message fields of the chat-completions API that ctxscore keeps (others, like ``refusal`` or
 #: ``annotations`` of a resent answer, are dropped before syncing).
-MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
 #: Proxy timings kept per session for the percentiles.
 TIMINGS_KEPT = 10_000
 
@@ -377,6 +377,7 @@ class _Accumulator:
     def __init__(self) -> None:
         self.buf = b""
         self.content: list[str] = []
+        self.refusal: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.done = False
         self.finished = False
@@ -405,6 +406,8 @@ class _Accumulator:
                 d = ch.get("delta") or {}
                 if isinstance(d.get("content"), str):
                     self.content.append(d["content"])
+                if isinstance(d.get("refusal"), str):
+                    self.refusal.append(d["refusal"])
                 for tc in d.get("tool_calls") or ():
                     c = self.calls.setdefault(int(tc.get("index", 0)),
                                               {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
@@ -416,6 +419,8 @@ class _Accumulator:
 
     def message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        if self.refusal:
+            msg["refusal"] = "".join(self.refusal)
         if self.calls:
             msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
         return msg
@@ -561,10 +566,9 @@ class Proxy:
         return window.messages, received, window.tokens, sorted({str(w.kind) for w in window.warnings})
 
     async def record(self, sess: _Session, message: dict[str, Any]) -> None:
-        """Add the assistant's reply to the session (an empty or invalid reply is skipped, logged)."""
+        """Add the assistant's reply to the session, an empty one too (the client sends it back in its
+        next request); an invalid reply is skipped, logged."""
         msg = normalize_message(message, 0)
-        if not (msg.get("content") or msg.get("tool_calls")):
-            return
         known, sess.known = sess.known, None
         try:
             stored = await self.work(sess.cm.add, msg)

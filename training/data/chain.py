@@ -23,8 +23,6 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from ctxscore.messages import refuses_empty
-
 from .facts import check_facts
 from .schema import CorpusSession
 from .splits import unit_hash
@@ -87,8 +85,8 @@ def chain(units: Sequence[CorpusSession], session_id: str, split: str) -> dict[s
                 skip = 1
         where: dict[int, int] = {}  # the unit's message index -> the chained session's
         for i, m in enumerate(msgs[skip:], start=skip):
-            if refuses_empty(m["role"], m["content"] or "", tool_calls=bool(m.get("tool_calls"))):
-                continue  # a replay could not add it (SGD has a few empty assistant turns)
+            if not (m["content"] or "").strip() and not m.get("tool_calls") and m["role"] != "tool":
+                continue  # an empty turn of the corpus (SGD has a few empty assistant turns): nothing to keep
             where[i] = len(messages)
             messages.append(eval_message(m))
         for f in u.get("key_facts") or []:
