@@ -100,7 +100,10 @@ def test_a_page_in_that_finds_no_room_shows_the_instructions_condensed_for_that_
     roomier = pinned + 90  # the stub note collapsed into its one line makes room: the instruction stays verbatim
     asked = cm.build(query="What is my conference badge code?", budget=roomier)
     assert "ZX-4412" in str(asked.messages) and REQUEST in str(asked.messages) and asked.tokens <= roomier
-    assert len(stubs(asked)) == 1 and len(stubs(cm.build(budget=roomier))) > 1
+    assert len(stubs(asked)) == 1
+    plain = cm.build(budget=roomier)  # without a query the note does not fit whole either: its one line too
+    assert len(stubs(plain)) == 1 and plain.tokens <= roomier
+    assert len(stubs(cm.build(budget=roomier + 200))) > 1  # collapsed for those builds only
     budget = pinned + 60  # the instruction leaves no room for the message that holds the code, even with the note collapsed
     plain = cm.build(budget=budget)
     assert "ZX-4412" not in str(plain.messages) and REQUEST in str(plain.messages)
@@ -114,3 +117,37 @@ def test_a_page_in_that_finds_no_room_shows_the_instructions_condensed_for_that_
     again = cm.build(budget=budget)  # tiers did not change: the next build without a query is the same
     assert again.messages == plain.messages
     assert cm.history.entries[1].tier == "verbatim" and not cm.history.condensed
+
+
+def questions_chat(turns: int, seed: int = 5) -> list[dict]:
+    """A long chat of separate questions with short answers: no task ever ends, so every question
+    stays an instruction of the active task."""
+    import random
+
+    rng = random.Random(seed)
+    asks = ["What's the weather going to be like in {c} tomorrow?", "Can you find me a cheap restaurant in {c}?",
+            "How do I get from the airport to downtown {c}?", "Is the museum in {c} open on Mondays?"]
+    cities = ["Paris", "Lisbon", "Kyoto", "Denver", "Oslo", "Cairo"]
+    answers = ["It depends on the season.", "Prices vary a lot.", "Booking ahead is wise.", "Public transport is reliable."]
+    out = [{"role": "system", "content": "You are a helpful travel assistant."}]
+    for _ in range(turns):
+        out.append({"role": "user", "content": rng.choice(asks).format(c=rng.choice(cities))})
+        out.append({"role": "assistant", "content": "Here is what I found: " + " ".join(rng.choice(answers) for _ in range(3))})
+    return out
+
+
+def test_instructions_that_pile_up_give_way_to_the_recent_turns_and_the_window_fits():
+    # 150 questions of one never-ending task: before, the pins filled the budget, the recent turns
+    # and the stub note went on top, and 170 of 300 windows were over the budget
+    cm = ContextManager(scorer="rules", budget=1000)
+    for m in questions_chat(150):
+        cm.add(m)
+        win = cm.build()
+        assert win.tokens <= 1000, (len(cm), win.tokens, [str(w) for w in win.warnings])
+    h = cm.history
+    asked = [i for i, e in enumerate(h.entries) if e.msg.role == "user"]
+    assert h.entries[asked[-1]].pinned  # the newest question stays pinned
+    released = [i for i in asked if not h.entries[i].pinned]
+    assert len(released) > 50 and released[:10] == asked[:10]  # the oldest ones gave way
+    assert h.pinned_tokens + h.recent_tokens(3) <= 1000
+    assert "[archived" in win.messages[1]["content"]  # the archived questions keep their note

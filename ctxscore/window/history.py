@@ -190,8 +190,8 @@ class History:
         and never archived) that compete by value, as a finished task's instructions do.
 
         Args:
-            limit: the most tokens pinned entries may hold (the budget less reply priming and the
-                layers' sections).
+            limit: the most tokens pinned entries may hold (the budget less reply priming, the
+                layers' sections, the recent turns and the stub note's collapsed line).
 
         Returns:
             The indices released, oldest first (empty when pinned content fits or only the newest
@@ -285,6 +285,19 @@ class History:
             for u, members in self.units.items()
             if u != last_unit and all(not entries[i].pinned and entries[i].turn_no <= cutoff for i in members)
         }
+
+    def recent_tokens(self, k: int) -> int:
+        """Tokens the unpinned entries of the last ``k`` turns hold in their current forms (what
+        recency protection keeps beside the pinned content); 0 when ``k`` is 0."""
+        if k <= 0:
+            return 0
+        cutoff, n = self.turn_no - k, 0
+        for e in reversed(self.entries):
+            if e.turn_no <= cutoff:
+                break
+            if not e.pinned and e.tier != Tier.ARCHIVED:
+                n += e.cur_tokens
+        return n
 
     def unit_category(self, members: list[int]) -> str:
         """The strongest tier category among a unit's members (:attr:`Entry.tier_category`)."""

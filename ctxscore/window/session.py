@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -98,9 +99,16 @@ class SessionState:
             for layer in self.layers:
                 layer.on_add(added)
 
-    def build(self, query: str | None, B: int, hits: list[Hit], warns: list[WindowWarning]) -> ContextWindow:
-        """One build at budget ``B`` (tokens) for ``query`` with its search ``hits`` (best first)."""
+    def build(self, query: str | None, B: int, hits: list[Hit], warns: list[WindowWarning],
+              retry: bool = True) -> ContextWindow:
+        """One build at budget ``B`` (tokens) for ``query`` with its search ``hits`` (best first).
+
+        A window over the budget although pinned content fits (the active task's instructions pile
+        up, as in a long chat of separate questions that never ends a task) releases the task's
+        older instructions until pinned content, the recent turns in their current forms and the
+        stub note's one line fit, and is built again once (``retry``)."""
         pol, h = self.policy, self.history
+        given = list(warns)
         relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
         vals, rel = self.values.values(h, relevance)
         reserved = self._reserved(query, B, vals)
@@ -138,6 +146,15 @@ class SessionState:
                 window = self._assemble(query, B, plan, vals, rel, warns)
         if (plan.shown or plan.evicted) and window.tokens > pol.page_in_limit * B:
             window, plan = fit_page_in(plan, pol.page_in_limit * B, lambda pl: self._assemble(query, B, pl, vals, rel, warns))
+        if window.tokens > B and not plan.stubs_collapsed and h.stub_tokens > tiers.COLLAPSED_LINE_TOKENS:
+            # pinned content and the recent turns leave the stub note no room: its one line for this build
+            plan = replace(plan, stubs_collapsed=True)
+            window = self._assemble(query, B, plan, vals, rel, warns)
+        if (retry and window.tokens > B and h.pinned_tokens <= limit
+                and h.release_instructions(limit - h.recent_tokens(pol.recent_turns) - tiers.COLLAPSED_LINE_TOKENS)):
+            self.stuck = None
+            warns[:] = given
+            return self.build(query, B, hits, warns, retry=False)
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
         for w in warns:
