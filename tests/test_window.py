@@ -18,6 +18,25 @@ from ctxscore.window.layers import Layer
 from ctxscore.window.tiers import plan_compaction
 
 
+def test_the_recalled_note_counts_as_its_section_wherever_it_stands():
+    # the note of a page-in stands before the last unit, inside the conversation; the sections still
+    # say what it holds (before, the recent section counted it and the recalled one showed 0)
+    cm = ContextManager(scorer="rules", budget=800)
+    cm.extend([{"role": "system", "content": "You are a concierge."},
+               {"role": "user", "content": "My booking reference is Q1XUDH9Y at the Riverside Inn."},
+               {"role": "assistant", "content": "Got it, Q1XUDH9Y."}])
+    for t in range(60):
+        cm.add({"role": "assistant", "content": f"Status update {t}: district {t} is mild; museum {t} opens at nine."})
+        cm.add({"role": "user", "content": f"ok {t}"})
+    win = cm.build(query="what is my booking reference?")
+    at = next(i for i, m in enumerate(win.messages) if str(m["content"]).startswith("Earlier messages paged back in"))
+    assert at < len(win.messages) - 1  # in place, not last
+    recalled = next(s for s in win.sections if s.name == "recalled")
+    assert recalled.messages == 1 and recalled.tokens == cm.counter.count_message(win.messages[at])
+    assert sum(s.tokens for s in win.sections) + 3 == win.tokens
+    assert sum(s.messages for s in win.sections) == len(win.messages)
+
+
 def test_sections_are_in_the_documented_order_and_add_up():
     cm = ContextManager(scorer="rules", budget=1500)
     cm.extend(agent_session(10))
@@ -132,6 +151,20 @@ def test_sync_accepts_a_client_that_trims_its_own_copy():
     res = cm.sync(trimmed)
     assert res.mode == "trimmed" and [m.content for m in res.added] == [new["content"]]
     assert len(cm) == len(msgs) + 1
+
+
+def test_a_trimmed_request_sent_twice_adds_nothing_the_second_time_even_with_repeated_messages():
+    # "continue" / "a" repeat, so the trimmed copy aligns with two suffixes of the history: the
+    # longer one holds it whole (nothing new); the shorter one read it as two new messages
+    cm = ContextManager(scorer="rules", budget=4000)
+    sys_msg = {"role": "system", "content": "You are a writer."}
+    more, ans = {"role": "user", "content": "continue"}, {"role": "assistant", "content": "a"}
+    cm.sync([sys_msg, more, ans, more, ans, more])
+    res = cm.sync([sys_msg, ans, more, ans, more])
+    assert res.mode == "trimmed" and res.added == [] and len(cm) == 6
+    nxt = {"role": "user", "content": "one more chapter"}
+    res = cm.sync([sys_msg, ans, more, ans, more, ans, nxt])
+    assert [m.content for m in res.added] == ["a", "one more chapter"] and len(cm) == 8
 
 
 def test_sync_rebases_on_an_edit_and_keeps_the_replaced_messages(tmp_path):

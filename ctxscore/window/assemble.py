@@ -353,11 +353,19 @@ def assemble(view: BuildView, sections: Sequence[Section], values: ValueModel, v
     messages: list[dict[str, Any]] = []
     infos: list[SectionInfo] = []
     tokens = REPLY_PRIMING_TOKENS
+    note = view.recalled_text() if view.recalled_at is not None else None
+    inline = 0  # tokens of the recalled note where a conversation section rendered it in place
     for s in sections:
         msgs, n = s.render(view)
         messages.extend(msgs)
         tokens += n
-        infos.append(SectionInfo(s.name, len(msgs), n))
+        if note is not None and any(m.get("role") == "system" and m.get("content") == note for m in msgs):
+            inline = view.recalled_note()[1]
+            infos.append(SectionInfo(s.name, len(msgs) - 1, n - inline))
+        else:
+            infos.append(SectionInfo(s.name, len(msgs), n))
+    if inline:  # counted as the recalled section, wherever it stands
+        infos = [SectionInfo(i.name, 1, inline) if i.name == RecalledSection.name else i for i in infos]
     h = view.history
     paged_ids = [h.entries[i].msg.id for i in sorted(view.paged)]
     snapshot = _Snapshot(view, vals.copy(), rel.copy(), h.refs.a[: len(h)].copy(), h.turn_no)
