@@ -241,7 +241,10 @@ class RedisHotState:
         return (None if v is None else int(v)), int(n)
 
     def forget(self, session_id: str) -> None:
-        """Drop the session's hot state (workers then rebuild it from the durable store)."""
+        """Drop the session's hot state (workers then rebuild it from the durable store).
+
+        The token counts and their log stay until their TTL: a count is keyed by its text
+        (:func:`text_key`), so it stays true, and workers keep reading the log from where they were."""
         keys = [self._key(session_id, "meta"), self._key(session_id, "tiers"), self._key(session_id, "tierlog")]
         with self._guard("drop the hot state"):
             self.client.delete(*keys)

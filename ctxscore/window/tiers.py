@@ -401,13 +401,19 @@ def recency_relaxed(compacted: int, recent_turns: int, budget: int) -> WindowWar
         {"messages": compacted, "recent_turns": recent_turns, "budget": budget})
 
 
-def page_in_skipped(skipped: int, tokens: int, budget: int) -> WindowWarning:
-    """The warning that relevant stored messages could not be paged in for lack of room."""
+def page_in_skipped(skipped: int, tokens: int, budget: int, limit: int | None = None) -> WindowWarning:
+    """The warning that relevant stored messages could not be paged in for lack of room: the forms
+    page-in tries (verbatim, the blocks the query names, for the best hit its structured form)
+    needed more than the ``limit - tokens`` tokens left (``limit``: the page-in limit in tokens,
+    default the budget) once pinned content, the recent turns and the other page-ins were in."""
+    limit = budget if limit is None else limit
     return WindowWarning(
         WarningKind.PAGE_IN_SKIPPED,
-        f"{skipped} message(s) relevant to the query could not be paged in: the window holds {tokens} of "
-        f"{budget} tokens and what remains is pinned or recent; raise the budget or the policy's page_in_limit",
-        {"skipped": skipped, "tokens": tokens, "budget": budget})
+        f"{skipped} message(s) relevant to the query could not be paged in: they need more than the "
+        f"{max(0, limit - tokens)} tokens left under the page-in limit of {limit} (the window holds {tokens} of "
+        f"{budget}: pinned content, the recent turns and what was paged in); raise the budget or the policy's "
+        "page_in_limit, or ask about one thing at a time",
+        {"skipped": skipped, "tokens": tokens, "budget": budget, "limit": limit})
 
 
 def store_unavailable(what: str, error: Exception) -> WindowWarning:
@@ -433,7 +439,7 @@ def build_warnings(history: History, policy: Policy, budget: int, tokens: int, p
     if tokens > budget and pinned_tokens <= budget:
         out.append(over_budget(tokens, budget, policy.recent_turns))
     if plan.unplaced:
-        out.append(page_in_skipped(len(plan.unplaced), tokens, budget))
+        out.append(page_in_skipped(len(plan.unplaced), tokens, budget, int(policy.page_in_limit * budget)))
     return out
 
 
