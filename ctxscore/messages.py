@@ -205,7 +205,8 @@ class Message:
 
         An assistant message's ``refusal`` (what chat.completions returns when the model refuses,
         with ``content`` null) is kept as the equivalent ``{"type": "refusal"}`` content part, after
-        the content's text when it has some; the window sends it back in that form.
+        the content's text when it has some; the window sends it back in that form. A refusal part's
+        text is part of the message's text (what the scorer, the search and compressed forms read).
 
         Raises:
             InputError: not an object; unknown role; content of the wrong type, empty in a system or
@@ -243,10 +244,14 @@ class Message:
             if role != "assistant" or not isinstance(refusal, str):
                 raise InputError(f"{where}: 'refusal' must be a string on an assistant message (the model's "
                                  f"refusal), got {type(refusal).__name__} on a {role} message")
-            if refusal:  # kept as the equivalent refusal content part (chat.completions takes both forms)
-                _check_text(refusal, "refusal", where)
+            if refusal and not any(p.type == "refusal" and p.text == refusal for p in parts):
+                # kept as the equivalent refusal content part (chat.completions takes both forms)
+                if len(content) + len(refusal) > MAX_CONTENT_CHARS:
+                    raise InputError(f"{where}: content and refusal have {len(content) + len(refusal):,} characters, "
+                                     f"above the limit of {MAX_CONTENT_CHARS:,}")
                 text_part = (_content_parts([content], where) if content else ())
                 parts = (*(parts or text_part), *_content_parts([{"type": "refusal", "refusal": refusal}], where))
+                content = "\n".join(p.text for p in parts if p.type in ("text", "refusal") and p.text is not None)
         if refuses_empty(role, content, tool_calls=bool(calls), parts=bool(parts)):
             raise InputError(
                 f"{where}: empty content in a {role} message; drop the message or give it text "
@@ -321,7 +326,7 @@ def _content(raw: Any, where: str) -> tuple[str, tuple[ContentPart, ...]]:
         raw = ""
     if isinstance(raw, list):
         parts = _content_parts(raw, where)
-        text = "\n".join(p.text for p in parts if p.type == "text" and p.text is not None)
+        text = "\n".join(p.text for p in parts if p.type in ("text", "refusal") and p.text is not None)
     elif isinstance(raw, str):
         parts, text = (), raw
     else:

@@ -151,3 +151,24 @@ def test_instructions_that_pile_up_give_way_to_the_recent_turns_and_the_window_f
     assert len(released) > 50 and released[:10] == asked[:10]  # the oldest ones gave way
     assert h.pinned_tokens + h.recent_tokens(3) <= 1000
     assert "[archived" in win.messages[1]["content"]  # the archived questions keep their note
+
+
+def test_a_large_output_in_the_recent_turns_releases_no_instruction():
+    # the window is over the budget because of a tool output in the last turn, not because of the
+    # pins: releasing every older instruction would not make it fit, so none is released (a release
+    # is for good, and the output soon leaves the recent turns)
+    cm = ContextManager(scorer="rules", budget=1000)
+    cm.add({"role": "system", "content": "You are a careful coding agent."})
+    for ask in ("Refactor the billing module. Keep every public function name unchanged and write tests for it.",
+                "Also, use type hints everywhere and prefer dataclasses over dicts for the records you introduce.",
+                "And log every change to CHANGELOG.md with the date."):
+        cm.add({"role": "user", "content": ask})
+        cm.add({"role": "assistant", "content": "Will do."})
+    cm.add({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "read", "arguments": '{"path": "billing.py"}'}}]})
+    cm.add({"role": "tool", "tool_call_id": "c1",
+            "content": "\n".join(f"def f{i}(x): return x * {i}  # billing helper number {i}" for i in range(60))})
+    pinned = [i for i, e in enumerate(cm.history.entries) if e.pinned]
+    win = cm.build()
+    assert win.tokens > 1000  # the output itself is over (the window says so)
+    assert [i for i, e in enumerate(cm.history.entries) if e.pinned] == pinned == [0, 1, 3, 5]

@@ -209,6 +209,8 @@ def test_empty_replies_and_refusals_are_kept_as_the_model_gave_them():
                                                         {"type": "refusal", "refusal": "the rest I can't do."}]}
     resumed = ContextManager(scorer="rules", budget=1000, store=cm.store, session_id=cm.session_id)
     assert resumed.build().messages == sent
+    assert cm.messages[3].text() == "I can't help with that." and cm.messages[4].text() == "Partly:\nthe rest I can't do."
+    assert cm.messages[3].id in [h["id"] for h in cm.search("help with that", k=3)]  # searchable like any text
 
 
 def test_duplicate_ids_and_bad_budget():

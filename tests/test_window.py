@@ -153,20 +153,6 @@ def test_sync_accepts_a_client_that_trims_its_own_copy():
     assert len(cm) == len(msgs) + 1
 
 
-def test_a_trimmed_request_sent_twice_adds_nothing_the_second_time_even_with_repeated_messages():
-    # "continue" / "a" repeat, so the trimmed copy aligns with two suffixes of the history: the
-    # longer one holds it whole (nothing new); the shorter one read it as two new messages
-    cm = ContextManager(scorer="rules", budget=4000)
-    sys_msg = {"role": "system", "content": "You are a writer."}
-    more, ans = {"role": "user", "content": "continue"}, {"role": "assistant", "content": "a"}
-    cm.sync([sys_msg, more, ans, more, ans, more])
-    res = cm.sync([sys_msg, ans, more, ans, more])
-    assert res.mode == "trimmed" and res.added == [] and len(cm) == 6
-    nxt = {"role": "user", "content": "one more chapter"}
-    res = cm.sync([sys_msg, ans, more, ans, more, ans, nxt])
-    assert [m.content for m in res.added] == ["a", "one more chapter"] and len(cm) == 8
-
-
 def test_sync_rebases_on_an_edit_and_keeps_the_replaced_messages(tmp_path):
     msgs = agent_session(3)
     cm = ContextManager(scorer="rules", budget=4000, store=tmp_path / "s.db", session_id="s")

@@ -565,10 +565,13 @@ class Proxy:
         window = cm.build(query=query, budget=max(1, self.budget - reserve))
         return window.messages, received, window.tokens, sorted({str(w.kind) for w in window.warnings})
 
-    async def record(self, sess: _Session, message: dict[str, Any]) -> None:
-        """Add the assistant's reply to the session, an empty one too (the client sends it back in its
-        next request); an invalid reply is skipped, logged."""
+    async def record(self, sess: _Session, message: dict[str, Any], finished: bool = True) -> None:
+        """Add the assistant's reply to the session, an empty one too when the answer finished (the
+        client sends it back in its next request; a stream that ended without a finish reason, such
+        as an error event then ``[DONE]``, records nothing empty); an invalid reply is skipped, logged."""
         msg = normalize_message(message, 0)
+        if not finished and not (msg.get("content") or msg.get("tool_calls") or msg.get("refusal")):
+            return
         known, sess.known = sess.known, None
         try:
             stored = await self.work(sess.cm.add, msg)
@@ -714,7 +717,7 @@ class Proxy:
                 if acc.feed(chunk) and not recorded:
                     t1 = time.perf_counter()
                     recorded = True
-                    await self.record(sess, acc.message())  # before the client sees the end
+                    await self.record(sess, acc.message(), acc.finished)  # before the client sees the end
                     spent += time.perf_counter() - t1
                     time_it()
                 yield chunk

@@ -288,9 +288,12 @@ class History:
 
     def recent_tokens(self, k: int) -> int:
         """Tokens the unpinned entries of the last ``k`` turns hold in their current forms (what
-        recency protection keeps beside the pinned content); 0 when ``k`` is 0."""
-        if k <= 0:
+        recency protection keeps beside the pinned content); with ``k = 0``, of the last unit."""
+        if not self.entries:
             return 0
+        if k <= 0:
+            members = self.units[self.entries[-1].unit]
+            return sum(self.entries[i].cur_tokens for i in members if not self.entries[i].pinned)
         cutoff, n = self.turn_no - k, 0
         for e in reversed(self.entries):
             if e.turn_no <= cutoff:
@@ -298,6 +301,11 @@ class History:
             if not e.pinned and e.tier != Tier.ARCHIVED:
                 n += e.cur_tokens
         return n
+
+    def releasable_tokens(self) -> int:
+        """Tokens of the active task's instructions :meth:`release_instructions` may unpin (all but
+        the newest)."""
+        return sum(self.entries[i].cur_tokens for i in self.active_pins[:-1])
 
     def unit_category(self, members: list[int]) -> str:
         """The strongest tier category among a unit's members (:attr:`Entry.tier_category`)."""

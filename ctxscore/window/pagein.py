@@ -308,6 +308,27 @@ class _Planner:
                           in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
                           stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed)
 
+    def bring_back(self, u: int) -> list[int]:
+        """Count the members of unit ``u`` an earlier hit's room left out as shown again in their
+        current forms (a unit is left out whole or not at all); returns them, for :meth:`leave_out`
+        when what brought them back is not shown after all."""
+        back = [i for i in self.h.units[u] if i in self.evicted]
+        for i in back:
+            self.evicted.discard(i)
+            if self.state.get(i) == (True, 0) and self.h.entries[i].tier != Tier.ARCHIVED:
+                del self.state[i]
+                self.msg += self.h.entries[i].cur_tokens
+        return back
+
+    def leave_out(self, members: list[int]) -> None:
+        """Leave ``members`` out of this build again (undoes :meth:`bring_back`)."""
+        for i in members:
+            was_stub, cur = self._now(i)
+            if not was_stub:
+                self.msg -= cur
+                self.state[i] = (True, 0)
+        self.evicted.update(members)
+
     def whole_units(self, evicted: set[int]) -> frozenset[int]:
         """The entries of ``evicted`` whose whole unit is evicted. A unit is left out whole or not at
         all: a later hit shown from a unit an earlier hit's room evicted (a tool result whose call was
@@ -323,6 +344,7 @@ class _Planner:
         members = self.quotable(self.h.units[u])
         if not members or all(i in self.shown for i in members):
             return  # shown already with an earlier hit (what replaced it, its question): no second slot
+        back = self.bring_back(u)  # a unit an earlier hit's room left out: whole again, its tokens counted
         targets = self.verbatim(members)
         tiers: dict[int, Tier] = {}
         texts: dict[int, Form] = {}
@@ -342,6 +364,7 @@ class _Planner:
                     targets, texts, tiers = self.fitted(members, hit)
             if not targets or self.occ + self.delta(targets) > self.limit:
                 self.unplaced.append(hid)
+                self.leave_out(back)
                 if saved:  # condensing the pins did not make room for it: show them as they were
                     for i in self.condensed:
                         self.msg += self.h.entries[i].cur_tokens - self.state.pop(i)[1]
@@ -371,12 +394,15 @@ class _Planner:
         targets = self.verbatim([i for i in self.quotable(self.h.units[nb]) if i not in self.shown])
         if not targets:
             return
+        back = self.bring_back(nb)
         if room and self.occ + self.delta(targets) > self.limit:
             self.make_room(nb, targets, hit)
         if self.occ + self.delta(targets) <= self.limit:
             for i in targets:
                 self.shown.setdefault(i, hid)
             self.show(targets)
+        else:
+            self.leave_out(back)
 
     def quotable(self, members: list[int]) -> list[int]:
         """The members of a unit that a quote shows more of: those not verbatim in the conversation."""

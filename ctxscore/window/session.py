@@ -106,7 +106,8 @@ class SessionState:
         A window over the budget although pinned content fits (the active task's instructions pile
         up, as in a long chat of separate questions that never ends a task) releases the task's
         older instructions until pinned content, the recent turns in their current forms and the
-        stub note's one line fit, and is built again once (``retry``)."""
+        stub note's one line fit, and is built again once (``retry``); when even releasing all of
+        them would not make room (a large tool output in the recent turns), nothing is released."""
         pol, h = self.policy, self.history
         given = list(warns)
         relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
@@ -150,8 +151,9 @@ class SessionState:
             # pinned content and the recent turns leave the stub note no room: its one line for this build
             plan = replace(plan, stubs_collapsed=True)
             window = self._assemble(query, B, plan, vals, rel, warns)
-        if (retry and window.tokens > B and h.pinned_tokens <= limit
-                and h.release_instructions(limit - h.recent_tokens(pol.recent_turns) - tiers.COLLAPSED_LINE_TOKENS)):
+        room = limit - h.recent_tokens(pol.recent_turns) - tiers.COLLAPSED_LINE_TOKENS
+        if (retry and window.tokens > B and h.pinned_tokens <= limit and room >= h.pinned_tokens - h.releasable_tokens()
+                and h.release_instructions(room)):  # only when releasing makes them fit (not for a passing large output)
             self.stuck = None
             warns[:] = given
             return self.build(query, B, hits, warns, retry=False)

@@ -84,15 +84,13 @@ def _common_prefix(hist: Sequence[Message], incoming: Sequence[Message]) -> int:
 
 def _trimmed_start(hist: Sequence[Message], incoming: Sequence[Message]) -> int | None:
     """Index of the first new message when ``incoming`` is the history's leading system messages
-    followed by a suffix of the history and new messages; ``None`` otherwise. Where repeated
-    messages allow several alignments, the longest suffix wins (the fewest new messages), so a
-    trimmed request sent twice adds nothing the second time."""
+    followed by a suffix of the history and new messages; ``None`` otherwise."""
     s = 0
     while s < len(incoming) and s < len(hist) and incoming[s].role == Role.SYSTEM and _same(hist[s], incoming[s]):
         s += 1
     if s == len(incoming):
         return None
-    for q in range(s, len(hist)):  # the longest suffix first
+    for q in range(len(hist) - 1, s - 1, -1):  # the latest alignment wins
         if _same(hist[q], incoming[s]) and all(_same(a, b) for a, b in zip(hist[q:], incoming[s:], strict=False)):
             if len(incoming) - s >= len(hist) - q:
                 return s + len(hist) - q

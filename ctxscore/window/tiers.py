@@ -402,17 +402,16 @@ def recency_relaxed(compacted: int, recent_turns: int, budget: int) -> WindowWar
 
 
 def page_in_skipped(skipped: int, tokens: int, budget: int, limit: int | None = None) -> WindowWarning:
-    """The warning that relevant stored messages could not be paged in for lack of room: the forms
-    page-in tries (verbatim, the blocks the query names, for the best hit its structured form)
-    needed more than the ``limit - tokens`` tokens left (``limit``: the page-in limit in tokens,
-    default the budget) once pinned content, the recent turns and the other page-ins were in."""
+    """The warning that relevant stored messages could not be paged in within the page-in limit
+    (``limit`` tokens, default the budget), beside pinned content, the recent turns and the other
+    page-ins (the forms page-in tries: verbatim, the blocks the query names, for the best hit its
+    structured form)."""
     limit = budget if limit is None else limit
     return WindowWarning(
         WarningKind.PAGE_IN_SKIPPED,
-        f"{skipped} message(s) relevant to the query could not be paged in: they need more than the "
-        f"{max(0, limit - tokens)} tokens left under the page-in limit of {limit} (the window holds {tokens} of "
-        f"{budget}: pinned content, the recent turns and what was paged in); raise the budget or the policy's "
-        "page_in_limit, or ask about one thing at a time",
+        f"{skipped} message(s) relevant to the query could not be paged in within the page-in limit of {limit} "
+        f"tokens: the window holds {tokens} of {budget} (pinned content, the recent turns and what was paged "
+        "in); raise the budget or the policy's page_in_limit, or ask about one thing at a time",
         {"skipped": skipped, "tokens": tokens, "budget": budget, "limit": limit})
 
 
