@@ -96,8 +96,8 @@ HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connect
 #: Response headers never passed back (hop-by-hop, or no longer true of the body sent).
 HOP_RESPONSE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding",
                                   "trailer", "upgrade", "date", "server"})
-#: The message fields of the chat-completions API that ctxscore keeps (others, like ``refusal`` or
-#: ``annotations`` of a resent answer, are dropped before syncing).
+#: The message fields of the chat-completions API that ctxscore keeps (others, like ``annotations``
+#: or ``audio`` of a resent answer, are dropped before syncing; a ``refusal`` becomes a content part).
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
 #: Proxy timings kept per session for the percentiles.
 TIMINGS_KEPT = 10_000

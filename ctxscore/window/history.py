@@ -190,8 +190,9 @@ class History:
         and never archived) that compete by value, as a finished task's instructions do.
 
         Args:
-            limit: the most tokens pinned entries may hold (the budget less reply priming, the
-                layers' sections, the recent turns and the stub note's collapsed line).
+            limit: the most tokens pinned entries may hold (the budget less reply priming and the
+                layers' sections; after a build over the budget, also less the recent turns and the
+                stub note's one line).
 
         Returns:
             The indices released, oldest first (empty when pinned content fits or only the newest

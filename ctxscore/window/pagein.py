@@ -309,10 +309,14 @@ class _Planner:
                           stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed)
 
     def bring_back(self, u: int) -> list[int]:
-        """Count the members of unit ``u`` an earlier hit's room left out as shown again in their
-        current forms (a unit is left out whole or not at all); returns them, for :meth:`leave_out`
-        when what brought them back is not shown after all."""
-        back = [i for i in self.h.units[u] if i in self.evicted]
+        """Count the members of unit ``u`` (of several messages: a tool call with its results) an
+        earlier hit's room left out as shown again in their current forms (a unit is left out whole
+        or not at all); returns them, for :meth:`leave_out` when what brought them back is not shown
+        after all. A unit of one message is left as it was: shown, it is no longer left out."""
+        members = self.h.units[u]
+        if len(members) < 2:
+            return []
+        back = [i for i in members if i in self.evicted]
         for i in back:
             self.evicted.discard(i)
             if self.state.get(i) == (True, 0) and self.h.entries[i].tier != Tier.ARCHIVED:
