@@ -251,7 +251,7 @@ class Message:
                                      f"above the limit of {MAX_CONTENT_CHARS:,}")
                 text_part = (_content_parts([content], where) if content else ())
                 parts = (*(parts or text_part), *_content_parts([{"type": "refusal", "refusal": refusal}], where))
-                content = "\n".join(p.text for p in parts if p.type in ("text", "refusal") and p.text is not None)
+                content = _parts_text(parts)
         if refuses_empty(role, content, tool_calls=bool(calls), parts=bool(parts)):
             raise InputError(
                 f"{where}: empty content in a {role} message; drop the message or give it text "
@@ -321,12 +321,17 @@ def refuses_empty(role: str, content: str, *, tool_calls: bool = False, parts: b
     return not content.strip() and not tool_calls and not parts and role not in (Role.TOOL, Role.ASSISTANT)
 
 
+def _parts_text(parts: Sequence[ContentPart]) -> str:
+    """A message's text from its content parts: the text and refusal parts, one per line."""
+    return "\n".join(p.text for p in parts if p.type in ("text", "refusal") and p.text is not None)
+
+
 def _content(raw: Any, where: str) -> tuple[str, tuple[ContentPart, ...]]:
     if raw is None:
         raw = ""
     if isinstance(raw, list):
         parts = _content_parts(raw, where)
-        text = "\n".join(p.text for p in parts if p.type in ("text", "refusal") and p.text is not None)
+        text = _parts_text(parts)
     elif isinstance(raw, str):
         parts, text = (), raw
     else:

@@ -105,6 +105,7 @@ class BuildView:
     values: np.ndarray | None = None
     overrides: dict[int, Form] = field(default_factory=dict)
     recalled_at: int | None = None
+    _note: tuple[dict[str, Any], int] | None = field(default=None, init=False, repr=False)
 
     def recalled_text(self) -> str | None:
         """The content of the recalled note (:class:`RecalledSection`), or ``None`` when nothing is quoted."""
@@ -113,9 +114,12 @@ class BuildView:
         return "\n".join([RECALLED_HEADER, *(self.recalled_line(i) for i in self.quoted)])
 
     def recalled_note(self) -> tuple[dict[str, Any], int]:
-        """The recalled note and its tokens (call only when :attr:`quoted` is not empty)."""
-        msg = Message(role="system", content=self.recalled_text() or "")
-        return msg.to_openai(), self.counter.count_message(msg)
+        """The recalled note and its tokens (call only when :attr:`quoted` is not empty); made once
+        per build (the same dict each call, so :func:`assemble` finds it in the section that shows it)."""
+        if self._note is None:
+            msg = Message(role="system", content=self.recalled_text() or "")
+            self._note = msg.to_openai(), self.counter.count_message(msg)
+        return self._note
 
     def recalled_anchor(self) -> tuple[str, int] | None:
         """``(note content, index of the entry it precedes)`` of this build's recalled note, for the
@@ -353,14 +357,14 @@ def assemble(view: BuildView, sections: Sequence[Section], values: ValueModel, v
     messages: list[dict[str, Any]] = []
     infos: list[SectionInfo] = []
     tokens = REPLY_PRIMING_TOKENS
-    note = view.recalled_text() if view.recalled_at is not None else None
+    note = view.recalled_note() if view.quoted and view.recalled_at is not None else None
     inline = 0  # tokens of the recalled note where a conversation section rendered it in place
     for s in sections:
         msgs, n = s.render(view)
         messages.extend(msgs)
         tokens += n
-        if note is not None and any(m.get("role") == "system" and m.get("content") == note for m in msgs):
-            inline = view.recalled_note()[1]
+        if note is not None and any(m is note[0] for m in msgs):
+            inline = note[1]
             infos.append(SectionInfo(s.name, len(msgs) - 1, n - inline))
         else:
             infos.append(SectionInfo(s.name, len(msgs), n))

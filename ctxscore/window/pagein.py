@@ -303,7 +303,7 @@ class _Planner:
         for hid, hit in cands:  # the rest of the window's outdated statements: what replaced them, in the room left
             if entries[ids[hid]].tier == Tier.VERBATIM and entries[hit].unit not in self.done and hit not in self.shown:
                 self.companion(hid, entries[hit].unit, hit)
-        return PageInPlan(shown=self.shown, evicted=self.whole_units(self.evicted - set(self.shown)),
+        return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
                           unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed,
                           in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
                           stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed)
@@ -312,7 +312,8 @@ class _Planner:
         """Count the members of unit ``u`` (of several messages: a tool call with its results) an
         earlier hit's room left out as shown again in their current forms (a unit is left out whole
         or not at all); returns them, for :meth:`leave_out` when what brought them back is not shown
-        after all. A unit of one message is left as it was: shown, it is no longer left out."""
+        after all. A unit of one message is left as it was: shown, it is no longer left out. So a
+        unit is left out whole or not at all, and no tool result is sent without its call."""
         members = self.h.units[u]
         if len(members) < 2:
             return []
@@ -325,20 +326,14 @@ class _Planner:
         return back
 
     def leave_out(self, members: list[int]) -> None:
-        """Leave ``members`` out of this build again (undoes :meth:`bring_back`)."""
+        """Leave ``members`` (a whole unit) out of this build, with no stub line (:meth:`make_room`;
+        undoes :meth:`bring_back`)."""
         for i in members:
             was_stub, cur = self._now(i)
             if not was_stub:
                 self.msg -= cur
                 self.state[i] = (True, 0)
         self.evicted.update(members)
-
-    def whole_units(self, evicted: set[int]) -> frozenset[int]:
-        """The entries of ``evicted`` whose whole unit is evicted. A unit is left out whole or not at
-        all: a later hit shown from a unit an earlier hit's room evicted (a tool result whose call was
-        left out) brings the rest of the unit back, so that no tool result is sent without its call."""
-        units = self.h.units
-        return frozenset(i for i in evicted if all(j in evicted for j in units[self.h.entries[i].unit]))
 
     def place(self, hid: str, hit: int) -> None:
         """Show the unit of ``hit`` (making room, or in a smaller form, when it does not fit; then
@@ -498,12 +493,7 @@ class _Planner:
                 continue
             if self.done and self.unit_value(m) >= self.values[hit] and self.occ <= self.low_water:
                 break
-            for i in m:  # left out for this build: the stub note stays as it was
-                was_stub, cur = self._now(i)
-                if not was_stub:
-                    self.msg -= cur
-                    self.state[i] = (True, 0)
-            self.evicted.update(m)
+            self.leave_out(m)  # for this build: the stub note stays as it was
 
 
 def _neighbour(history: History, i: int) -> int | None:

@@ -151,12 +151,13 @@ class SessionState:
             # pinned content and the recent turns leave the stub note no room: its one line for this build
             plan = replace(plan, stubs_collapsed=True)
             window = self._assemble(query, B, plan, vals, rel, warns)
-        room = limit - h.recent_tokens(pol.recent_turns) - tiers.COLLAPSED_LINE_TOKENS
-        if (retry and window.tokens > B and h.pinned_tokens <= limit and room >= h.pinned_tokens - h.releasable_tokens()
-                and h.release_instructions(room)):  # only when releasing makes them fit (not for a passing large output)
-            self.stuck = None
-            warns[:] = given
-            return self.build(query, B, hits, warns, retry=False)
+        if retry and window.tokens > B and h.pinned_tokens <= limit:
+            room = limit - h.recent_tokens(pol.recent_turns) - tiers.COLLAPSED_LINE_TOKENS
+            # only when releasing makes them fit (not for a large output passing through the recent turns)
+            if room >= h.pinned_tokens - h.releasable_tokens() and h.release_instructions(room):
+                self.stuck = None
+                warns[:] = given
+                return self.build(query, B, hits, warns, retry=False)
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
         for w in warns:

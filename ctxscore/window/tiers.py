@@ -401,12 +401,10 @@ def recency_relaxed(compacted: int, recent_turns: int, budget: int) -> WindowWar
         {"messages": compacted, "recent_turns": recent_turns, "budget": budget})
 
 
-def page_in_skipped(skipped: int, tokens: int, budget: int, limit: int | None = None) -> WindowWarning:
+def page_in_skipped(skipped: int, tokens: int, budget: int, limit: int) -> WindowWarning:
     """The warning that relevant stored messages could not be paged in within the page-in limit
-    (``limit`` tokens, default the budget), beside pinned content, the recent turns and the other
-    page-ins (the forms page-in tries: verbatim, the blocks the query names, for the best hit its
-    structured form)."""
-    limit = budget if limit is None else limit
+    (``limit`` tokens), beside pinned content, the recent turns and the other page-ins (the forms
+    page-in tries: verbatim, the blocks the query names, for the best hit its structured form)."""
     return WindowWarning(
         WarningKind.PAGE_IN_SKIPPED,
         f"{skipped} message(s) relevant to the query could not be paged in within the page-in limit of {limit} "
