@@ -156,7 +156,7 @@ def test_instructions_that_pile_up_give_way_to_the_recent_turns_and_the_window_f
 def test_a_large_output_in_the_recent_turns_releases_no_instruction():
     # the window is over the budget because of a tool output in the last turn, not because of the
     # pins: releasing every older instruction would not make it fit, so none is released (a release
-    # is for good, and the output soon leaves the recent turns)
+    # is for good, and the output soon leaves the recent turns); the output is shown cut to fit instead
     cm = ContextManager(scorer="rules", budget=1000)
     cm.add({"role": "system", "content": "You are a careful coding agent."})
     for ask in ("Refactor the billing module. Keep every public function name unchanged and write tests for it.",
@@ -170,5 +170,6 @@ def test_a_large_output_in_the_recent_turns_releases_no_instruction():
             "content": "\n".join(f"def f{i}(x): return x * {i}  # billing helper number {i}" for i in range(60))})
     pinned = [i for i, e in enumerate(cm.history.entries) if e.pinned]
     win = cm.build()
-    assert win.tokens > 1000  # the output itself is over (the window says so)
+    assert cm.history.entries[-1].tokens > 1000  # the output alone is over the budget
+    assert win.tokens <= 1000 and [w.kind for w in win.warnings] == [WarningKind.LAST_MESSAGE_FITTED]
     assert [i for i, e in enumerate(cm.history.entries) if e.pinned] == pinned == [0, 1, 3, 5]

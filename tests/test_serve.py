@@ -388,6 +388,22 @@ def test_pinned_overflow_is_forwarded_with_a_warning_header(upstream):
     assert upstream.chat_requests()[-1]["messages"][0]["content"] == long_system
 
 
+def test_a_tool_result_larger_than_the_budget_is_forwarded_cut_to_fit(upstream):
+    log = "\n".join(f"[{k:05d}] GET /api/orders/{k * 7919 % 100000} 200 {k % 89 + 4} ms" for k in range(8000))
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Why is /api/orders slow? Read the access log."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_log", "type": "function",
+                                                                   "function": {"name": "read_log", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_log", "content": log}]
+    assert COUNTER.count(log) > 60000
+    with Background(create_app(upstream.url, 4000, scorer="rules")) as srv:
+        r = client_for(srv, "big-log").chat.completions.with_raw_response.create(model="m", messages=msgs)
+    assert "last_message_fitted" in r.headers["x-ctxscore-warnings"].split(",")
+    sent = upstream.chat_requests()[-1]["messages"]
+    assert int(r.headers["x-ctxscore-tokens-forwarded"]) == window_tokens(sent) <= 4000
+    assert tool_pairs_intact(sent) and sent[-1]["tool_call_id"] == "call_log"
+    assert sent[-1]["content"].startswith(log[:200]) and len(sent[-1]["content"]) < len(log) / 10
+
+
 def test_the_proxy_with_the_llm_compressor(upstream):
     from ctxscore import ContextManager
     from ctxscore.compress import key_spans

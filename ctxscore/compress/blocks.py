@@ -14,6 +14,8 @@ blocks a question names (:func:`query_blocks`).
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -152,8 +154,13 @@ def key_blocks(text: str, blocks: Sequence[Block], share: float = 0.3, spans: Se
     budget = share * len(text)
     used = sum(blocks[i].end - blocks[i].start for i in keep)
     held: set[int] = set()
+    starts = [b.start for b in blocks]
     for a, e in occurrences(text, list(dict.fromkeys(spans))):
-        held.update(i for i, b in enumerate(blocks) if b.start < e and b.end > a)
+        i = max(0, bisect.bisect_right(starts, a) - 1)  # the block holding position a, then those the span reaches
+        while i < n and blocks[i].start < e:
+            if blocks[i].end > a:
+                held.add(i)
+            i += 1
 
     low = casefold_text(text)  # same length: block positions hold in it
 
@@ -190,9 +197,20 @@ def query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str], limit
 
 
 def rank_query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str]) -> list[int]:
-    """The blocks after the first that hold a query term, the most term occurrences first (ties in
-    order)."""
+    """The blocks after the first that hold a query term, best first (ties in order): a block scores
+    ``sum(idf(t) * log(1 + count(t)))`` over the terms it holds (case-insensitive), with
+    ``idf(t) = log(1 + n / df(t))`` over the message's ``n`` blocks, so a term in one block (a line
+    number, an ID) outweighs one in every block repeated many times (the saturating term frequency and
+    inverse block frequency of BM25: Robertson and Zaragoza, "The Probabilistic Relevance Framework:
+    BM25 and Beyond", 2009)."""
     low = text.lower()
-    terms = [t.lower() for t in terms if t]
-    hits = {i: sum(low.count(t, blocks[i].start, blocks[i].end) for t in terms) for i in range(1, len(blocks))}
-    return sorted((i for i, h in hits.items() if h), key=lambda i: (-hits[i], i))
+    terms = list(dict.fromkeys(t.lower() for t in terms if t))
+    rest = range(1, len(blocks))
+    counts = {t: {i: c for i in rest if (c := low.count(t, blocks[i].start, blocks[i].end))} for t in terms}
+    n = max(1, len(blocks) - 1)
+    score: dict[int, float] = {}
+    for t, by_block in counts.items():
+        idf = math.log1p(n / len(by_block)) if by_block else 0.0
+        for i, c in by_block.items():
+            score[i] = score.get(i, 0.0) + idf * math.log1p(c)
+    return sorted(score, key=lambda i: (-score[i], i))

@@ -79,8 +79,8 @@ class BuildView:
             (:func:`_system_end`; :meth:`system_indices`, the archived ones among them are stubs).
         recent: entries from this index on belong to the last ``recent_turns`` turns.
         values: the value of every entry in this build, shape (n,), or ``None``.
-        overrides: entries of ``paged`` shown in a form made for this build (the blocks a query names),
-            index -> form.
+        overrides: entries shown in a form made for this build, index -> form: entries of ``paged``
+            (the blocks a query names) and members of the last unit fitted to the budget.
         recalled_at: the recalled note comes right before this entry (the first of its unit, in the
             history or recent section): the last unit (the latest request, or the latest tool call
             and its results), or where the window before had the same note (:func:`make_view`);
@@ -308,6 +308,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
         codes[i] = ARCHIVED
     for i, tier in plan.condensed.items():  # pins condensed for this build to make room for the best hit
         codes[i] = CODE[tier]
+    for i in plan.fitted:  # the last unit fitted to the room the budget leaves it
+        codes[i] = CODE[Tier.COMPRESSED]
     cap = stub_cap(policy, min(budget, stub_budget or budget))
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), cap, side="right")) if len(arch) else 0
     recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))
@@ -316,7 +318,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
     view = BuildView(history=history, forms=forms, counter=counter, policy=policy, budget=budget, query=query,
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
                      paged=dict(plan.shown), quoted=[i for i in sorted(plan.shown) if i not in plan.in_place],
-                     paged_tiers=dict(plan.forms), lead=lead, recent=recent, values=values, overrides=dict(plan.texts))
+                     paged_tiers=dict(plan.forms), lead=lead, recent=recent, values=values,
+                     overrides={**plan.texts, **plan.fitted})
     if view.quoted:
         last = history.entries[n - 1].unit  # the first entry of the last unit
         for at in ((anchor[1],) if anchor is not None and view.recalled_text() == anchor[0] else ()) + (last,):

@@ -100,6 +100,9 @@ class PageInPlan:
         stubs_kept: the stub note keeps the lines of archived entries shown in place.
         stubs_collapsed: every line of the stub note is collapsed into its one line ``[archived N
             earlier messages first … last; ask about them ...]`` for this build, to make room for a hit.
+        fitted: members of the last unit shown in a form fitted to the room the budget leaves them
+            for this build (:meth:`~ctxscore.window.tiers.Forms.fitted_form`: the last message alone
+            is larger than the budget), entry index -> form.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
@@ -111,6 +114,7 @@ class PageInPlan:
     in_place: frozenset[int] = frozenset()
     stubs_kept: bool = True
     stubs_collapsed: bool = False
+    fitted: dict[int, Form] = field(default_factory=dict)
 
     def richness(self, i: int) -> int:
         """How much of shown entry ``i`` this plan shows: 0 verbatim, 1 the blocks the query names,

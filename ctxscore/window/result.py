@@ -18,6 +18,7 @@ class WarningKind(StrEnum):
     PINNED_OVER_BUDGET = "pinned_over_budget"  #: pinned content alone exceeds the budget
     RECENCY_RELAXED = "recency_relaxed"  #: recent turns had to be compacted to fit
     OVER_BUDGET = "over_budget"  #: the window is above the budget although pinned content fits
+    LAST_MESSAGE_FITTED = "last_message_fitted"  #: the last message alone exceeds the room left: shown cut to fit
     PAGE_IN_SKIPPED = "page_in_skipped"  #: a relevant hit could not be paged in for lack of room
     STORE_UNAVAILABLE = "store_unavailable"  #: the store could not record tiers; the window is built from memory
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..config import OnOverflow, Policy
 from ..errors import BudgetError, StoreError
+from ..compress.blocks import BLOCK_MIN_CHARS
 from ..messages import Message, Tier
 from ..scoring.base import Scorer
 from ..scoring.rules import RuleClassifier
@@ -24,7 +25,7 @@ from ..store.retrieval import Hit, query_terms
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
 from .assemble import PostBuildHook, Section, assemble, make_view
-from .history import Entry, History
+from .history import Entry, Form, History
 from .layers import Layer, LayerContext
 from .pagein import RELEVANCE_HITS, PageInPlan, fit_page_in, plan_page_in
 from .result import ContextWindow, WarningKind, WindowWarning
@@ -158,6 +159,12 @@ class SessionState:
                 self.stuck = None
                 warns[:] = given
                 return self.build(query, B, hits, warns, retry=False)
+        pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
+        if window.tokens > B and pinned <= B:
+            fitted = self._fit_last(window.tokens - B, _terms(query))
+            if fitted:  # the last message alone is larger than the room left: its blocks that fit
+                plan = replace(plan, fitted=fitted)
+                window = self._assemble(query, B, plan, vals, rel, warns)
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
         for w in warns:
@@ -165,6 +172,28 @@ class SessionState:
         for layer in self.layers:
             layer.after_build(window, self.view)
         return window
+
+    def _fit_last(self, over: int, terms: list[str]) -> dict[int, Form]:
+        """Forms that bring the window ``over`` tokens down, for the long unpinned members of the last
+        unit (the latest request, or the latest tool call and its results), which recency protection
+        never compacts: each member gives up its share of ``over`` in proportion to its tokens
+        (:meth:`~ctxscore.window.tiers.Forms.fitted_form`, preferring the blocks that hold the query's
+        ``terms``; the original stays whole in the store). Empty when no member is long enough to cut."""
+        h = self.history
+        if not len(h):
+            return {}
+        entries = h.entries
+        members = [i for i in h.units[entries[-1].unit]
+                   if not entries[i].pinned and entries[i].tier != Tier.ARCHIVED
+                   and len(entries[i].msg.content) > BLOCK_MIN_CHARS and not entries[i].msg.has_media]
+        total = sum(entries[i].cur_tokens for i in members)
+        out: dict[int, Form] = {}
+        for i in members:
+            e = entries[i]
+            form = self.forms.fitted_form(e, int(e.cur_tokens - over * e.cur_tokens / total), terms)
+            if form is not None and form.tokens < e.cur_tokens:
+                out[i] = form
+        return out
 
     def fit_pins(self, limit: int) -> list[int]:
         """Show pinned instructions and corrections condensed while pinned content exceeds ``limit``

@@ -91,6 +91,8 @@ class Forms:
         self.extractor = extractor
         # the query forms of the last query's terms: (entry id, limit) -> form, entry id -> ranked blocks
         self._query: tuple[tuple[str, ...], dict[tuple[str, int], Form | None], dict[str, list[int]]] = ((), {}, {})
+        # the last fitted form: ((entry id, limit), form)
+        self._fitted: tuple[tuple[str, int, tuple[str, ...]] | None, Form | None] = (None, None)
 
     def key_spans(self, e: Entry) -> list[str]:
         """The spans every compressed form of ``e`` keeps: its entities, the extractor's key spans and
@@ -186,6 +188,49 @@ class Forms:
                 break
             chars *= 0.9 * limit_tokens / form.tokens
         forms[key_id, limit_tokens] = got
+        return got
+
+    def fitted_form(self, e: Entry, limit_tokens: int, terms: Sequence[str] = ()) -> Form | None:
+        """A long message shown within ``limit_tokens`` tokens when it must be (the last message alone
+        is larger than the room the budget leaves it): the blocks holding the query's ``terms`` best
+        (:func:`~ctxscore.compress.blocks.rank_query_blocks`) within half of the room, then its first
+        and last blocks, the blocks with errors or key spans and the densest in key-like tokens, as
+        many as fit, the other blocks
+        archived in place (:func:`~ctxscore.compress.blocks.blocked_form`); when even the first and
+        last blocks do not fit, the first block alone, then the marker alone. ``None`` for a message of
+        at most :data:`~ctxscore.compress.blocks.BLOCK_MIN_CHARS` characters or with media parts
+        (nothing to cut into blocks); the result may exceed ``limit_tokens`` only when the marker
+        alone does. The last form is remembered (a proxy builds the same last message at every retry)."""
+        content = e.msg.content
+        if len(content) <= BLOCK_MIN_CHARS or e.msg.has_media:
+            return None
+        key = (e.msg.id or str(id(e)), limit_tokens, tuple(terms))
+        if self._fitted[0] == key:
+            return self._fitted[1]
+        blocks = self.blocks(e)
+        spans = self.key_spans(e)
+        mid = e.msg.id or ""
+        ranked = rank_query_blocks(content, blocks, terms) if terms else []
+
+        def form(keep: set[int]) -> Form:
+            text = blocked_form(content, blocks, keep, mid)
+            return Form(text, self.counter.count_message(e.msg, content=text), Tier.COMPRESSED)
+
+        got: Form | None = None
+        chars = max(0, limit_tokens) * 3.0  # a first guess of characters per token, corrected below
+        for _ in range(4):
+            asked = query_blocks(content, blocks, terms, int(chars / 2), ranked) - {0} if ranked else set()
+            used = sum(blocks[i].end - blocks[i].start for i in asked)
+            got = form(asked | key_blocks(content, blocks, share=max(0.0, chars - used) / len(content), spans=spans))
+            if got.tokens <= limit_tokens:
+                break
+            chars *= 0.9 * limit_tokens / got.tokens
+        else:
+            for keep in ({0}, set()):
+                got = form(keep)
+                if got.tokens <= limit_tokens:
+                    break
+        self._fitted = (key, got)
         return got
 
     def reached(self, e: Entry, tier: Tier) -> Tier:
@@ -435,9 +480,25 @@ def build_warnings(history: History, policy: Policy, budget: int, tokens: int, p
         out.append(recency_relaxed(compacted, policy.recent_turns, budget))
     if tokens > budget and pinned_tokens <= budget:
         out.append(over_budget(tokens, budget, policy.recent_turns))
+    if plan.fitted:
+        out.append(last_fitted(history, plan.fitted, budget))
     if plan.unplaced:
         out.append(page_in_skipped(len(plan.unplaced), tokens, budget, int(policy.page_in_limit * budget)))
     return out
+
+
+def last_fitted(history: History, fitted: dict[int, Form], budget: int) -> WindowWarning:
+    """The warning that members of the last unit are shown cut to the budget (``fitted``: entry
+    index -> the form shown)."""
+    ids = [history.entries[i].msg.id or "" for i in sorted(fitted)]
+    before = sum(history.entries[i].tokens for i in fitted)
+    after = sum(f.tokens for f in fitted.values())
+    return WindowWarning(
+        WarningKind.LAST_MESSAGE_FITTED,
+        f"the last message ({', '.join(ids)}: {before} tokens) does not fit the budget of {budget} tokens: "
+        f"it is shown in {after} tokens as its first and last blocks and its key blocks, the other blocks "
+        "archived in place, the blocks the query names first (the original is whole in the store); "
+        "raise the budget or have the tool return less", {"tokens_before": before, "tokens_after": after, "budget": budget})
 
 
 def over_budget(tokens: int, budget: int, recent_turns: int) -> WindowWarning:

@@ -1,0 +1,97 @@
+"""The last message alone larger than the budget (an agent's tool printed a whole diff or log): the
+window shows it cut to the room the budget leaves, the blocks a query names first, every kept block
+byte-exact, a tool result still right after its call, the original whole in the store; before, the
+window was forwarded with the whole message, many times the budget (a request the model refuses)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import pytest
+
+from ctxscore import ContextManager
+from ctxscore.window.result import WarningKind
+
+MARKER = re.compile(r"\n?\[… \d+ blocks? of (m\d+) archived: [^\n]*? …\]\n?")
+
+
+def kept_pieces(shown: str, message_id: str) -> list[str]:
+    """The text a fitted form keeps between its markers; every marker names ``message_id``."""
+    assert set(MARKER.findall(shown)) == {message_id}
+    return [p for p in MARKER.split(shown)[::2] if p]
+
+
+def numbered_log(lines: int) -> str:
+    return "\n".join(f"[{k:05d}] worker-{k % 7} processed batch {k * 37 % 1009} in {k % 97 + 3} ms" for k in range(lines))
+
+
+@pytest.mark.corpora
+def test_a_real_150k_character_diff_last_is_cut_to_the_budget(corpora):
+    with gzip.open(corpora / "swe_mini" / "trajs" / "django__django-15629.traj.json.gz", "rt", encoding="utf-8") as f:
+        messages = json.load(f)["messages"][:104]
+    diff = messages[-1]["content"]
+    assert len(diff) > 150_000  # the output of `git diff --cached` after a broad edit
+    cm = ContextManager(budget=12000, scorer="rules")
+    cm.extend([{"role": m["role"], "content": m["content"]} for m in messages])
+    win = cm.build()
+    assert win.tokens <= 12000
+    fitted = [w for w in win.warnings if w.kind == WarningKind.LAST_MESSAGE_FITTED]
+    assert fitted and fitted[0].figures["tokens_before"] > 30000 >= fitted[0].figures["tokens_after"]
+    last = cm.messages[-1]
+    shown = win.messages[-1]["content"]
+    assert win.messages[-1]["role"] == "user" and len(shown) < len(diff) / 3
+    pieces = kept_pieces(shown, last.id)
+    assert all(p.strip("\n") in diff for p in pieces)  # byte-exact blocks
+    assert shown.startswith(diff[:100]) and diff.endswith(pieces[-1])  # its head and its tail
+    assert cm.store.get(cm.session_id, last.id).message.content == diff  # the original, whole
+    decision = win.decisions[-1]
+    assert decision.tier == "compressed" and decision.tokens_after < decision.tokens_before
+
+    # a question about a hunk in the middle of the diff shows that hunk
+    hunk = next(h for h in re.findall(r"^@@ [^\n]+", diff, re.M)[5:] if diff.index(h) > len(diff) / 3)
+    line = diff[diff.index(hunk):].split("\n")[1].strip()
+    word = max(re.findall(r"[A-Za-z_]{6,}", line), key=lambda w: (diff.count(w) == 1, -diff.count(w), len(w)))
+    asked = cm.build(query=f"what does the diff change around {word}?")
+    assert asked.tokens <= 12000
+    assert word in asked.messages[-1]["content"]
+
+
+def test_a_tool_result_last_stays_after_its_call_and_a_query_picks_its_blocks():
+    log = numbered_log(6000)
+    cm = ContextManager(budget=3000, scorer="rules")
+    cm.extend([
+        {"role": "system", "content": "You are an operations agent."},
+        {"role": "user", "content": "Why was batch processing slow last night? Check the worker log."},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                                                             "function": {"name": "read_log", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": log},
+    ])
+    win = cm.build()
+    assert win.tokens <= 3000
+    roles = [m["role"] for m in win.messages]
+    assert roles[-2:] == ["assistant", "tool"] and win.messages[-2]["tool_calls"][0]["id"] == "call_1"
+    tool = win.messages[-1]["content"]
+    pieces = kept_pieces(tool, cm.messages[-1].id)
+    assert all(p.strip("\n") in log for p in pieces)
+    assert "[04321]" not in tool
+    asked = cm.build(query="what happened in [04321]?")
+    assert asked.tokens <= 3000 and "[04321] worker-2 processed batch" in asked.messages[-1]["content"]
+    assert cm.store.get(cm.session_id, cm.messages[-1].id).message.content == log
+
+    # once the conversation moves on, the log is compacted like any message and the window fits
+    cm.add({"role": "assistant", "content": "Batch 4321 took the longest; worker-2 was overloaded."})
+    cm.add({"role": "user", "content": "Thanks. Restart worker-2."})
+    after = cm.build()
+    assert after.tokens <= 3000
+    assert not any(w.kind == WarningKind.LAST_MESSAGE_FITTED for w in after.warnings)
+
+
+def test_a_short_or_pinned_last_message_is_never_cut():
+    cm = ContextManager(budget=200, scorer="rules")
+    rules = "Never deploy on Fridays. " * 40  # a pinned instruction larger than the budget
+    cm.extend([{"role": "system", "content": "You are a release agent."}, {"role": "user", "content": rules}])
+    win = cm.build()
+    assert not any(w.kind == WarningKind.LAST_MESSAGE_FITTED for w in win.warnings)
+    assert any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in win.warnings)
