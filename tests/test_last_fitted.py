@@ -95,3 +95,31 @@ def test_a_short_or_pinned_last_message_is_never_cut():
     win = cm.build()
     assert not any(w.kind == WarningKind.LAST_MESSAGE_FITTED for w in win.warnings)
     assert any(w.kind == WarningKind.PINNED_OVER_BUDGET for w in win.warnings)
+
+
+def test_parallel_tool_results_too_large_together_are_cut_to_fit():
+    # three results of 2,800 Chinese characters (about 2,000 tokens each), each under the size at
+    # which a message is split into blocks, at a budget of 3,000 tokens: before, 6,034 tokens went out
+    def result(k: int) -> str:
+        return "".join(f"订单ORD{k}{i:04d}状态已发货，金额{i % 97}元，仓库杭州{i % 5}号。" for i in range(90))[:2800]
+
+    cm = ContextManager(budget=3000, scorer="rules")
+    cm.extend([{"role": "system", "content": "你是订单助手。"}, {"role": "user", "content": "查一下三个店铺的订单状态。"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": f"call_{k}", "type": "function", "function": {"name": "orders", "arguments": f'{{"shop": {k}}}'}}
+                   for k in range(3)]}])
+    cm.extend([{"role": "tool", "tool_call_id": f"call_{k}", "content": result(k)} for k in (2, 0, 1)])
+    plain = cm.build().messages[-1]["content"]
+    asked_id = next(f"ORD1{i:04d}" for i in range(30, 90) if f"ORD1{i:04d}状态" not in plain)  # cut without a query
+    win = cm.build(query=f"{asked_id} 的状态？")
+    assert win.tokens <= 3000
+    assert [m.get("tool_call_id") for m in win.messages[-3:]] == ["call_2", "call_0", "call_1"]
+    assert win.messages[-4]["tool_calls"][0]["id"] == "call_0"
+    for m, k in zip(win.messages[-3:], (2, 0, 1), strict=True):
+        original = result(k)
+        pieces = kept_pieces(m["content"], cm.messages[[x.tool_call_id for x in cm.messages].index(f"call_{k}")].id)
+        assert all(p.strip("\n") in original for p in pieces) and m["content"].startswith(original[:50])
+        assert len(m["content"]) < len(original)
+    assert f"{asked_id}状态已发货" in win.messages[-1]["content"]  # the block the query names
+    fitted = next(w for w in win.warnings if w.kind == WarningKind.LAST_MESSAGE_FITTED)
+    assert fitted.figures["tokens_before"] > 5000 and "do not fit" in str(fitted)

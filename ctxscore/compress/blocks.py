@@ -206,10 +206,10 @@ def rank_query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str]) 
     low = text.lower()
     terms = list(dict.fromkeys(t.lower() for t in terms if t))
     rest = range(1, len(blocks))
-    counts = {t: {i: c for i in rest if (c := low.count(t, blocks[i].start, blocks[i].end))} for t in terms}
+    counts = [{i: c for i in rest if (c := low.count(t, blocks[i].start, blocks[i].end))} for t in terms]
     n = max(1, len(blocks) - 1)
     score: dict[int, float] = {}
-    for t, by_block in counts.items():
+    for by_block in counts:
         idf = math.log1p(n / len(by_block)) if by_block else 0.0
         for i, c in by_block.items():
             score[i] = score.get(i, 0.0) + idf * math.log1p(c)

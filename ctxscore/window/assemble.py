@@ -308,8 +308,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
         codes[i] = ARCHIVED
     for i, tier in plan.condensed.items():  # pins condensed for this build to make room for the best hit
         codes[i] = CODE[tier]
-    for i in plan.fitted:  # the last unit fitted to the room the budget leaves it
-        codes[i] = CODE[Tier.COMPRESSED]
+    for i, form in plan.fitted.items():  # the last unit fitted to the room the budget leaves it
+        codes[i] = CODE[form.tier]
     cap = stub_cap(policy, min(budget, stub_budget or budget))
     keep = int(np.searchsorted(np.cumsum(stubs[arch][::-1]), cap, side="right")) if len(arch) else 0
     recent = max(lead, int(np.searchsorted(history.turn.a[:n], history.turn_no - policy.recent_turns, side="right")))

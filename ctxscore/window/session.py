@@ -16,7 +16,7 @@ import numpy as np
 
 from ..config import OnOverflow, Policy
 from ..errors import BudgetError, StoreError
-from ..compress.blocks import BLOCK_MIN_CHARS
+from ..compress.blocks import BLOCK_MAX_CHARS
 from ..messages import Message, Tier
 from ..scoring.base import Scorer
 from ..scoring.rules import RuleClassifier
@@ -174,24 +174,31 @@ class SessionState:
         return window
 
     def _fit_last(self, over: int, terms: list[str]) -> dict[int, Form]:
-        """Forms that bring the window ``over`` tokens down, for the long unpinned members of the last
-        unit (the latest request, or the latest tool call and its results), which recency protection
-        never compacts: each member gives up its share of ``over`` in proportion to its tokens
-        (:meth:`~ctxscore.window.tiers.Forms.fitted_form`, preferring the blocks that hold the query's
-        ``terms``; the original stays whole in the store). Empty when no member is long enough to cut."""
+        """Forms that bring the window ``over`` tokens down, for the unpinned members of the last unit
+        (the latest request, or the latest tool call and its results, which recency protection never
+        compacts): the members cut into blocks give up their share of ``over`` in proportion to their
+        tokens (:meth:`~ctxscore.window.tiers.Forms.fitted_form`, preferring the blocks that hold the
+        query's ``terms``) after the others take their compressed form where it is smaller (the
+        originals stay whole in the store). Empty when nothing can be made smaller."""
         h = self.history
         if not len(h):
             return {}
         entries = h.entries
-        members = [i for i in h.units[entries[-1].unit]
-                   if not entries[i].pinned and entries[i].tier != Tier.ARCHIVED
-                   and len(entries[i].msg.content) > BLOCK_MIN_CHARS and not entries[i].msg.has_media]
-        total = sum(entries[i].cur_tokens for i in members)
+        members = [i for i in h.units[entries[-1].unit] if not entries[i].pinned and entries[i].tier == Tier.VERBATIM
+                   and not entries[i].msg.has_media and entries[i].msg.content]
         out: dict[int, Form] = {}
+        blocked = [i for i in members if len(entries[i].msg.content) > BLOCK_MAX_CHARS]
         for i in members:
+            if i not in blocked:
+                form = self.forms.get(entries[i], Tier.COMPRESSED)
+                if form.tokens < entries[i].tokens and not form.pending:
+                    out[i] = form
+                    over -= entries[i].tokens - form.tokens
+        total = sum(entries[i].tokens for i in blocked)
+        for i in blocked if over > 0 else ():
             e = entries[i]
-            form = self.forms.fitted_form(e, int(e.cur_tokens - over * e.cur_tokens / total), terms)
-            if form is not None and form.tokens < e.cur_tokens:
+            form = self.forms.fitted_form(e, int(e.tokens - over * e.tokens / total), terms)
+            if form is not None and form.tokens < e.tokens:
                 out[i] = form
         return out
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..compress.base import Compressor, compress_verified
 from ..compress.blocks import (
+    BLOCK_MAX_CHARS,
     BLOCK_MIN_CHARS,
     Block,
     blocked_form,
@@ -91,8 +92,8 @@ class Forms:
         self.extractor = extractor
         # the query forms of the last query's terms: (entry id, limit) -> form, entry id -> ranked blocks
         self._query: tuple[tuple[str, ...], dict[tuple[str, int], Form | None], dict[str, list[int]]] = ((), {}, {})
-        # the last fitted form: ((entry id, limit), form)
-        self._fitted: tuple[tuple[str, int, tuple[str, ...]] | None, Form | None] = (None, None)
+        # the fitted forms of the last unit: (entry id, limit, terms) -> form
+        self._fitted: dict[tuple[str, int, tuple[str, ...]], Form] = {}
 
     def key_spans(self, e: Entry) -> list[str]:
         """The spans every compressed form of ``e`` keeps: its entities, the extractor's key spans and
@@ -191,23 +192,26 @@ class Forms:
         return got
 
     def fitted_form(self, e: Entry, limit_tokens: int, terms: Sequence[str] = ()) -> Form | None:
-        """A long message shown within ``limit_tokens`` tokens when it must be (the last message alone
-        is larger than the room the budget leaves it): the blocks holding the query's ``terms`` best
-        (:func:`~ctxscore.compress.blocks.rank_query_blocks`) within half of the room, then its first
-        and last blocks, the blocks with errors or key spans and the densest in key-like tokens, as
-        many as fit, the other blocks
-        archived in place (:func:`~ctxscore.compress.blocks.blocked_form`); when even the first and
-        last blocks do not fit, the first block alone, then the marker alone. ``None`` for a message of
-        at most :data:`~ctxscore.compress.blocks.BLOCK_MIN_CHARS` characters or with media parts
-        (nothing to cut into blocks); the result may exceed ``limit_tokens`` only when the marker
-        alone does. The last form is remembered (a proxy builds the same last message at every retry)."""
+        """A message of the last unit shown within ``limit_tokens`` tokens when it must be (the last
+        unit alone is larger than the room the budget leaves it): the blocks holding the query's
+        ``terms`` best (:func:`~ctxscore.compress.blocks.rank_query_blocks`) within half of the room,
+        then its first and last blocks, the blocks with errors or key spans and the densest in
+        key-like tokens, as many as fit, the other blocks archived in place
+        (:func:`~ctxscore.compress.blocks.blocked_form`); when even the first and last blocks do not
+        fit, the first block alone, then the marker alone. ``None`` for a message with media parts or
+        of one block (nothing to cut); the result may exceed ``limit_tokens`` only when the marker
+        alone does. The forms are remembered (a proxy builds the same last unit at every retry)."""
         content = e.msg.content
-        if len(content) <= BLOCK_MIN_CHARS or e.msg.has_media:
+        if e.msg.has_media or not content:
             return None
         key = (e.msg.id or str(id(e)), limit_tokens, tuple(terms))
-        if self._fitted[0] == key:
-            return self._fitted[1]
-        blocks = self.blocks(e)
+        if key in self._fitted:
+            return self._fitted[key]
+        # blocks of at most a sixth of the room (at least 100 characters), so its head and tail fit
+        per_token = len(content) / max(1, e.tokens)
+        blocks = split_blocks(content, max(100, min(BLOCK_MAX_CHARS, int(limit_tokens * per_token / 6))))
+        if len(blocks) < 2:
+            return None
         spans = self.key_spans(e)
         mid = e.msg.id or ""
         ranked = rank_query_blocks(content, blocks, terms) if terms else []
@@ -230,7 +234,9 @@ class Forms:
                 got = form(keep)
                 if got.tokens <= limit_tokens:
                     break
-        self._fitted = (key, got)
+        if len(self._fitted) > 64:
+            self._fitted.clear()
+        self._fitted[key] = got
         return got
 
     def reached(self, e: Entry, tier: Tier) -> Tier:
@@ -493,12 +499,14 @@ def last_fitted(history: History, fitted: dict[int, Form], budget: int) -> Windo
     ids = [history.entries[i].msg.id or "" for i in sorted(fitted)]
     before = sum(history.entries[i].tokens for i in fitted)
     after = sum(f.tokens for f in fitted.values())
+    one = len(ids) == 1
     return WindowWarning(
         WarningKind.LAST_MESSAGE_FITTED,
-        f"the last message ({', '.join(ids)}: {before} tokens) does not fit the budget of {budget} tokens: "
-        f"it is shown in {after} tokens as its first and last blocks and its key blocks, the other blocks "
-        "archived in place, the blocks the query names first (the original is whole in the store); "
-        "raise the budget or have the tool return less", {"tokens_before": before, "tokens_after": after, "budget": budget})
+        f"the last {'message' if one else 'messages'} ({', '.join(ids)}: {before} tokens) "
+        f"{'does' if one else 'do'} not fit the budget of {budget} tokens: shown in {after} tokens, cut to fit "
+        "(the first and last blocks, the blocks the query names and the key blocks kept byte-exact, the others "
+        "archived in place; the originals stay whole in the store); raise the budget or have the tool return less",
+        {"tokens_before": before, "tokens_after": after, "budget": budget})
 
 
 def over_budget(tokens: int, budget: int, recent_turns: int) -> WindowWarning:
