@@ -506,6 +506,46 @@ def test_tool_calls_on_a_user_message():
         rules_cm().add(call("c1") | {"role": "user"})
 
 
+@case("M15", "error")
+def test_a_lone_surrogate_anywhere_in_a_proxy_request():
+    pytest.importorskip("fastapi")
+    from starlette.testclient import TestClient
+
+    from ctxscore.serve import create_app
+
+    bodies = {  # the proxy's JSON fallback reads them; each field was a bare 500 before
+        "messages[0].content": b'{"model":"m","messages":[{"role":"user","content":"hi \\ud83d"}]}',  # no session id
+        "tools[0].function.description": b'{"model":"m","messages":[{"role":"user","content":"hi"}],'
+                                         b'"tools":[{"type":"function","function":{"name":"f","description":"x \\ud83d"}}]}',
+        "user": b'{"model":"m","messages":[{"role":"user","content":"hi"}],"user":"\\ud83d"}',
+    }
+    with TestClient(create_app("http://127.0.0.1:9/v1", 1000, scorer="rules", warm=False)) as c:
+        for where, body in bodies.items():
+            r = c.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+            assert r.status_code == 400, (where, r.text)
+            assert r.json()["error"]["message"].startswith(f"{where} holds a lone surrogate")
+
+
+@case("M16", "error")
+def test_a_store_file_locked_by_another_connection(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "session.db"
+    cm = rules_cm(store=str(path), session_id="s")
+    cm.add({"role": "user", "content": "hello"})
+    cm.close()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process in the middle of a write
+    try:
+        with pytest.raises(StoreError, match="locked by another connection") as err:
+            rules_cm(store=str(path), session_id="s")
+        assert "not a ctxscore store" not in str(err.value)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert [m.content for m in rules_cm(store=str(path), session_id="s").messages] == ["hello"]
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():

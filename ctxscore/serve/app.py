@@ -888,11 +888,40 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
             body = json.loads(raw, parse_constant=_non_finite)
         except ValueError as exc:
             return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
+        bad = _lone_surrogate(body, "")
+        if bad is not None:  # neither counted, stored nor forwarded: say where it is
+            where, char, at = bad
+            return {}, JSONResponse(error_body(
+                f"{where or 'the request body'} holds a lone surrogate {char!r} at character {at}, which is not valid "
+                "Unicode text; decode the source bytes with errors='replace' or remove the character",
+                param=where.split("[")[0].split(".")[0] or None), status_code=400)
     if not isinstance(body, dict):
         return {}, JSONResponse(error_body("the request body must be a JSON object"), status_code=400)
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         return {}, JSONResponse(error_body("'messages' must be a non-empty list", param="messages"), status_code=400)
     return body, None
+
+
+def _lone_surrogate(value: Any, where: str) -> tuple[str, str, int] | None:
+    """The first string of a parsed JSON value (keys included) that holds a lone UTF-16 surrogate:
+    ``(its path such as "messages[0].content", the character, its index)``, or ``None``."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return where, value[exc.start], exc.start
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _lone_surrogate(k, f"{where} (a key)") or _lone_surrogate(v, f"{where}.{k}" if where else str(k))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _lone_surrogate(v, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _load_scorer(scorer: Any) -> Any:
