@@ -11,6 +11,9 @@ user message within :data:`LOOKAHEAD` messages after it, in the same task, that
   "find another" ..., 换一, 再找 ...), or
 - gives another value of a kind the earlier message holds (a time after a time, a date after a
   date, another amount, another name), i.e. a typed value the earlier message does not hold.
+  Identifiers (:data:`IDENTIFIER_KINDS`: codes, long numbers, emails, paths ...) do not count: a
+  second one names another thing far more often than it replaces the first ("My booking reference
+  is QX7PLM." then "My frequent flyer number is FF88213."); a correction cue still links them.
 
 Page-in (:mod:`ctxscore.window.pagein`) shows the successor next to a hit, so the window holding
 the old statement also holds the one that replaced it. The link is computed once, when the later
@@ -27,6 +30,10 @@ from .history import History
 #: A successor is looked for among this many messages after an entry (see
 #: :data:`ctxscore.scoring.rules.RESTATE_LOOKAHEAD`).
 LOOKAHEAD = RESTATE_LOOKAHEAD
+#: Entity kinds of the rule file's ``[patterns]`` that identify rather than fill a slot: a new value of
+#: one of them restates an earlier message only with a correction cue.
+IDENTIFIER_KINDS = frozenset({"email", "url", "path", "filename", "id_mixed", "long_number", "snake_case",
+                              "camel_case", "dotted_call", "hash_tag"})
 
 
 def typed_values(msg: Message, config: RuleConfig) -> frozenset[tuple[str, str]]:
@@ -39,6 +46,12 @@ def typed_values(msg: Message, config: RuleConfig) -> frozenset[tuple[str, str]]
     if msg.role == Role.SYSTEM:
         return frozenset()
     return text_values(msg.text(), config)
+
+
+def slot_values(values: frozenset[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    """The typed values that fill a slot (times, dates, amounts, names ...): ``values`` less those of
+    :data:`IDENTIFIER_KINDS`."""
+    return frozenset(v for v in values if v[0] not in IDENTIFIER_KINDS)
 
 
 def link(history: History, config: RuleConfig) -> list[int]:
@@ -62,7 +75,7 @@ def link(history: History, config: RuleConfig) -> list[int]:
         old = history.entries[k]
         if old.successor is not None or old.task != e.task or old.msg.role == Role.SYSTEM:
             continue
-        if correction or restates(old.values, e.values):
+        if correction or restates(slot_values(old.values), slot_values(e.values)):
             old.successor = j
             out.append(k)
     return out
