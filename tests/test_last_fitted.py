@@ -88,7 +88,7 @@ def test_a_tool_result_last_stays_after_its_call_and_a_query_picks_its_blocks():
     assert not any(w.kind == WarningKind.LAST_MESSAGE_FITTED for w in after.warnings)
 
 
-def test_a_short_or_pinned_last_message_is_never_cut():
+def test_pinned_content_over_the_budget_cuts_nothing():
     cm = ContextManager(budget=200, scorer="rules")
     rules = "Never deploy on Fridays. " * 40  # a pinned instruction larger than the budget
     cm.extend([{"role": "system", "content": "You are a release agent."}, {"role": "user", "content": rules}])
@@ -123,3 +123,39 @@ def test_parallel_tool_results_too_large_together_are_cut_to_fit():
     assert f"{asked_id}状态已发货" in win.messages[-1]["content"]  # the block the query names
     fitted = next(w for w in win.warnings if w.kind == WarningKind.LAST_MESSAGE_FITTED)
     assert fitted.figures["tokens_before"] > 5000 and "do not fit" in str(fitted)
+
+
+def test_a_short_result_beside_a_long_one_takes_its_compressed_form():
+    short = '{"order": "ORD-5521", "status": "shipped", "carrier": "DHL", "eta": "2026-12-09", "total": "$412.50"}'
+    cm = ContextManager(budget=1500, scorer="rules")
+    cm.extend([{"role": "system", "content": "You are an operations agent."},
+               {"role": "user", "content": "Where is order ORD-5521 and why was the batch slow?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c_log", "type": "function", "function": {"name": "read_log", "arguments": "{}"}},
+                   {"id": "c_order", "type": "function", "function": {"name": "order", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c_log", "content": numbered_log(3000)},
+               {"role": "tool", "tool_call_id": "c_order", "content": short}])
+    win = cm.build()
+    assert win.tokens <= 1500
+    shown = win.messages[-1]["content"]
+    assert win.messages[-1]["tool_call_id"] == "c_order" and shown != short and len(shown) < len(short)
+    for value in ("ORD-5521", "shipped", "DHL", "2026-12-09", "$412.50"):
+        assert value in shown  # every value byte-exact in the compressed form
+    assert {d.id: d.tier for d in win.decisions}[cm.messages[-1].id] != "verbatim"
+
+
+def test_a_replaced_last_output_is_never_shown_from_an_earlier_cut():
+    # a client that resends the conversation with the last tool output replaced (rebased): the ids
+    # are reused, and the cut of the replaced output must not be served for the new one
+    def log(tag: str) -> str:
+        return "\n".join(f"[{k:05d}] {tag} processed batch {k * 37 % 1009} in {k % 97 + 3} ms" for k in range(3000))
+
+    head = [{"role": "system", "content": "You are an operations agent."}, {"role": "user", "content": "Check the worker log."},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                                                                 "function": {"name": "read_log", "arguments": "{}"}}]}]
+    cm = ContextManager(budget=3000, scorer="rules")
+    cm.sync([*head, {"role": "tool", "tool_call_id": "call_1", "content": log("worker-alpha")}])
+    assert "worker-alpha" in cm.build().messages[-1]["content"]
+    assert cm.sync([*head, {"role": "tool", "tool_call_id": "call_1", "content": log("worker-omega")}]).mode == "rebased"
+    shown = cm.build().messages[-1]["content"]
+    assert "worker-omega" in shown and "worker-alpha" not in shown

@@ -198,13 +198,13 @@ def query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str], limit
 
 def rank_query_blocks(text: str, blocks: Sequence[Block], terms: Sequence[str]) -> list[int]:
     """The blocks after the first that hold a query term, best first (ties in order): a block scores
-    ``sum(idf(t) * log(1 + count(t)))`` over the terms it holds (case-insensitive), with
+    ``sum(idf(t) * log(1 + count(t)))`` over the terms it holds (case-folded), with
     ``idf(t) = log(1 + n / df(t))`` over the message's ``n`` blocks, so a term in one block (a line
     number, an ID) outweighs one in every block repeated many times (the saturating term frequency and
     inverse block frequency of BM25: Robertson and Zaragoza, "The Probabilistic Relevance Framework:
     BM25 and Beyond", 2009)."""
-    low = text.lower()
-    terms = list(dict.fromkeys(t.lower() for t in terms if t))
+    low = casefold_text(text)  # same length: block positions hold in it
+    terms = list(dict.fromkeys(casefold_text(t) for t in terms if t))
     rest = range(1, len(blocks))
     counts = [{i: c for i in rest if (c := low.count(t, blocks[i].start, blocks[i].end))} for t in terms]
     n = max(1, len(blocks) - 1)

@@ -913,7 +913,7 @@ def _lone_surrogate(value: Any, where: str) -> tuple[str, str, int] | None:
         return None
     if isinstance(value, dict):
         for k, v in value.items():
-            found = _lone_surrogate(k, f"{where} (a key)") or _lone_surrogate(v, f"{where}.{k}" if where else str(k))
+            found = _lone_surrogate(k, f"{where} (a key)" if where else "a key of the request body") or _lone_surrogate(v, f"{where}.{k}" if where else str(k))
             if found is not None:
                 return found
     elif isinstance(value, list):

@@ -143,7 +143,7 @@ class SQLiteStore:
             self._init_schema()
         except (sqlite3.Error, StoreError) as exc:
             self._db.close()
-            if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            if isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise StoreError(
                     f"cannot open store {where}: it is locked by another connection (a process in the middle of a "
                     "write, or one that holds a transaction open) and stayed locked for 5 s; retry, or end that "

@@ -14,9 +14,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..compress.blocks import BLOCK_MAX_CHARS
 from ..config import OnOverflow, Policy
 from ..errors import BudgetError, StoreError
-from ..compress.blocks import BLOCK_MAX_CHARS
 from ..messages import Message, Tier
 from ..scoring.base import Scorer
 from ..scoring.rules import RuleClassifier
@@ -65,6 +65,7 @@ class SessionState:
         self.unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
         self.stub_budget: int | None = None  # the budget of the last build that changed tiers (sizes the stub note)
         self.recalled: tuple[str, int] | None = None  # the last window's recalled note and the entry it precedes
+        self.forms.forget()  # forms made for a build, remembered by message id: the ids may be reused
         ctx = LayerContext(self.session_id, self.store, self.counter, self.rules, self.policy, self.history,
                            self.scorer)
         for layer in self.layers:

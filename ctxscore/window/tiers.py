@@ -92,8 +92,14 @@ class Forms:
         self.extractor = extractor
         # the query forms of the last query's terms: (entry id, limit) -> form, entry id -> ranked blocks
         self._query: tuple[tuple[str, ...], dict[tuple[str, int], Form | None], dict[str, list[int]]] = ((), {}, {})
-        # the fitted forms of the last unit: (entry id, limit, terms) -> form
-        self._fitted: dict[tuple[str, int, tuple[str, ...]], Form] = {}
+        # the fitted forms of the last unit: (id of the entry object, limit, terms) -> (entry, form)
+        self._fitted: dict[tuple[int, int, tuple[str, ...]], tuple[Entry, Form]] = {}
+
+    def forget(self) -> None:
+        """Drop the forms made for single builds (query forms, fitted forms): the history was read
+        again, and a message id may now name another message (after a rebase or a truncation)."""
+        self._query = ((), {}, {})
+        self._fitted.clear()
 
     def key_spans(self, e: Entry) -> list[str]:
         """The spans every compressed form of ``e`` keeps: its entities, the extractor's key spans and
@@ -195,24 +201,26 @@ class Forms:
         """A message of the last unit shown within ``limit_tokens`` tokens when it must be (the last
         unit alone is larger than the room the budget leaves it): the blocks holding the query's
         ``terms`` best (:func:`~ctxscore.compress.blocks.rank_query_blocks`) within half of the room,
-        then its first and last blocks, the blocks with errors or key spans and the densest in
-        key-like tokens, as many as fit, the other blocks archived in place
-        (:func:`~ctxscore.compress.blocks.blocked_form`); when even the first and last blocks do not
-        fit, the first block alone, then the marker alone. ``None`` for a message with media parts or
-        of one block (nothing to cut); the result may exceed ``limit_tokens`` only when the marker
-        alone does. The forms are remembered (a proxy builds the same last unit at every retry)."""
+        then its first and last blocks, the blocks with errors, key spans (the extractor's and the
+        hard constraints) and the densest in key-like tokens, then the other blocks in order, as many
+        as fit, the rest archived in place (:func:`~ctxscore.compress.blocks.blocked_form`); when even
+        the first and last blocks do not fit, the first block alone, then the marker alone. ``None``
+        for a message with media parts or of one block (nothing to cut); the result may exceed
+        ``limit_tokens`` only when the marker alone does. The forms are remembered per entry object
+        (a proxy builds the same last unit at every retry; an id reused after a rebase is another entry)."""
         content = e.msg.content
         if e.msg.has_media or not content:
             return None
-        key = (e.msg.id or str(id(e)), limit_tokens, tuple(terms))
-        if key in self._fitted:
-            return self._fitted[key]
+        key = (id(e), limit_tokens, tuple(terms))
+        hit = self._fitted.get(key)
+        if hit is not None and hit[0] is e:
+            return hit[1]
         # blocks of at most a sixth of the room (at least 100 characters), so its head and tail fit
         per_token = len(content) / max(1, e.tokens)
         blocks = split_blocks(content, max(100, min(BLOCK_MAX_CHARS, int(limit_tokens * per_token / 6))))
         if len(blocks) < 2:
             return None
-        spans = self.key_spans(e)
+        spans = [*(self.extractor(content) if self.extractor is not None else ()), *e.constraints]
         mid = e.msg.id or ""
         ranked = rank_query_blocks(content, blocks, terms) if terms else []
 
@@ -220,12 +228,21 @@ class Forms:
             text = blocked_form(content, blocks, keep, mid)
             return Form(text, self.counter.count_message(e.msg, content=text), Tier.COMPRESSED)
 
+        def chosen(chars: float) -> set[int]:
+            keep = query_blocks(content, blocks, terms, int(chars / 2), ranked) - {0} if ranked else set()
+            used = sum(blocks[i].end - blocks[i].start for i in keep)
+            keep |= key_blocks(content, blocks, share=max(0.0, chars - used) / len(content), spans=spans)
+            used = sum(blocks[i].end - blocks[i].start for i in keep)
+            for i, b in enumerate(blocks):  # the room left: the other blocks in order
+                if i not in keep and used + b.end - b.start <= chars:
+                    keep.add(i)
+                    used += b.end - b.start
+            return keep
+
         got: Form | None = None
-        chars = max(0, limit_tokens) * 3.0  # a first guess of characters per token, corrected below
+        chars = max(0, limit_tokens) * per_token * 0.95  # the message's own characters per token, corrected below
         for _ in range(4):
-            asked = query_blocks(content, blocks, terms, int(chars / 2), ranked) - {0} if ranked else set()
-            used = sum(blocks[i].end - blocks[i].start for i in asked)
-            got = form(asked | key_blocks(content, blocks, share=max(0.0, chars - used) / len(content), spans=spans))
+            got = form(chosen(chars))
             if got.tokens <= limit_tokens:
                 break
             chars *= 0.9 * limit_tokens / got.tokens
@@ -236,7 +253,7 @@ class Forms:
                     break
         if len(self._fitted) > 64:
             self._fitted.clear()
-        self._fitted[key] = got
+        self._fitted[key] = (e, got)
         return got
 
     def reached(self, e: Entry, tier: Tier) -> Tier:
