@@ -23,8 +23,10 @@ def kept_pieces(shown: str, message_id: str) -> list[str]:
     return [p for p in MARKER.split(shown)[::2] if p]
 
 
-def numbered_log(lines: int) -> str:
-    return "\n".join(f"[{k:05d}] worker-{k % 7} processed batch {k * 37 % 1009} in {k % 97 + 3} ms" for k in range(lines))
+def numbered_log(lines: int, worker: str | None = None) -> str:
+    """A worker log of ``lines`` lines (``worker`` names every line's worker; default worker-0 .. worker-6)."""
+    return "\n".join(f"[{k:05d}] {worker or f'worker-{k % 7}'} processed batch {k * 37 % 1009} in {k % 97 + 3} ms"
+                     for k in range(lines))
 
 
 @pytest.mark.corpora
@@ -147,15 +149,12 @@ def test_a_short_result_beside_a_long_one_takes_its_compressed_form():
 def test_a_replaced_last_output_is_never_shown_from_an_earlier_cut():
     # a client that resends the conversation with the last tool output replaced (rebased): the ids
     # are reused, and the cut of the replaced output must not be served for the new one
-    def log(tag: str) -> str:
-        return "\n".join(f"[{k:05d}] {tag} processed batch {k * 37 % 1009} in {k % 97 + 3} ms" for k in range(3000))
-
     head = [{"role": "system", "content": "You are an operations agent."}, {"role": "user", "content": "Check the worker log."},
             {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
                                                                  "function": {"name": "read_log", "arguments": "{}"}}]}]
     cm = ContextManager(budget=3000, scorer="rules")
-    cm.sync([*head, {"role": "tool", "tool_call_id": "call_1", "content": log("worker-alpha")}])
+    cm.sync([*head, {"role": "tool", "tool_call_id": "call_1", "content": numbered_log(3000, "worker-alpha")}])
     assert "worker-alpha" in cm.build().messages[-1]["content"]
-    assert cm.sync([*head, {"role": "tool", "tool_call_id": "call_1", "content": log("worker-omega")}]).mode == "rebased"
+    assert cm.sync([*head, {"role": "tool", "tool_call_id": "call_1", "content": numbered_log(3000, "worker-omega")}]).mode == "rebased"
     shown = cm.build().messages[-1]["content"]
     assert "worker-omega" in shown and "worker-alpha" not in shown

@@ -189,12 +189,11 @@ class SessionState:
                    and not entries[i].msg.has_media and entries[i].msg.content]
         out: dict[int, Form] = {}
         blocked = [i for i in members if len(entries[i].msg.content) > BLOCK_MAX_CHARS]
-        for i in members:
-            if i not in blocked:
-                form = self.forms.get(entries[i], Tier.COMPRESSED)
-                if form.tokens < entries[i].tokens and not form.pending:
-                    out[i] = form
-                    over -= entries[i].tokens - form.tokens
+        for i in (i for i in members if i not in blocked):
+            form = self.forms.get(entries[i], Tier.COMPRESSED)
+            if form.tokens < entries[i].tokens and not form.pending:
+                out[i] = form
+                over -= entries[i].tokens - form.tokens
         total = sum(entries[i].tokens for i in blocked)
         for i in blocked if over > 0 else ():
             e = entries[i]
