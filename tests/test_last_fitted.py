@@ -158,3 +158,60 @@ def test_a_replaced_last_output_is_never_shown_from_an_earlier_cut():
     assert cm.sync([*head, {"role": "tool", "tool_call_id": "call_1", "content": numbered_log(3000, "worker-omega")}]).mode == "rebased"
     shown = cm.build().messages[-1]["content"]
     assert "worker-omega" in shown and "worker-alpha" not in shown
+
+
+def server_chat(turns: int) -> list[dict]:
+    """A chat of ``turns`` short questions and answers about servers (each answer states an uptime)."""
+    out: list[dict] = []
+    for k in range(turns):
+        out.append({"role": "user", "content": f"What is the status of server srv-{k:03d} in rack R{k}?"})
+        out.append({"role": "assistant", "content": f"Server srv-{k:03d} in rack R{k} is healthy; uptime {k + 3} days, load {k * 7 % 90}%."})
+    return out
+
+
+def log_call(lines: int) -> list[dict]:
+    """A request to read the worker log, the call and its result of ``lines`` lines."""
+    return [{"role": "user", "content": "Why was batch processing slow last night? Check the worker log."},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                                                                 "function": {"name": "read_log", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": numbered_log(lines)}]
+
+
+def test_a_huge_last_output_leaves_the_earlier_turns_whole_and_goes_first_the_turn_after():
+    # a 6,000-line log (about 120,000 tokens) after 25 short messages (about 700 tokens) at 6,000:
+    # before, compaction counted the log whole and archived all 24 earlier messages for good
+    cm = ContextManager(budget=6000, scorer="rules")
+    cm.extend([{"role": "system", "content": "You are an operations agent."}, *server_chat(12), *log_call(6000)])
+    win = cm.build()
+    assert win.tokens <= 6000
+    tiers = {d.id: d.tier for d in win.decisions}
+    assert all(tiers[m.id] == "verbatim" for m in cm.messages[:-1])
+    assert any(w.kind == WarningKind.LAST_MESSAGE_FITTED for w in win.warnings)
+    assert win.decisions[-1].tokens_after > 0.9 * (6000 - sum(d.tokens_after for d in win.decisions[:-1]))  # the room they leave
+
+    # the turn after, the log is the unit archived (it alone keeps the recent turns over the
+    # high-water mark); before, the older units went first and the log after them
+    cm.add({"role": "assistant", "content": "worker-3 was slow on batches 100 to 200."})
+    after = cm.build()
+    tiers = {d.id: d.tier for d in after.decisions}
+    assert after.tokens <= 6000
+    assert tiers[cm.messages[-2].id] == "archived" and tiers[cm.messages[-3].id] == "archived"  # the call and its result
+    assert all(tiers[m.id] == "verbatim" for m in cm.messages[:-3])
+    assert "uptime 7 days" in "".join(m["content"] or "" for m in after.messages)
+
+
+def test_a_huge_last_output_leaves_room_for_a_query_page_in():
+    # 40 questions at 1,500 tokens (most of them archived), then the log: a question about an
+    # archived answer pages it in beside the cut log; before, the log counted whole left no room
+    cm = ContextManager(budget=1500, scorer="rules")
+    cm.add({"role": "system", "content": "You are an operations agent."})
+    for m in server_chat(40):
+        cm.add(m)
+        cm.build()
+    assert {d.tier for d in cm.build().decisions[:12]} == {"archived", "verbatim"}
+    cm.extend(log_call(6000))
+    win = cm.build(query="What was the uptime of srv-004 in rack R4?")
+    assert win.tokens <= 1500
+    assert "uptime 7 days" in "".join(m["content"] or "" for m in win.messages)
+    assert not any(w.kind == WarningKind.PAGE_IN_SKIPPED for w in win.warnings)
+    assert win.messages[-1]["role"] == "tool" and "[00000]" in win.messages[-1]["content"]

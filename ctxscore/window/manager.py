@@ -218,7 +218,8 @@ class ContextManager:
     def _may_page(self, B: int) -> bool:
         """Whether a query can change this build: something is compacted, or compaction is due."""
         h = self.history
-        return bool(h.n_compacted) or tiers.occupancy(h.msg_tokens, h.stub_tokens, self.policy, B) >= self.policy.t_archive * B
+        occ = tiers.occupancy(h.msg_tokens - tiers.last_excess(h, B), h.stub_tokens, self.policy, B)
+        return bool(h.n_compacted) or occ >= self.policy.t_archive * B
 
     @property
     def messages(self) -> list[Message]:

@@ -142,7 +142,7 @@ class PageInPlan:
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
-                 budget: int, reserved: int = 0, terms: Sequence[str] = ()) -> PageInPlan:
+                 budget: int, reserved: int = 0, terms: Sequence[str] = (), excess: int = 0) -> PageInPlan:
     """Plan the page-in of one build (see the module docstring).
 
     The room is counted as :func:`~ctxscore.window.tiers.occupancy` counts the window (the messages
@@ -159,16 +159,18 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         budget: the token budget of this build.
         reserved: tokens of the window's layer sections (beside the messages and their stubs).
         terms: the query's terms (a long message that does not fit is shown as the blocks holding them).
+        excess: tokens the last unit counts less than it holds: the build cuts it to the room left
+            (:func:`~ctxscore.window.tiers.last_excess`).
     """
     hits = above_floor(hits, policy)
     if not hits:
         return PageInPlan()
-    first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place")
+    first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place", excess=excess)
     best = first.plan(hits)
     if not best.shown:
         return best
     for mode in ("quote", "in_place_kept"):  # the first that shows everything the roomiest one does
-        plan = _Planner(history, values, forms, policy, budget, reserved, terms, mode, first._evictable).plan(hits)
+        plan = _Planner(history, values, forms, policy, budget, reserved, terms, mode, first._evictable, excess).plan(hits)
         if plan.covers(best):
             return plan
     return best
@@ -197,14 +199,14 @@ class _Planner:
 
     def __init__(self, history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
                  reserved: int, terms: Sequence[str], mode: str,
-                 evictable: list[tuple[int, list[int]]] | None = None) -> None:
+                 evictable: list[tuple[int, list[int]]] | None = None, excess: int = 0) -> None:
         self.h, self.values, self.forms, self.policy, self.terms = history, values, forms, policy, terms
         self.budget, self.reserved = budget, reserved
         self.limit = policy.page_in_limit * budget
         self.low_water = policy.low_water * budget
         # what the window's occupancy is made of, as this plan changes it: message tokens, stub tokens,
         # and each entry the plan changed (shown, evicted, condensed) -> (archived, tokens)
-        self.msg, self.stub = history.msg_tokens, history.stub_tokens
+        self.msg, self.stub = history.msg_tokens - excess, history.stub_tokens
         self.state: dict[int, tuple[bool, int]] = {}
         self.shown: dict[int, str] = {}
         self.quoted = 0  # entries counted in the recalled note

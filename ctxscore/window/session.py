@@ -119,26 +119,29 @@ class SessionState:
         if h.release_instructions(limit):
             self.stuck = None  # the released instructions can be compacted
         changed: list[int] = self.fit_pins(limit)
-        occ = tiers.occupancy(h.msg_tokens, h.stub_tokens, pol, B) + reserved
+        # a last unit larger than its share counts at its share: the cut at the end of this build
+        # gives it the room the rest leaves (the earlier turns are not archived for its sake)
+        excess = tiers.last_excess(h, B)
+        occ = tiers.occupancy(h.msg_tokens - excess, h.stub_tokens, pol, B) + reserved
         fits = h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B
         if fits:
             if h.n_compacted:  # the full history fits below the first threshold: all verbatim
                 changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
         elif occ >= pol.t_archive * B and self.stuck != (len(h), B):
-            changed += self._compact(vals, B, reserved)  # computes the forms it needs that are not ready
+            changed += self._compact(vals, B, reserved, excess)  # computes the forms it needs that are not ready
         else:  # compaction has begun or will: prepare forms a few at a time, in the builds between passes
             self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
-        plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query)) if hits else PageInPlan()
+        plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query), excess) if hits else PageInPlan()
         window = self._assemble(query, B, plan, vals, rel, warns)
-        if (not plan.shown and not plan.evicted and window.tokens >= pol.t_archive * B
+        if (not plan.shown and not plan.evicted and window.tokens - excess >= pol.t_archive * B
                 and self.stuck != (len(h), B)):
             # the estimate (stub notes; layer sections grow as messages are compacted) was under the
             # high-water mark but the assembled window is not: compact again on the exact figures
-            more = self._compact(vals, B, self._reserved(query, B, vals))
+            more = self._compact(vals, B, self._reserved(query, B, vals), excess)
             if more:
                 changed += more
                 window = self._assemble(query, B, plan, vals, rel, warns)
@@ -147,13 +150,14 @@ class SessionState:
             if self.stub_budget != B:
                 self.stub_budget = B
                 window = self._assemble(query, B, plan, vals, rel, warns)
-        if (plan.shown or plan.evicted) and window.tokens > pol.page_in_limit * B:
-            window, plan = fit_page_in(plan, pol.page_in_limit * B, lambda pl: self._assemble(query, B, pl, vals, rel, warns))
-        if window.tokens > B and not plan.stubs_collapsed and h.stub_tokens > tiers.COLLAPSED_LINE_TOKENS:
+        if (plan.shown or plan.evicted) and window.tokens - excess > pol.page_in_limit * B:
+            window, plan = fit_page_in(plan, pol.page_in_limit * B + excess,
+                                       lambda pl: self._assemble(query, B, pl, vals, rel, warns))
+        if window.tokens - excess > B and not plan.stubs_collapsed and h.stub_tokens > tiers.COLLAPSED_LINE_TOKENS:
             # pinned content and the recent turns leave the stub note no room: its one line for this build
             plan = replace(plan, stubs_collapsed=True)
             window = self._assemble(query, B, plan, vals, rel, warns)
-        if retry and window.tokens > B and h.pinned_tokens <= limit:
+        if retry and window.tokens - excess > B and h.pinned_tokens <= limit:
             room = limit - h.recent_tokens(pol.recent_turns) - tiers.COLLAPSED_LINE_TOKENS
             # only when releasing makes them fit (not for a large output passing through the recent turns)
             if room >= h.pinned_tokens - h.releasable_tokens() and h.release_instructions(room):
@@ -181,12 +185,8 @@ class SessionState:
         tokens (:meth:`~ctxscore.window.tiers.Forms.fitted_form`, preferring the blocks that hold the
         query's ``terms``) after the others take their compressed form where it is smaller (the
         originals stay whole in the store). Empty when nothing can be made smaller."""
-        h = self.history
-        if not len(h):
-            return {}
-        entries = h.entries
-        members = [i for i in h.units[entries[-1].unit] if not entries[i].pinned and entries[i].tier == Tier.VERBATIM
-                   and not entries[i].msg.has_media and entries[i].msg.content]
+        entries = self.history.entries
+        members = tiers.cuttable_last(self.history)
         out: dict[int, Form] = {}
         blocked = [i for i in members if len(entries[i].msg.content) > BLOCK_MAX_CHARS]
         for i in (i for i in members if i not in blocked):
@@ -255,8 +255,8 @@ class SessionState:
         view = make_view(self.history, self.forms, self.counter, self.policy, B, query, PageInPlan(), vals)
         return sum(s.render(view)[1] for s in self.layer_sections)
 
-    def _compact(self, vals: np.ndarray, B: int, reserved: int) -> list[int]:
-        plan = tiers.plan_compaction(self.history, vals, self.forms, self.policy, B, reserved)
+    def _compact(self, vals: np.ndarray, B: int, reserved: int, excess: int) -> list[int]:
+        plan = tiers.plan_compaction(self.history, vals, self.forms, self.policy, B, reserved, excess)
         if plan.stuck:
             self.stuck = (len(self.history), B)  # nothing left to compact until the history changes
         changed = [i for i, t in plan.changes.items() if self.forms.set_tier(self.history, i, t)]

@@ -54,6 +54,12 @@ COLLAPSED_LINE_TOKENS = 40
 PREPARE_PER_BUILD = 6
 #: A user correction longer than this many characters is an ordinary message, not pinned.
 CORRECTION_MAX_CHARS = 400
+#: Share of the budget the last unit counts for at most, in occupancy, when a build may cut it
+#: (:func:`last_excess`); also the size above which a unit in the recent turns is archived first
+#: when the recent turns alone hold more than the high-water mark (:func:`plan_compaction`). A
+#: quarter: a huge output then leaves the earlier turns whole while they and a quarter of the
+#: budget fit below the high-water mark, and the cut gives the output all the room they leave.
+LARGE_UNIT_SHARE = 0.25
 
 
 def pin_reason(msg: Message, pred: Prediction, entities: tuple[str, ...], config: RuleConfig) -> Pin | None:
@@ -288,6 +294,32 @@ def stub_cap(policy: Policy, budget: int) -> int:
     return int(policy.stub_fraction * budget)
 
 
+def cuttable_last(history: History) -> list[int]:
+    """Indices of the last unit's members a build may cut to fit (see
+    :meth:`~ctxscore.window.session.SessionState.build`): unpinned, verbatim, text only, not empty."""
+    if not history.entries:
+        return []
+    entries = history.entries
+    return [i for i in history.units[entries[-1].unit] if not entries[i].pinned and entries[i].tier == Tier.VERBATIM
+            and not entries[i].msg.has_media and entries[i].msg.content]
+
+
+def last_excess(history: History, budget: int) -> int:
+    """Tokens by which the last unit's cuttable members exceed :data:`LARGE_UNIT_SHARE` of ``budget``,
+    at most the tokens of those longer than :data:`~ctxscore.compress.blocks.BLOCK_MAX_CHARS`
+    characters (the ones cut into blocks; a short one only takes its compressed form).
+
+    Occupancy, compaction and page-in count the last unit this much smaller: a build cuts it to the
+    room the rest of the window leaves (:meth:`Forms.fitted_form`), so a huge last tool output makes
+    neither compaction archive the earlier turns for good nor page-in find no room. 0 when the last
+    unit is within the share or holds nothing to cut."""
+    members = [history.entries[i] for i in cuttable_last(history)]
+    cuttable = sum(e.tokens for e in members if len(e.msg.content) > BLOCK_MAX_CHARS)
+    if not cuttable:
+        return 0
+    return int(min(cuttable, max(0.0, sum(e.tokens for e in members) - LARGE_UNIT_SHARE * budget)))
+
+
 def occupancy(msg_tokens: int, stub_tokens: int, policy: Policy, budget: int) -> int:
     """Estimated window tokens: messages not archived, the stubs shown (capped) and reply priming."""
     stubs = min(stub_tokens, stub_cap(policy, budget) + COLLAPSED_LINE_TOKENS) if stub_tokens else 0
@@ -297,9 +329,11 @@ def occupancy(msg_tokens: int, stub_tokens: int, policy: Policy, budget: int) ->
 class _Overlay:
     """Tentative tiers over a history: planning reads the history and changes only this overlay."""
 
-    def __init__(self, history: History, forms: Forms, policy: Policy, budget: int, reserved: int) -> None:
+    def __init__(self, history: History, forms: Forms, policy: Policy, budget: int, reserved: int,
+                 excess: int = 0) -> None:
         self.h, self.forms, self.policy, self.budget, self.reserved = history, forms, policy, budget, reserved
-        self.msg_tokens, self.stub_tokens = history.msg_tokens, history.stub_tokens
+        self.excess = excess  # the last unit counts this much smaller (last_excess); compaction never changes it
+        self.msg_tokens, self.stub_tokens = history.msg_tokens - excess, history.stub_tokens
         self.changes: dict[int, Tier] = {}
         self.cur: dict[int, int] = {}
 
@@ -410,10 +444,42 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
         archive_units(live(), pol.low_water)
 
 
+def _archive_large_recent(ov: _Overlay, k: int) -> None:
+    """When the unpinned entries of the last ``k`` turns alone keep occupancy above the high-water
+    mark (recency protection cannot hold), archive the units among them larger than
+    :data:`LARGE_UNIT_SHARE` of the budget (an earlier huge tool output), largest first, until the
+    recent turns fit below it: before, the first stage archived every older unit down to the
+    low-water mark without getting there, then relaxed recency anyway. Never the last unit, a unit
+    with a pinned member or a hard constraint."""
+    h, B = ov.h, ov.budget
+    if not h.entries:
+        return
+    cutoff, last = h.turn_no - k, h.entries[-1].unit
+    recent: dict[int, list[int]] = {}
+    for i in range(len(h.entries) - 1, -1, -1):
+        e = h.entries[i]
+        if e.turn_no <= cutoff:
+            break
+        if e.unit != last:
+            recent.setdefault(e.unit, h.units[e.unit])
+    high = ov.policy.t_archive * B
+    protected = h.pinned_tokens + h.recent_tokens(k) - ov.excess + REPLY_PRIMING_TOKENS + ov.reserved
+    large = [(sum(ov.tokens(i) for i in m if ov.tier(i) != Tier.ARCHIVED), u) for u, m in recent.items()
+             if not any(h.entries[i].pinned for i in m) and h.archivable(m)]
+    for size, u in sorted(large, reverse=True):
+        if protected <= high or size <= LARGE_UNIT_SHARE * B:
+            return
+        for i in h.units[u]:
+            ov.set(i, Tier.ARCHIVED)
+        protected -= size
+
+
 def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
-                    reserved: int = 0) -> CompactionPlan:
+                    reserved: int = 0, excess: int = 0) -> CompactionPlan:
     """One batch of compaction at the high-water mark (module docstring); while occupancy stays above
     it, recency protection is relaxed turn by turn (down to the last message alone) with gentle passes.
+    A unit in the recent turns larger than :data:`LARGE_UNIT_SHARE` of the budget is archived first
+    when the recent turns alone are above the high-water mark (:func:`_archive_large_recent`).
 
     Args:
         history: the session history (read only).
@@ -422,9 +488,11 @@ def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: 
         policy: the tier policy.
         budget: the token budget of this build.
         reserved: tokens of the layers' sections (they count like pinned content).
+        excess: tokens the last unit counts less than it holds (:func:`last_excess`).
     """
-    ov = _Overlay(history, forms, policy, budget, reserved)
+    ov = _Overlay(history, forms, policy, budget, reserved, excess)
     k = policy.recent_turns
+    _archive_large_recent(ov, k)
     _stage(ov, values, k)
     while ov.occupancy() > policy.t_archive * budget and k > 0:
         k -= 1
