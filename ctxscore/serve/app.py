@@ -879,8 +879,32 @@ def _verified(cm: ContextManager, known: list[dict[str, Any]] | None, last: Mess
     return n if msgs[:n] == known else 0
 
 
+#: The deepest nesting of arrays and objects a request body may have: orjson reads 1,024 levels
+#: and writes 254, and the json module, which writes the deeper ones, runs out of stack near 1,000
+#: (a body of 990 levels was a bare 500).
+MAX_JSON_DEPTH = 500
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests arrays and objects more than ``limit`` levels deep (a
+    top-level object is level 1); iterative, so any depth is measured."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
 def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
-    """The request body as a dict with a non-empty ``messages`` list, or a 400 response."""
+    """The request body as a dict with a non-empty ``messages`` list, or a 400 response (not JSON,
+    not an object, no messages, a lone surrogate, nested deeper than :data:`MAX_JSON_DEPTH`)."""
+    too_deep = JSONResponse(error_body(
+        f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep; "
+        "send a flatter body (a JSON schema or tool argument of that depth is likely a serialisation loop)"),
+        status_code=400)
     try:
         body = orjson.loads(raw)
     except ValueError:
@@ -888,6 +912,10 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
             body = json.loads(raw, parse_constant=_non_finite)
         except ValueError as exc:
             return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
+        except RecursionError:  # orjson stops at 1,024 levels, the json module at the stack's depth
+            return {}, too_deep
+        if _nested_deeper(body, MAX_JSON_DEPTH):
+            return {}, too_deep
         bad = _lone_surrogate(body, "")
         if bad is not None:  # neither counted, stored nor forwarded: say where it is
             where, char, at = bad
@@ -895,6 +923,9 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
                 f"{where or 'the request body'} holds a lone surrogate {char!r} at character {at}, which is not valid "
                 "Unicode text; decode the source bytes with errors='replace' or remove the character",
                 param=where.split("[")[0].split(".")[0] or None), status_code=400)
+    else:  # counting the brackets first keeps the walk off most requests
+        if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _nested_deeper(body, MAX_JSON_DEPTH):
+            return {}, too_deep
     if not isinstance(body, dict):
         return {}, JSONResponse(error_body("the request body must be a JSON object"), status_code=400)
     if not isinstance(body.get("messages"), list) or not body["messages"]:
