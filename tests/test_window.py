@@ -224,3 +224,22 @@ def test_long_messages_are_split_into_blocks_kept_and_paged_in_separately():
     assert note.startswith("Earlier messages paged back in") and "[#2 tool run_tests c1" in note
     shown = note[note.index("[#2 tool run_tests c1"):]
     assert "section 23:" in shown and len(shown) < len(log) / 2  # only the blocks the query names
+
+
+def test_archiving_never_makes_the_window_larger_than_the_history():
+    # at a budget of a few dozen tokens the line that collapses the archive stubs (about 26 tokens)
+    # costs more than the short messages it stands for: before, 32 of 240 random short chats at
+    # 60-75 tokens got a window larger than their whole history (70 tokens for a history of 55)
+    rng = np.random.default_rng(3)
+    words = "alpha beta gamma delta order ship pay refund ticket hotel train flight seat".split()
+    larger = []
+    for _ in range(240):
+        budget = int(rng.integers(60, 76))
+        chat = [{"role": ("user", "assistant")[k % 2], "content": " ".join(rng.choice(words, int(rng.integers(1, 9))))}
+                for k in range(int(rng.integers(2, 9)))]
+        tight, whole = ContextManager(budget=budget, scorer="rules"), ContextManager(budget=100_000, scorer="rules")
+        tight.extend(chat)
+        whole.extend(chat)
+        if tight.build().tokens > whole.build().tokens:
+            larger.append((budget, chat))
+    assert not larger, larger[:2]

@@ -364,6 +364,13 @@ class _Overlay:
         self.changes[i] = tier
         return True
 
+    def revert(self, i: int, tier: Tier) -> None:
+        """Undo :meth:`set`: entry ``i`` back to ``tier``, its tier before."""
+        self.set(i, tier)
+        if tier == self.h.entries[i].tier:
+            self.changes.pop(i, None)
+            self.cur.pop(i, None)
+
 
 @dataclass(frozen=True)
 class CompactionPlan:
@@ -415,14 +422,22 @@ def _stage(ov: _Overlay, values: np.ndarray, k: int, relaxed: bool = False) -> N
         # once the stubs overflow the cap, older stubs collapse into one line: archiving then frees a
         # message's tokens even when its own stub is not smaller than it (many short messages)
         collapsing = ov.stub_tokens + sum(stub(u) for u in order) > cap + COLLAPSED_LINE_TOKENS
+        before, done = ov.occupancy(), []
         for u in order:
             if until is not None and occ() <= until:
-                return
+                break
             members = units[u]
             if not collapsing and ov.stub_tokens + stub(u) <= cap and sum(ov.tokens(i) for i in members) <= stub(u):
                 continue  # its stub would be shown and would not be smaller than the message itself
             for i in members:
-                ov.set(i, Tier.ARCHIVED)
+                prev = ov.tier(i)
+                if ov.set(i, Tier.ARCHIVED):
+                    done.append((i, prev))
+        if done and ov.occupancy() >= before:
+            # the collapsed line of stubs costs more than the messages free (a budget of a few dozen
+            # tokens): archiving them would make the window larger, so they stay as they were
+            for i, prev in reversed(done):
+                ov.revert(i, prev)
 
     def live() -> list[int]:
         """Units that may still be archived (not all archived; no hard constraint)."""
