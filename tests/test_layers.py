@@ -386,4 +386,21 @@ def test_ledger_chinese_change_verb_supersedes():
     for m in ({"role": "user", "content": "帮我订明天晚上6点莲花餐厅四个人的位子。"}, {"role": "assistant", "content": "好的"},
               {"role": "user", "content": "时间改成晚上8点吧，我们会晚到。"}):
         cm.add(m)
-    assert led.current[(0, "时间")].value == "晚上8点" and led.was[(0, "时间")] == ["晚上6点"]
+    assert led.current[(0, "time")].value == "晚上8点" and led.was[(0, "time")] == ["晚上6点"]
+    assert "时间: 晚上8点 (m2; was 晚上6点)" in led.lines()
+
+
+def test_ledger_links_a_slot_across_languages():
+    # before: "flight: May 20" stayed current beside "航班: 5月22日", and the assistant's echo of the
+    # new date made it an offer (not shown); "出发时间是" was a slot name, "noted flight" another
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+    for role, text in [("user", "My flight is on May 20 and the hotel budget is $200 per night."),
+                       ("assistant", "Noted: flight on May 20, hotel budget $200."),
+                       ("user", "航班改到5月22日，酒店预算改成300美元。"),
+                       ("assistant", "好的，航班改到5月22日。"),
+                       ("user", "出发时间是早上8点。"),
+                       ("user", "Actually the departure time is 9 am.")]:
+        cm.add({"role": role, "content": text})
+    assert led.lines() == ["航班: 5月22日 (m2; was May 20)", "酒店预算: 300美元 (m2; was $200)",
+                           "departure time: 9 am (m5; was 早上8点)"]

@@ -52,9 +52,9 @@ you your we our us it its this that these those there here please would like wan
 may might must have has had just also so as if then than about around approximately only new next last one
 what which who when where why how yes no ok okay sure thanks thank great perfect make made book find need want get
 give take check checking set change plan visit go going leave leaving arrive arriving reserve try looking look let
-actually instead""".split())
+actually instead noted confirmed booked changed updated moved""".split())
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
-_CJK_NAME = re.compile(r"([\u4e00-\u9fff]{2,6})(?:是|为|在|：|:)?\s*$")
+_CJK_NAME = re.compile(r"([\u4e00-\u9fff]{2,6}?)(?:是|为|在|：|:)?\s*$")
 _CJK_CHANGE = re.compile(r"(?:改成|改为|换成|变成|改到|调到|调成|改)$")
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
 # The kind of entity, by the rule file's pattern name, when no word names it.
@@ -64,6 +64,41 @@ _KIND = {
     "number_unit": "quantity", "id_mixed": "id", "code3": "code", "long_number": "number", "snake_case": "name",
     "camel_case": "name", "dotted_call": "name", "quoted": "quoted", "proper_name": "name", "hash_tag": "tag",
 }
+
+#: Chinese slot words and the English slot word each stands for, so that a slot named in one
+#: language and changed in the other is one slot of the ledger (:func:`slot_key`): "flight" on May 20,
+#: then "航班改到5月22日". The slot nouns of the travel and booking dialogues (CrossWOZ, RiSAWOZ-style
+#: schemas) and of orders.
+_ZH_SLOT_WORDS = {
+    "航班": "flight", "机票": "flight", "酒店": "hotel", "宾馆": "hotel", "预算": "budget", "出发": "departure",
+    "到达": "arrival", "抵达": "arrival", "时间": "time", "日期": "date", "价格": "price", "费用": "cost",
+    "人数": "people", "房间": "room", "房型": "room type", "餐厅": "restaurant", "火车": "train", "高铁": "train",
+    "座位": "seat", "目的地": "destination", "出发地": "origin", "地址": "address", "电话": "phone", "邮箱": "email",
+    "姓名": "name", "名字": "name", "数量": "quantity", "金额": "amount", "订单": "order", "编号": "number",
+    "号码": "number", "城市": "city", "景点": "attraction", "入住": "check-in", "退房": "check-out", "晚数": "nights",
+    "会员": "membership", "行李": "baggage", "租车": "rental car", "会议": "meeting", "截止": "deadline",
+}
+_ZH_SLOT_MAX = max(map(len, _ZH_SLOT_WORDS))
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def slot_key(slot: str) -> str:
+    """The key under which the ledger keeps a slot: the English words of a Chinese slot made only of
+    the slot words it knows (``酒店预算`` -> ``hotel budget``, ``航班`` -> ``flight``), else the slot
+    case-folded. A value stated under "flight" and changed under "航班" then supersedes the old one."""
+    if not _CJK.search(slot):
+        return slot.casefold()
+    words, i = [], 0
+    while i < len(slot):
+        for n in range(min(_ZH_SLOT_MAX, len(slot) - i), 1, -1):  # the longest slot word at i
+            if slot[i:i + n] in _ZH_SLOT_WORDS:
+                words.append(_ZH_SLOT_WORDS[slot[i:i + n]])
+                i += n
+                break
+        else:
+            return slot
+    return " ".join(words)
+
 
 _RELATIVE = {"today": 0, "tonight": 0, "tomorrow": 1, "yesterday": -1, "今天": 0, "今晚": 0, "明天": 1, "后天": 2, "昨天": -1}
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]

@@ -34,7 +34,7 @@ from ..scoring.rules import typed_entity_spans
 from ..scoring.spans import UNNAMED_SLOT, facts_of
 from ..window.history import Entry, Pin
 from ..window.layers import Layer, LayerContext
-from .facts import Extractor, Fact, FactContext, extract_facts, session_date
+from .facts import Extractor, Fact, FactContext, extract_facts, session_date, slot_key
 
 #: Default share of the budget the ledger may use.
 DEFAULT_SHARE = 0.1
@@ -46,6 +46,11 @@ MAX_MISSES = 16
 _DENY = re.compile(r"(?i)^\s*(no\b|nope|not (that|this)|i don'?t (want|like)|don'?t book|i'?d rather not)|不要|不用了|不是这个|换一")
 _CONFIRM_CHARS = 80
 _HEADER = "Facts so far (slot: value (source message); superseded values after 'was'):"
+
+
+def _key(f: Fact) -> tuple[int, str]:
+    """The ledger's key of a fact: its task and :func:`~ctxscore.memory.facts.slot_key` of its slot."""
+    return f.task, slot_key(f.slot)
 
 
 class FactLedger(Layer):
@@ -122,7 +127,7 @@ class FactLedger(Layer):
         else:
             return
         for f in self._last_assistant:
-            key = (f.task, f.slot)
+            key = _key(f)
             if self.current.get(key) is f and f.status == "proposed":
                 self.current[key] = replace(f, status=status)
                 if status == "denied":
@@ -134,14 +139,16 @@ class FactLedger(Layer):
         self.facts.append(f)
         if f.slot == UNNAMED_SLOT:  # a value nothing names is no slot's value: recorded, not a ledger line
             return
-        key = (f.task, f.slot)
+        key = _key(f)
         old = self.current.get(key)
+        if old is not None and old.value == f.value and f.status == "proposed" and old.status in ("stated", "confirmed"):
+            return  # the assistant repeats what the user stated: it stays stated (an offer would not be shown)
         if old is not None and old.value != f.value:
             state_update = f.origin == old.origin and f.origin in ("call", "json")
             if correction or old.status in ("proposed", "denied") or state_update:
                 self.was.setdefault(key, []).append(old.value)
             else:  # another value of the same kind: both stay current
-                self.current[(f.task, f"{f.slot}#{old.turn}")] = old
+                self.current[(f.task, f"{key[1]}#{old.turn}")] = old
         self.current[key] = f
         self._order = None
 
@@ -160,7 +167,7 @@ class FactLedger(Layer):
 
     def rendered(self, f: Fact, counter: Any) -> tuple[str, int]:
         """The line of a current fact and its tokens (with the newline), memoised."""
-        was = tuple(self.was.get((f.task, f.slot), ()))
+        was = tuple(self.was.get(_key(f), ()))
         got = self._lines.get((f, was))
         if got is None:
             line = f.line(was)
@@ -176,7 +183,7 @@ class FactLedger(Layer):
     def state(self) -> dict[str, Any]:
         """The current facts and superseded values (JSON-ready)."""
         return {"facts": [{"slot": f.slot, "value": f.value, "source": f.source, "turn": f.turn, "task": f.task,
-                           "status": f.status, "resolved": f.resolved, "was": self.was.get((f.task, f.slot), [])}
+                           "status": f.status, "resolved": f.resolved, "was": self.was.get(_key(f), [])}
                           for f in sorted(self.current.values(), key=lambda x: x.turn)]}
 
 
