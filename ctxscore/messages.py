@@ -289,13 +289,26 @@ class Message:
             return f"{self.content}\nTOOL_CALL {calls}" if self.content else f"TOOL_CALL {calls}"
         return self.content
 
-    def to_openai(self, content: str | None = None) -> dict[str, Any]:
+    def to_openai(self, content: str | None = None, keep_media: bool = False) -> dict[str, Any]:
         """A fresh OpenAI chat-completions dict; ``content`` replaces the content (a compressed form).
 
-        Content parts are given back whole unless ``content`` replaces them.
+        Content parts are given back whole unless ``content`` replaces them; with ``keep_media``, a
+        message with media parts keeps them (images, audio, files) in their order and ``content``
+        replaces only its text: one text part where the first text part was (the last message cut to
+        fit the budget: a screenshot beside a huge page text).
         """
         if content is None and self.parts:
             body: Any = [p.to_openai() for p in self.parts]
+        elif content is not None and keep_media and self.has_media:
+            body, placed = [], False
+            for p in self.parts:
+                if p.text is None:
+                    body.append(p.to_openai())
+                elif not placed:
+                    body.append({"type": "text", "text": content})
+                    placed = True
+            if not placed:
+                body.insert(0, {"type": "text", "text": content})
         else:
             body = self.content if content is None else content
         out: dict[str, Any] = {"role": self.role, "content": body}

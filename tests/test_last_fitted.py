@@ -215,3 +215,24 @@ def test_a_huge_last_output_leaves_room_for_a_query_page_in():
     assert "uptime 7 days" in "".join(m["content"] or "" for m in win.messages)
     assert not any(w.kind == WarningKind.PAGE_IN_SKIPPED for w in win.warnings)
     assert win.messages[-1]["role"] == "tool" and "[00000]" in win.messages[-1]["content"]
+
+
+def test_a_screenshot_beside_a_huge_page_text_keeps_the_image_and_cuts_the_text():
+    # a browsing agent's last message: a screenshot and the page's text (about 100,000 tokens) at
+    # 3,000: before, a message with media parts was never cut and went out whole
+    page = "\n".join(f'<div id="row-{k}" class="item">Product {k}: price ${k * 3 % 500}.99, stock {k % 40}</div>'
+                     for k in range(4000))
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/screen.png", "detail": "high"}}
+    cm = ContextManager(budget=3000, scorer="rules")
+    cm.extend([{"role": "system", "content": "You are a browsing agent."},
+               {"role": "user", "content": "Find the price of Product 2345 on this page."},
+               {"role": "user", "content": [{"type": "text", "text": "Page text:"}, image, {"type": "text", "text": page}]}])
+    win = cm.build(query="price of Product 2345")
+    assert win.tokens <= 3000
+    assert any(w.kind == WarningKind.LAST_MESSAGE_FITTED for w in win.warnings)
+    parts = win.messages[-1]["content"]
+    assert [p["type"] for p in parts] == ["text", "image_url"] and parts[1] == image  # the image, as sent
+    pieces = kept_pieces(parts[0]["text"], cm.messages[-1].id)
+    assert all(p.strip("\n") in "Page text:\n" + page for p in pieces)
+    assert parts[0]["text"].startswith("Page text:\n<div") and "Product 2345: price $35.99" in parts[0]["text"]
+    assert cm.store.get(cm.session_id, cm.messages[-1].id).message.parts == cm.messages[-1].parts  # the original

@@ -150,8 +150,10 @@ class BuildView:
         tier = TIERS[self.codes[i]]
         if tier == Tier.VERBATIM:
             return e.msg.to_openai(), e.tokens
-        form = (self.overrides.get(i) if i not in self.quoted else None) or self.forms.get(e, tier)
-        return e.msg.to_openai(content=form.text), form.tokens
+        override = self.overrides.get(i) if i not in self.quoted else None
+        form = override or self.forms.get(e, tier)
+        # only a fitted form can be of a message with media parts (no other form is made of one): it keeps them
+        return e.msg.to_openai(content=form.text, keep_media=override is not None), form.tokens
 
     def recalled_line(self, i: int) -> str:
         """The line that quotes paged-in entry ``i``: its tag (:func:`~ctxscore.window.pagein.recalled_tag`,

@@ -210,20 +210,23 @@ class Forms:
         then its first and last blocks, the blocks with errors, key spans (the extractor's and the
         hard constraints) and the densest in key-like tokens, then the other blocks in order, as many
         as fit, the rest archived in place (:func:`~ctxscore.compress.blocks.blocked_form`); when even
-        the first and last blocks do not fit, the first block alone, then the marker alone. ``None``
-        for a message with media parts or of one block (nothing to cut); the result may exceed
-        ``limit_tokens`` only when the marker alone does. The forms are remembered per entry object
+        the first and last blocks do not fit, the first block alone, then the marker alone. A
+        message with media parts keeps them (counted in ``limit_tokens``; only its text is cut).
+        ``None`` for a message of one block (nothing to cut); the result may exceed ``limit_tokens``
+        only when the marker alone (with the media parts) does. The forms are remembered per entry object
         (a proxy builds the same last unit at every retry; an id reused after a rebase is another entry)."""
         content = e.msg.content
-        if e.msg.has_media or not content:
+        if not content:
             return None
         key = (id(e), limit_tokens, tuple(terms))
         hit = self._fitted.get(key)
         if hit is not None and hit[0] is e:
             return hit[1]
+        media = sum(self.counter.count_part(p) for p in e.msg.parts if p.text is None)
+        room = limit_tokens - media  # what its text may take
         # blocks of at most a sixth of the room (at least 100 characters), so its head and tail fit
-        per_token = len(content) / max(1, e.tokens)
-        blocks = split_blocks(content, max(100, min(BLOCK_MAX_CHARS, int(limit_tokens * per_token / 6))))
+        per_token = len(content) / max(1, e.tokens - media)
+        blocks = split_blocks(content, max(100, min(BLOCK_MAX_CHARS, int(room * per_token / 6))))
         if len(blocks) < 2:
             return None
         spans = [*(self.extractor(content) if self.extractor is not None else ()), *e.constraints]
@@ -232,7 +235,7 @@ class Forms:
 
         def form(keep: set[int]) -> Form:
             text = blocked_form(content, blocks, keep, mid)
-            return Form(text, self.counter.count_message(e.msg, content=text), Tier.COMPRESSED)
+            return Form(text, self.counter.count_message(e.msg, content=text) + media, Tier.COMPRESSED)
 
         def chosen(chars: float) -> set[int]:
             keep = query_blocks(content, blocks, terms, int(chars / 2), ranked) - {0} if ranked else set()
@@ -246,12 +249,12 @@ class Forms:
             return keep
 
         got: Form | None = None
-        chars = max(0, limit_tokens) * per_token * 0.95  # the message's own characters per token, corrected below
+        chars = max(0, room) * per_token * 0.95  # the message's own characters per token, corrected below
         for _ in range(4):
             got = form(chosen(chars))
             if got.tokens <= limit_tokens:
                 break
-            chars *= 0.9 * limit_tokens / got.tokens
+            chars *= 0.9 * max(0, room) / max(1, got.tokens - media)
         else:
             for keep in ({0}, set()):
                 got = form(keep)
@@ -296,12 +299,13 @@ def stub_cap(policy: Policy, budget: int) -> int:
 
 def cuttable_last(history: History) -> list[int]:
     """Indices of the last unit's members a build may cut to fit (see
-    :meth:`~ctxscore.window.session.SessionState.build`): unpinned, verbatim, text only, not empty."""
+    :meth:`~ctxscore.window.session.SessionState.build`): unpinned, verbatim, with text (a message
+    with media parts too: its text is cut, its media parts are kept)."""
     if not history.entries:
         return []
     entries = history.entries
     return [i for i in history.units[entries[-1].unit] if not entries[i].pinned and entries[i].tier == Tier.VERBATIM
-            and not entries[i].msg.has_media and entries[i].msg.content]
+            and entries[i].msg.content]
 
 
 def last_excess(history: History, budget: int) -> int:
