@@ -129,6 +129,13 @@ class SessionState:
                 changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
         elif occ >= pol.t_archive * B and self.stuck != (len(h), B):
             changed += self._compact(vals, B, reserved, excess)  # computes the forms it needs that are not ready
+        elif occ < tiers.RESTORE_BELOW * B and h.n_compacted:
+            # compacted for a smaller budget (or for an output since archived): the newest compacted
+            # units come back verbatim up to the low-water mark
+            back = [i for i in tiers.plan_restore(h, occ, pol.low_water * B) if self.forms.set_tier(h, i, Tier.VERBATIM)]
+            self._notify_tiers(back)
+            changed += back
+            self.stuck = None
         else:  # compaction has begun or will: prepare forms a few at a time, in the builds between passes
             self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved

@@ -54,6 +54,11 @@ COLLAPSED_LINE_TOKENS = 40
 PREPARE_PER_BUILD = 6
 #: A user correction longer than this many characters is an ordinary message, not pinned.
 CORRECTION_MAX_CHARS = 400
+#: Occupancy (share of the budget) under which compacted messages come back verbatim, newest first,
+#: up to the low-water mark (:func:`plan_restore`): a window this far under the mark that compaction
+#: leaves was compacted for a smaller budget (one build at a small budget, a proxy request whose
+#: tools took most of it) or for a large output since archived, and would stay that small for good.
+RESTORE_BELOW = 0.4
 #: Share of the budget the last unit counts for at most, in occupancy, when a build may cut it
 #: (:func:`last_excess`); also the size above which a unit in the recent turns is archived first
 #: when the recent turns alone hold more than the high-water mark (:func:`plan_compaction`). A
@@ -517,6 +522,36 @@ def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: 
         k -= 1
         _stage(ov, values, k, relaxed=True)
     return CompactionPlan(changes=ov.changes, stuck=not ov.changes)
+
+
+def plan_restore(history: History, occupancy_tokens: int, target: float) -> list[int]:
+    """Compacted entries to show verbatim again, whole units from the newest back, while the
+    occupancy estimate (``occupancy_tokens``, tokens) stays within ``target`` tokens (the low-water
+    mark); it stops at the first unit that does not fit, so what stays compacted is the oldest part
+    of the history (the window's prefix is kept). Units with a pinned member are left to
+    :meth:`~ctxscore.window.session.SessionState.fit_pins`.
+
+    Returns:
+        The entry indices to set verbatim, newest unit first.
+    """
+    entries, out, occ = history.entries, [], occupancy_tokens
+    codes = history.code.a[: len(entries)]
+    seen: set[int] = set()
+    for i in np.flatnonzero(codes)[::-1].tolist():
+        u = entries[i].unit
+        if u in seen:
+            continue
+        seen.add(u)
+        members = history.units[u]
+        if any(entries[j].pinned for j in members):
+            continue
+        # stubs of archived members leave the note (counted as freeing nothing: the estimate stays high)
+        grow = sum(entries[j].tokens - (0 if entries[j].tier == Tier.ARCHIVED else entries[j].cur_tokens) for j in members)
+        if occ + grow > target:
+            break
+        occ += grow
+        out += [j for j in members if entries[j].tier != Tier.VERBATIM]
+    return out
 
 
 def prepare_forms(history: History, forms: Forms, start: int, recent_turns: int, limit: int = PREPARE_PER_BUILD) -> int:
