@@ -207,3 +207,19 @@ def test_page_in_with_the_learned_scorer_never_sends_a_tool_result_without_its_c
         assert not unpaired_results(win.messages), (t, unpaired_results(win.messages))
         msgs.append({"role": "assistant", "content": f"ok {t}"})
     assert paged >= 10  # the loop pages in: what it checks happened
+
+
+def test_a_query_build_never_sends_more_than_the_whole_history_when_it_fits():
+    # proxy-style builds (the query is the last user message) at 1,500 tokens: once compaction had
+    # run, the page-in note quoted the archived messages back and the window (1,461 tokens at turn 6)
+    # was larger than the whole history (1,263), which fits the budget
+    cm = ContextManager(budget=1500, scorer="rules")
+    for i in range(9):
+        q = f"question {i}: hotel code H{i}{i}{i} in Reno. " + "words " * 80
+        cm.add({"role": "user", "content": q})
+        win = cm.build(query=q)
+        full = ContextManager(budget=100_000, scorer="rules")
+        full.extend([m.to_openai() for m in cm.messages])
+        whole = full.build().tokens
+        assert win.tokens <= min(whole, 1500), (i, win.tokens, whole)
+        cm.add({"role": "assistant", "content": "echo: " + q})

@@ -171,6 +171,14 @@ class SessionState:
                 self.stuck = None
                 warns[:] = given
                 return self.build(query, B, hits, warns, retry=False)
+        whole = h.total_tokens + REPLY_PRIMING_TOKENS + reserved
+        if plan.shown and h.n_compacted and window.tokens > whole and whole <= B:
+            # the page-ins would send more than the whole history, which fits: the history verbatim, for this build
+            every = frozenset(np.flatnonzero(h.codes()).tolist())
+            full = PageInPlan(shown={i: h.entries[i].msg.id or "" for i in every}, in_place=every, stubs_kept=False)
+            verbatim = self._assemble(query, B, full, vals, rel, warns)
+            if verbatim.tokens <= window.tokens:
+                window, plan = verbatim, full
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if window.tokens > B and pinned <= B:
             fitted = self._fit_last(window.tokens - B, _terms(query))
