@@ -223,3 +223,18 @@ def test_a_query_build_never_sends_more_than_the_whole_history_when_it_fits():
         whole = full.build().tokens
         assert win.tokens <= min(whole, 1500), (i, win.tokens, whole)
         cm.add({"role": "assistant", "content": "echo: " + q})
+
+
+def test_a_one_letter_query_pages_nothing_in():
+    # "x" (or the x of "'; DROP TABLE x; --") matched every archived message with an x in it, as
+    # a substring: 25 of them came back in place
+    cm = ContextManager(budget=600, scorer="rules")
+    for k in range(30):
+        cm.add({"role": "user", "content": f"Book room {k} for me, please."})
+        cm.add({"role": "assistant", "content": f"Booked. Your reference is GX{705 + k}Q."})
+        cm.build()
+    plain = cm.build()
+    for query in ("x", "'; DROP TABLE x; --", "s"):
+        asked = cm.build(query=query)
+        assert asked.paged_in == [] and asked.tokens == plain.tokens, query
+    assert cm.build(query="What is the reference of room 3?").paged_in  # a real question still pages in
