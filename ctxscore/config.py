@@ -51,7 +51,7 @@ class Policy:
             :data:`~ctxscore.window.pagein.SEARCH_HITS`); without a ranker only the similarity floor
             and the query's terms decide.
         stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
-            collapsed into one line (0.1).
+            collapsed into one line (0.1; at most ``low_water``).
         max_compress_chars: longer messages (tool dumps, file listings) are not compressed, only
             archived when space is needed: extractive compression of such dumps rarely keeps every
             entity and its cost grows with the length (8,000 characters).
@@ -101,8 +101,11 @@ class Policy:
             raise ConfigError(f"Policy.page_in_rank_floor must be a probability in [0, 1], got {self.page_in_rank_floor}")
         if not 0 <= self.blend <= 1:
             raise ConfigError(f"Policy.blend must be in [0, 1], got {self.blend}")
-        if not 0 <= self.stub_fraction <= 1:
-            raise ConfigError(f"Policy.stub_fraction must be in [0, 1], got {self.stub_fraction}")
+        if not 0 <= self.stub_fraction <= self.low_water:
+            # above it, the stubs of what compaction archives keep the window over the low-water mark:
+            # every build compacts again and the recent turns go too (1.0: 109 tokens of 1,500 used)
+            raise ConfigError(f"Policy.stub_fraction must be in [0, low_water={self.low_water}], got "
+                              f"{self.stub_fraction}: archive stubs above the low-water mark leave compaction no room")
         if self.max_compress_chars < 1:
             raise ConfigError(f"Policy.max_compress_chars must be positive, got {self.max_compress_chars}")
         try:

@@ -243,3 +243,12 @@ def test_archiving_never_makes_the_window_larger_than_the_history():
         if tight.build().tokens > whole.build().tokens:
             larger.append((budget, chat))
     assert not larger, larger[:2]
+
+
+def test_stub_lines_may_not_take_more_than_the_low_water_mark():
+    # stub_fraction=1.0 was accepted and left a window of 109 tokens of 1,500 with the newest user
+    # message archived (the stubs of what compaction archived kept it over the low-water mark)
+    with pytest.raises(ConfigError, match=r"stub_fraction must be in \[0, low_water=0.6\], got 1.0"):
+        Policy(stub_fraction=1.0)
+    assert Policy(stub_fraction=0.6).stub_fraction == 0.6
+    assert Policy(stub_fraction=0.7, low_water=0.7, t_archive=0.8).stub_fraction == 0.7
