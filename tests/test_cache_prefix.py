@@ -142,7 +142,7 @@ def test_a_page_in_is_quoted_before_the_last_message_and_leaves_the_window_aroun
             untouched += asked.messages == plain.messages  # the prefix a prompt cache reuses
     # (from the eighth page-in on, a long hit ranked above most others fits once the stub note is
     # collapsed, and is shown in place: quoted, fewer hits would fit)
-    assert quoted >= 5 and untouched >= 4 and quoted + whole >= 7, (quoted, untouched, whole)
+    assert quoted >= 7 and untouched >= 5, (quoted, untouched, whole)
 
 
 def test_in_a_tool_loop_under_one_request_the_recalled_note_stays_where_it_was():

@@ -600,7 +600,10 @@ class Proxy:
         body, problem = _read_chat_body(await request.body())
         if problem is not None:
             return problem
-        sid = request.headers.get(self.session_header) or derive_session_id(body["messages"])
+        try:
+            sid = request.headers.get(self.session_header) or derive_session_id(body["messages"])
+        except RecursionError:
+            return JSONResponse(error_body(TOO_DEEP), status_code=400)
         if not sid.strip() or len(sid) > 256:
             return JSONResponse(error_body(f"{self.session_header} must be 1-256 characters"), status_code=400)
         sess = self.sessions.kept(sid) or await self._open(sid)
@@ -616,6 +619,8 @@ class Proxy:
                                                                      body.get("tools"))
             except InputError as exc:
                 return JSONResponse(error_body(str(exc), param="messages"), status_code=400)
+            except RecursionError:  # read, but too deep to be measured or written (tools, content parts)
+                return JSONResponse(error_body(TOO_DEEP), status_code=400)
             except StoreError as exc:  # a busy shared session, or the store / Redis away: retry
                 return JSONResponse(error_body(str(exc), kind="store_unavailable"), status_code=503)
             except CtxScoreError as exc:
@@ -636,7 +641,11 @@ class Proxy:
     async def _send(self, request: Request, fwd: dict[str, Any], stream: bool) -> Any:
         """The upstream's response to the chat request (see :meth:`_call`)."""
         headers = {**self.headers_up(request, stream=stream), "content-type": "application/json"}
-        return await self._call("POST", self.upstream + "/chat/completions", _dump_json(fwd), headers)
+        try:
+            body = _dump_json(fwd)
+        except RecursionError:  # orjson writes 254 levels, the json module runs out of stack near 1,000
+            return JSONResponse(error_body(TOO_DEEP), status_code=400)
+        return await self._call("POST", self.upstream + "/chat/completions", body, headers)
 
     @staticmethod
     async def _body(r: Any) -> bytes | Response:
@@ -879,16 +888,18 @@ def _verified(cm: ContextManager, known: list[dict[str, Any]] | None, last: Mess
     return n if msgs[:n] == known else 0
 
 
-#: The deepest nesting of arrays and objects a request body may have: orjson reads 1,024 levels
-#: and writes 254, and the json module, which writes the deeper ones, runs out of stack near 1,000
-#: (a body of 990 levels was a bare 500).
+#: The deepest nesting of arrays and objects a request body read by the json module (what orjson
+#: refuses) may have: orjson reads 1,024 levels and writes 254, and the json module, which writes the
+#: deeper ones, runs out of stack near 1,000 (a body of 990 levels was a bare 500).
 MAX_JSON_DEPTH = 500
+TOO_DEEP = ("the request body nests arrays and objects too deeply to be forwarded (at most about 500 levels); "
+            "send a flatter body (a JSON schema or tool argument of that depth is likely a serialisation loop)")
 
 
 def _nested_deeper(value: Any, limit: int) -> bool:
     """Whether a parsed JSON value nests arrays and objects more than ``limit`` levels deep (a
     top-level object is level 1); iterative, so any depth is measured."""
-    stack = [(value, 1)]
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
     while stack:
         v, depth = stack.pop()
         children = v.values() if isinstance(v, dict) else v
@@ -901,11 +912,8 @@ def _nested_deeper(value: Any, limit: int) -> bool:
 def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
     """The request body as a dict with a non-empty ``messages`` list, or a 400 response (not JSON,
     not an object, no messages, a lone surrogate, nested deeper than :data:`MAX_JSON_DEPTH`)."""
-    too_deep = JSONResponse(error_body(
-        f"the request body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep; "
-        "send a flatter body (a JSON schema or tool argument of that depth is likely a serialisation loop)"),
-        status_code=400)
-    try:
+    too_deep = JSONResponse(error_body(TOO_DEEP), status_code=400)
+    try:  # orjson reads at most 1,024 levels; a body it reads deeper than it writes fails when forwarded (:meth:`_send`)
         body = orjson.loads(raw)
     except ValueError:
         try:  # what orjson refuses and the json module reads (integers over 64 bits, lone surrogates)
@@ -923,9 +931,6 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
                 f"{where or 'the request body'} holds a lone surrogate {char!r} at character {at}, which is not valid "
                 "Unicode text; decode the source bytes with errors='replace' or remove the character",
                 param=where.split("[")[0].split(".")[0] or None), status_code=400)
-    else:  # counting the brackets first keeps the walk off most requests
-        if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _nested_deeper(body, MAX_JSON_DEPTH):
-            return {}, too_deep
     if not isinstance(body, dict):
         return {}, JSONResponse(error_body("the request body must be a JSON object"), status_code=400)
     if not isinstance(body.get("messages"), list) or not body["messages"]:

@@ -124,7 +124,7 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
     short: list[str] = []
     for w in _WORD.findall(query):
         lw = w.lower()
-        if lw in _EN_STOP or len(lw) < 2:  # one character ("x", the "s" of "user's") is in most messages
+        if lw in _EN_STOP or (len(lw) < 2 and not lw.isdigit()):  # one letter ("x", the "s" of "user's") is in most messages
             continue
         (fts if len(lw) >= 3 else short).append(lw)
     for run in _CJK_RUN.findall(query):

@@ -218,7 +218,7 @@ class ContextManager:
     def _may_page(self, B: int) -> bool:
         """Whether a query can change this build: something is compacted, or compaction is due."""
         h = self.history
-        occ = tiers.occupancy(h.msg_tokens - tiers.last_excess(h, B), h.stub_tokens, self.policy, B)
+        occ = tiers.occupancy(h.msg_tokens - tiers.last_excess(h, B, self.state.forms), h.stub_tokens, self.policy, B)
         return bool(h.n_compacted) or occ >= self.policy.t_archive * B
 
     @property

@@ -62,6 +62,7 @@ class SessionState:
         self.values = ValueModel(self.rules.config.factors, self.rules.config.base_weights, self.policy.blend)
         self.prepared = 0  # entries before this index have their compressed forms computed
         self.stuck: tuple[int, int] | None = None  # (messages, budget) at which compaction could do no more
+        self.compacted_at: int | None = None  # the budget of the last compaction that changed tiers
         self.unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
         self.stub_budget: int | None = None  # the budget of the last build that changed tiers (sizes the stub note)
         self.recalled: tuple[str, int] | None = None  # the last window's recalled note and the entry it precedes
@@ -121,7 +122,7 @@ class SessionState:
         changed: list[int] = self.fit_pins(limit)
         # a last unit larger than its share counts at its share: the cut at the end of this build
         # gives it the room the rest leaves (the earlier turns are not archived for its sake)
-        excess = tiers.last_excess(h, B)
+        excess = tiers.last_excess(h, B, self.forms)
         occ = tiers.occupancy(h.msg_tokens - excess, h.stub_tokens, pol, B) + reserved
         fits = h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B
         if fits:
@@ -129,14 +130,16 @@ class SessionState:
                 changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
         elif occ >= pol.t_archive * B and self.stuck != (len(h), B):
             changed += self._compact(vals, B, reserved, excess)  # computes the forms it needs that are not ready
-        elif occ < tiers.RESTORE_BELOW * B and h.n_compacted:
-            # compacted for a smaller budget (or for an output since archived): the newest compacted
-            # units come back verbatim up to the low-water mark
-            back = [i for i in tiers.plan_restore(h, occ, pol.low_water * B) if self.forms.set_tier(h, i, Tier.VERBATIM)]
-            self._notify_tiers(back)
-            changed += back
-            self.stuck = None
         else:  # compaction has begun or will: prepare forms a few at a time, in the builds between passes
+            if (occ < tiers.RESTORE_BELOW * B and h.n_compacted and self.compacted_at is not None
+                    and B * pol.low_water > self.compacted_at * pol.t_archive):
+                # compacted for a budget so much smaller that what set it off is under the low-water
+                # mark now: the newest compacted units come back verbatim up to that mark (never at
+                # the budget of the compaction itself, which would undo it and redo it turn after turn)
+                back = [i for i in tiers.plan_restore(h, occ, pol.low_water * B) if self.forms.set_tier(h, i, Tier.VERBATIM)]
+                self._notify_tiers(back)
+                changed += back
+                self.stuck = None
             self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
@@ -172,13 +175,16 @@ class SessionState:
                 warns[:] = given
                 return self.build(query, B, hits, warns, retry=False)
         whole = h.total_tokens + REPLY_PRIMING_TOKENS + reserved
-        if plan.shown and h.n_compacted and window.tokens > whole and whole <= B:
-            # the page-ins would send more than the whole history, which fits: the history verbatim, for this build
+        if plan.shown and h.n_compacted and window.tokens > (1 + WHOLE_MARGIN) * whole and whole <= B:
+            # the page-ins would send much more than the whole history, which fits: the history
+            # verbatim, for this build (it gives up the cached prefix, so only for a real saving)
             every = frozenset(np.flatnonzero(h.codes()).tolist())
             full = PageInPlan(shown={i: h.entries[i].msg.id or "" for i in every}, in_place=every, stubs_kept=False)
             verbatim = self._assemble(query, B, full, vals, rel, warns)
             if verbatim.tokens <= window.tokens:
                 window, plan = verbatim, full
+            else:  # the build's view and hooks follow the window returned
+                window = self._assemble(query, B, plan, vals, rel, warns)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if window.tokens > B and pinned <= B:
             fitted = self._fit_last(window.tokens - B, _terms(query))
@@ -272,6 +278,8 @@ class SessionState:
 
     def _compact(self, vals: np.ndarray, B: int, reserved: int, excess: int) -> list[int]:
         plan = tiers.plan_compaction(self.history, vals, self.forms, self.policy, B, reserved, excess)
+        if plan.changes:
+            self.compacted_at = B
         if plan.stuck:
             self.stuck = (len(self.history), B)  # nothing left to compact until the history changes
         changed = [i for i, t in plan.changes.items() if self.forms.set_tier(self.history, i, t)]
@@ -297,6 +305,11 @@ class SessionState:
         for hook in self.hooks:
             hook(window, view)
         return window
+
+
+#: A query build shows the whole history verbatim instead of its page-ins when they make the window
+#: more than this share larger than the whole history and the whole history fits the budget.
+WHOLE_MARGIN = 0.1
 
 
 def _terms(query: str | None) -> list[str]:

@@ -55,9 +55,9 @@ PREPARE_PER_BUILD = 6
 #: A user correction longer than this many characters is an ordinary message, not pinned.
 CORRECTION_MAX_CHARS = 400
 #: Occupancy (share of the budget) under which compacted messages come back verbatim, newest first,
-#: up to the low-water mark (:func:`plan_restore`): a window this far under the mark that compaction
-#: leaves was compacted for a smaller budget (one build at a small budget, a proxy request whose
-#: tools took most of it) or for a large output since archived, and would stay that small for good.
+#: up to the low-water mark (:func:`plan_restore`), when the last compaction ran at a budget so much
+#: smaller (one build at a small budget, a proxy request whose tools took most of it) that what set it
+#: off is under the low-water mark of this one; the window would otherwise stay that small for good.
 RESTORE_BELOW = 0.4
 #: Share of the budget the last unit counts for at most, in occupancy, when a build may cut it
 #: (:func:`last_excess`); also the size above which a unit in the recent turns is archived first
@@ -105,12 +105,24 @@ class Forms:
         self._query: tuple[tuple[str, ...], dict[tuple[str, int], Form | None], dict[str, list[int]]] = ((), {}, {})
         # the fitted forms of the last unit: (id of the entry object, limit, terms) -> (entry, form)
         self._fitted: dict[tuple[int, int, tuple[str, ...]], tuple[Entry, Form]] = {}
+        self._text_tokens: dict[int, tuple[Entry, int]] = {}  # id of the entry object -> (entry, text tokens)
+
+    def text_tokens(self, e: Entry) -> int:
+        """Tokens of the text of ``e`` alone (no media parts, tool calls or chat overhead): what a cut
+        can shorten. Remembered per entry object."""
+        hit = self._text_tokens.get(id(e))
+        if hit is None or hit[0] is not e:
+            if len(self._text_tokens) > 64:
+                self._text_tokens.clear()
+            hit = self._text_tokens[id(e)] = (e, self.counter.count(e.msg.content))
+        return hit[1]
 
     def forget(self) -> None:
         """Drop the forms made for single builds (query forms, fitted forms): the history was read
         again, and a message id may now name another message (after a rebase or a truncation)."""
         self._query = ((), {}, {})
         self._fitted.clear()
+        self._text_tokens.clear()
 
     def key_spans(self, e: Entry) -> list[str]:
         """The spans every compressed form of ``e`` keeps: its entities, the extractor's key spans and
@@ -313,17 +325,18 @@ def cuttable_last(history: History) -> list[int]:
             and entries[i].msg.content]
 
 
-def last_excess(history: History, budget: int) -> int:
+def last_excess(history: History, budget: int, forms: Forms) -> int:
     """Tokens by which the last unit's cuttable members exceed :data:`LARGE_UNIT_SHARE` of ``budget``,
-    at most the tokens of those longer than :data:`~ctxscore.compress.blocks.BLOCK_MAX_CHARS`
-    characters (the ones cut into blocks; a short one only takes its compressed form).
+    at most the text tokens of those longer than :data:`~ctxscore.compress.blocks.BLOCK_MAX_CHARS`
+    characters (the text cut into blocks, :meth:`Forms.text_tokens`; a short one only takes its
+    compressed form, and media parts and tool calls are never cut).
 
     Occupancy, compaction and page-in count the last unit this much smaller: a build cuts it to the
     room the rest of the window leaves (:meth:`Forms.fitted_form`), so a huge last tool output makes
     neither compaction archive the earlier turns for good nor page-in find no room. 0 when the last
     unit is within the share or holds nothing to cut."""
     members = [history.entries[i] for i in cuttable_last(history)]
-    cuttable = sum(e.tokens for e in members if len(e.msg.content) > BLOCK_MAX_CHARS)
+    cuttable = sum(forms.text_tokens(e) for e in members if len(e.msg.content) > BLOCK_MAX_CHARS)
     if not cuttable:
         return 0
     return int(min(cuttable, max(0.0, sum(e.tokens for e in members) - LARGE_UNIT_SHARE * budget)))
@@ -528,7 +541,7 @@ def plan_restore(history: History, occupancy_tokens: int, target: float) -> list
     """Compacted entries to show verbatim again, whole units from the newest back, while the
     occupancy estimate (``occupancy_tokens``, tokens) stays within ``target`` tokens (the low-water
     mark); it stops at the first unit that does not fit, so what stays compacted is the oldest part
-    of the history (the window's prefix is kept). Units with a pinned member are left to
+    of the history. Units with a pinned member are left to
     :meth:`~ctxscore.window.session.SessionState.fit_pins`.
 
     Returns:
