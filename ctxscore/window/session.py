@@ -123,24 +123,7 @@ class SessionState:
         # a last unit larger than its share counts at its share: the cut at the end of this build
         # gives it the room the rest leaves (the earlier turns are not archived for its sake)
         excess = tiers.last_excess(h, B, self.forms)
-        occ = tiers.occupancy(h.msg_tokens - excess, h.stub_tokens, pol, B) + reserved
-        fits = h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B
-        if fits:
-            if h.n_compacted:  # the full history fits below the first threshold: all verbatim
-                changed += [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
-        elif occ >= pol.t_archive * B and self.stuck != (len(h), B):
-            changed += self._compact(vals, B, reserved, excess)  # computes the forms it needs that are not ready
-        else:  # compaction has begun or will: prepare forms a few at a time, in the builds between passes
-            if (occ < tiers.RESTORE_BELOW * B and h.n_compacted and self.compacted_at is not None
-                    and B * pol.low_water > self.compacted_at * pol.t_archive):
-                # compacted for a budget so much smaller that what set it off is under the low-water
-                # mark now: the newest compacted units come back verbatim up to that mark (never at
-                # the budget of the compaction itself, which would undo it and redo it turn after turn)
-                back = [i for i in tiers.plan_restore(h, occ, pol.low_water * B) if self.forms.set_tier(h, i, Tier.VERBATIM)]
-                self._notify_tiers(back)
-                changed += back
-                self.stuck = None
-            self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
+        changed += self._settle_tiers(vals, B, reserved, excess)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
@@ -198,6 +181,32 @@ class SessionState:
         for layer in self.layers:
             layer.after_build(window, self.view)
         return window
+
+    def _settle_tiers(self, vals: np.ndarray, B: int, reserved: int, excess: int) -> list[int]:
+        """The tier changes of a build before page-in (indices changed): all verbatim when the whole
+        history fits below the first threshold; a compaction pass at the high-water mark (counting
+        the last unit ``excess`` tokens smaller); else compressed forms prepared a few at a time,
+        and, far under the low-water mark after a compaction at a much smaller budget, the newest
+        compacted units back verbatim."""
+        pol, h = self.policy, self.history
+        occ = tiers.occupancy(h.msg_tokens - excess, h.stub_tokens, pol, B) + reserved
+        if h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B:
+            # the full history fits below the first threshold: all verbatim
+            return [int(i) for i in np.flatnonzero(h.codes()) if self.forms.set_tier(h, int(i), Tier.VERBATIM)]
+        if occ >= pol.t_archive * B and self.stuck != (len(h), B):
+            return self._compact(vals, B, reserved, excess)  # computes the forms it needs that are not ready
+        back: list[int] = []
+        if (occ < tiers.RESTORE_BELOW * B and h.n_compacted and self.compacted_at is not None
+                and B * pol.low_water > self.compacted_at * pol.t_archive):
+            # compacted for a budget so much smaller that what set it off is under the low-water
+            # mark now: the newest compacted units come back verbatim up to that mark (never at
+            # the budget of the compaction itself, which would undo it and redo it turn after turn)
+            back = [i for i in tiers.plan_restore(h, occ, pol.low_water * B) if self.forms.set_tier(h, i, Tier.VERBATIM)]
+            self._notify_tiers(back)
+            self.stuck = None
+        # compaction has begun or will: prepare forms a few at a time, in the builds between passes
+        self.prepared = tiers.prepare_forms(h, self.forms, self.prepared, pol.recent_turns)
+        return back
 
     def _fit_last(self, over: int, terms: list[str]) -> dict[int, Form]:
         """Forms that bring the window ``over`` tokens down, for the unpinned members of the last unit
