@@ -105,7 +105,8 @@ class Policy:
             # above it, the stubs of what compaction archives keep the window over the low-water mark:
             # every build compacts again and the recent turns go too (1.0: 109 tokens of 1,500 used)
             raise ConfigError(f"Policy.stub_fraction must be in [0, low_water={self.low_water}], got "
-                              f"{self.stub_fraction}: archive stubs above the low-water mark leave compaction no room")
+                              f"{self.stub_fraction}: archive stubs above the low-water mark leave compaction no room "
+                              "(with a low low_water, lower stub_fraction too; its default is 0.1)")
         if self.max_compress_chars < 1:
             raise ConfigError(f"Policy.max_compress_chars must be positive, got {self.max_compress_chars}")
         try:
