@@ -110,7 +110,9 @@ class SessionState:
         up, as in a long chat of separate questions that never ends a task) releases the task's
         older instructions until pinned content, the recent turns in their current forms and the
         stub note's one line fit, and is built again once (``retry``); when even releasing all of
-        them would not make room (a large tool output in the recent turns), nothing is released."""
+        them would not make room (a large tool output in the recent turns), nothing is released.
+        A last unit over a quarter of the budget counts at a quarter until the end of the build,
+        which cuts it to the room left (:func:`~ctxscore.window.tiers.last_excess`)."""
         pol, h = self.policy, self.history
         given = list(warns)
         relevance = {x.id: x.score / hits[0].score for x in hits[:RELEVANCE_HITS]} if hits else {}
@@ -157,17 +159,8 @@ class SessionState:
                 self.stuck = None
                 warns[:] = given
                 return self.build(query, B, hits, warns, retry=False)
-        whole = h.total_tokens + REPLY_PRIMING_TOKENS + reserved
-        if plan.shown and h.n_compacted and window.tokens > (1 + WHOLE_MARGIN) * whole and whole <= B:
-            # the page-ins would send much more than the whole history, which fits: the history
-            # verbatim, for this build (it gives up the cached prefix, so only for a real saving)
-            every = frozenset(np.flatnonzero(h.codes()).tolist())
-            full = PageInPlan(shown={i: h.entries[i].msg.id or "" for i in every}, in_place=every, stubs_kept=False)
-            verbatim = self._assemble(query, B, full, vals, rel, warns)
-            if verbatim.tokens <= window.tokens:
-                window, plan = verbatim, full
-            else:  # the build's view and hooks follow the window returned
-                window = self._assemble(query, B, plan, vals, rel, warns)
+        if plan.shown and h.n_compacted:
+            window, plan = self._whole_history(query, B, plan, vals, rel, warns, window, reserved)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
         if window.tokens > B and pinned <= B:
             fitted = self._fit_last(window.tokens - B, _terms(query))
@@ -182,12 +175,30 @@ class SessionState:
             layer.after_build(window, self.view)
         return window
 
+    def _whole_history(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
+                       warns: list[WindowWarning], window: ContextWindow,
+                       reserved: int) -> tuple[ContextWindow, PageInPlan]:
+        """The window and plan of a query build: the whole history verbatim, for this build, when the
+        page-ins make ``window`` more than :data:`WHOLE_MARGIN` larger than it and it fits ``B``
+        (it gives up the cached prefix, so only for a real saving); else ``window`` and ``plan``."""
+        h = self.history
+        whole = h.total_tokens + REPLY_PRIMING_TOKENS + reserved
+        if window.tokens <= (1 + WHOLE_MARGIN) * whole or whole > B:
+            return window, plan
+        every = frozenset(np.flatnonzero(h.codes()).tolist())
+        full = PageInPlan(shown={i: h.entries[i].msg.id or "" for i in every}, in_place=every, stubs_kept=False)
+        verbatim = self._assemble(query, B, full, vals, rel, warns)
+        if verbatim.tokens <= window.tokens:
+            return verbatim, full
+        return self._assemble(query, B, plan, vals, rel, warns), plan  # the view and hooks follow the window returned
+
     def _settle_tiers(self, vals: np.ndarray, B: int, reserved: int, excess: int) -> list[int]:
         """The tier changes of a build before page-in (indices changed): all verbatim when the whole
         history fits below the first threshold; a compaction pass at the high-water mark (counting
         the last unit ``excess`` tokens smaller); else compressed forms prepared a few at a time,
         and, far under the low-water mark after a compaction at a much smaller budget, the newest
-        compacted units back verbatim."""
+        compacted units back verbatim (that budget is kept in memory only: a resumed session or
+        another proxy worker does not restore)."""
         pol, h = self.policy, self.history
         occ = tiers.occupancy(h.msg_tokens - excess, h.stub_tokens, pol, B) + reserved
         if h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B:
