@@ -603,7 +603,7 @@ class Proxy:
         try:
             sid = request.headers.get(self.session_header) or derive_session_id(body["messages"])
         except RecursionError:
-            return JSONResponse(error_body(TOO_DEEP), status_code=400)
+            return _too_deep()
         if not sid.strip() or len(sid) > 256:
             return JSONResponse(error_body(f"{self.session_header} must be 1-256 characters"), status_code=400)
         sess = self.sessions.kept(sid) or await self._open(sid)
@@ -620,7 +620,7 @@ class Proxy:
             except InputError as exc:
                 return JSONResponse(error_body(str(exc), param="messages"), status_code=400)
             except RecursionError:  # read, but too deep to be measured or written (tools, content parts)
-                return JSONResponse(error_body(TOO_DEEP), status_code=400)
+                return _too_deep()
             except StoreError as exc:  # a busy shared session, or the store / Redis away: retry
                 return JSONResponse(error_body(str(exc), kind="store_unavailable"), status_code=503)
             except CtxScoreError as exc:
@@ -644,7 +644,7 @@ class Proxy:
         try:
             body = _dump_json(fwd)
         except RecursionError:  # orjson writes 254 levels, the json module runs out of stack near 1,000
-            return JSONResponse(error_body(TOO_DEEP), status_code=400)
+            return _too_deep()
         return await self._call("POST", self.upstream + "/chat/completions", body, headers)
 
     @staticmethod
@@ -896,6 +896,11 @@ TOO_DEEP = ("the request body nests arrays and objects too deeply to be forwarde
             "send a flatter body (a JSON schema or tool argument of that depth is likely a serialisation loop)")
 
 
+def _too_deep() -> JSONResponse:
+    """The 400 for a body nested too deeply to be measured or forwarded (:data:`TOO_DEEP`)."""
+    return JSONResponse(error_body(TOO_DEEP), status_code=400)
+
+
 def _nested_deeper(value: Any, limit: int) -> bool:
     """Whether a parsed JSON value nests arrays and objects more than ``limit`` levels deep (a
     top-level object is level 1); iterative, so any depth is measured."""
@@ -912,7 +917,6 @@ def _nested_deeper(value: Any, limit: int) -> bool:
 def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
     """The request body as a dict with a non-empty ``messages`` list, or a 400 response (not JSON,
     not an object, no messages, a lone surrogate, nested deeper than :data:`MAX_JSON_DEPTH`)."""
-    too_deep = JSONResponse(error_body(TOO_DEEP), status_code=400)
     try:  # orjson reads at most 1,024 levels; a body it reads deeper than it writes fails when forwarded (:meth:`_send`)
         body = orjson.loads(raw)
     except ValueError:
@@ -921,9 +925,9 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
         except ValueError as exc:
             return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
         except RecursionError:  # orjson stops at 1,024 levels, the json module at the stack's depth
-            return {}, too_deep
-        if _nested_deeper(body, MAX_JSON_DEPTH):
-            return {}, too_deep
+            return {}, _too_deep()
+        if _nested_deeper(body, MAX_JSON_DEPTH):  # before the recursive surrogate search below
+            return {}, _too_deep()
         bad = _lone_surrogate(body, "")
         if bad is not None:  # neither counted, stored nor forwarded: say where it is
             where, char, at = bad

@@ -75,6 +75,8 @@ class Entry:
         forms: cached forms per tier.
         no_compress: compression fell back to verbatim; do not retry.
         blocks: the semantic blocks of a long message, once computed.
+        text_tokens: tokens of its text alone (no media parts, tool calls or chat overhead), once
+            computed (:meth:`ctxscore.window.tiers.Forms.text_tokens`).
         values: its typed values, ``(entity kind, lower-cased text)`` pairs of its scan text
             (:func:`ctxscore.window.supersede.typed_values`).
         successor: index of the first later user message that restates what this one said (a
@@ -102,6 +104,7 @@ class Entry:
     forms: dict[Tier, Form] = field(default_factory=dict)
     no_compress: bool = False
     blocks: list[Any] | None = None
+    text_tokens: int | None = None
     values: frozenset[tuple[str, str]] = frozenset()
     successor: int | None = None
 

@@ -105,24 +105,19 @@ class Forms:
         self._query: tuple[tuple[str, ...], dict[tuple[str, int], Form | None], dict[str, list[int]]] = ((), {}, {})
         # the fitted forms of the last unit: (id of the entry object, limit, terms) -> (entry, form)
         self._fitted: dict[tuple[int, int, tuple[str, ...]], tuple[Entry, Form]] = {}
-        self._text_tokens: dict[int, tuple[Entry, int]] = {}  # id of the entry object -> (entry, text tokens)
 
     def text_tokens(self, e: Entry) -> int:
         """Tokens of the text of ``e`` alone (no media parts, tool calls or chat overhead): what a cut
-        can shorten. Remembered per entry object."""
-        hit = self._text_tokens.get(id(e))
-        if hit is None or hit[0] is not e:
-            if len(self._text_tokens) > 64:
-                self._text_tokens.clear()
-            hit = self._text_tokens[id(e)] = (e, self.counter.count(e.msg.content))
-        return hit[1]
+        can shorten (computed once, kept on the entry)."""
+        if e.text_tokens is None:
+            e.text_tokens = self.counter.count(e.msg.content)
+        return e.text_tokens
 
     def forget(self) -> None:
         """Drop the forms made for single builds (query forms, fitted forms): the history was read
         again, and a message id may now name another message (after a rebase or a truncation)."""
         self._query = ((), {}, {})
         self._fitted.clear()
-        self._text_tokens.clear()
 
     def key_spans(self, e: Entry) -> list[str]:
         """The spans every compressed form of ``e`` keeps: its entities, the extractor's key spans and
@@ -501,12 +496,12 @@ def _archive_large_recent(ov: _Overlay, k: int) -> None:
             recent.setdefault(e.unit, h.units[e.unit])
     high = ov.policy.t_archive * B
     protected = h.pinned_tokens + h.recent_tokens(k) - ov.excess + REPLY_PRIMING_TOKENS + ov.reserved
-    large = [(sum(ov.tokens(i) for i in m if ov.tier(i) != Tier.ARCHIVED), u) for u, m in recent.items()
+    large = [(sum(ov.tokens(i) for i in m if ov.tier(i) != Tier.ARCHIVED), u, m) for u, m in recent.items()
              if not any(h.entries[i].pinned for i in m) and h.archivable(m)]
-    for size, u in sorted(large, reverse=True):
+    for size, _, members in sorted(large, reverse=True):
         if protected <= high or size <= LARGE_UNIT_SHARE * B:
             return
-        for i in h.units[u]:
+        for i in members:
             ov.set(i, Tier.ARCHIVED)
         protected -= size
 
