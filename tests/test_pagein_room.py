@@ -52,6 +52,14 @@ def test_the_relevance_floor_admits_what_the_ranker_is_sure_of():
     ]
     assert [h.id for h in above_floor(hits, pol)] == ["lexical", "similar", "ranked"]
     assert [h.id for h in above_floor(hits, Policy(page_in_rank_floor=1.0))] == ["lexical", "similar"]
+    # a query that resembles nothing in the session: a query term and the ranker's support, both
+    unlike = [Hit("ranked", 1, 0.9, "", frozenset({"vector"}), similarity=0.2, learned=0.89),
+              Hit("term, ranked", 2, 0.8, "", frozenset({"keyword", "vector"}), similarity=0.1, learned=0.5),
+              Hit("term, unsure", 3, 0.7, "", frozenset({"keyword"}), similarity=0.1, learned=0.1),
+              Hit("term, unranked", 4, 0.6, "", frozenset({"stem"}), similarity=0.05)]
+    assert [h.id for h in above_floor(unlike, pol)] == ["term, ranked", "term, unranked"]
+    assert [h.id for h in above_floor(unlike, Policy(page_in_query_floor=0.15))] == ["ranked", "term, ranked",
+                                                                                    "term, unsure", "term, unranked"]
 
 
 def _plan_two_hits(cm: ContextManager, budget: int, policy: Policy):
@@ -207,6 +215,27 @@ def test_page_in_with_the_learned_scorer_never_sends_a_tool_result_without_its_c
         assert not unpaired_results(win.messages), (t, unpaired_results(win.messages))
         msgs.append({"role": "assistant", "content": f"ok {t}"})
     assert paged >= 10  # the loop pages in: what it checks happened
+
+
+def test_the_learned_scorer_pages_nothing_in_for_a_question_about_something_else(corpora):
+    # six MultiWOZ dialogues chained, at 1,000 tokens, the packaged scorer: its ranker puts some
+    # message at 0.3 or more for any question, and those messages came back for questions the chat
+    # never touched ("How do I reverse a linked list in Python?": 8 restaurant and hotel messages)
+    import itertools
+
+    from training.data.sources import multiwoz
+
+    cm = ContextManager(budget=1000, scorer="auto")
+    for s in itertools.islice(multiwoz.iter_sessions(corpora), 6):
+        cm.extend([{k: m[k] for k in ("role", "content")} for m in s["messages"]])
+    cm.build()
+    for query in ("Who won the 2018 World Cup?", "How do I reverse a linked list in Python?",
+                  "Summarize the plot of Hamlet.", "Give me a recipe for pancakes."):
+        assert cm.build(query=query).paged_in == [], query
+    archived = [e.msg.text() for e in cm.history.entries if e.tier == "archived"]
+    assert any("LZLUDTVI" in t for t in archived)  # the restaurant booking's reference is archived
+    win = cm.build(query="What was the reference number for the table at the restaurant?")
+    assert "LZLUDTVI" in str(win.messages)  # and a question about it still brings it back
 
 
 def test_a_query_build_never_sends_more_than_the_whole_history_when_it_fits():

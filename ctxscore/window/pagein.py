@@ -2,7 +2,8 @@
 
 The planner takes the query's search hits (best first), drops those below the relevance floor (no
 query term in them, an embedding similarity under ``page_in_floor`` and, when a learned ranker
-ordered them, a ranker probability under ``page_in_rank_floor``), and quotes up to
+ordered them, a ranker probability under ``page_in_rank_floor``; for a query that resembles nothing in
+the session, anything without a query term or the ranker's support, ``page_in_query_floor``), and quotes up to
 ``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
 answer replies to, the answer a question got) and by the message that gave its date (a session's
 date marker) when they fit. The quotes go into one note after the last message
@@ -180,7 +181,12 @@ def above_floor(hits: Sequence[Hit], policy: Policy) -> list[Hit]:
     """The hits above the relevance floor, in their order: a query term occurs in the message, its
     embedding's cosine similarity to the query's is at least ``policy.page_in_floor``, or a learned
     ranker gave it a probability of at least ``policy.page_in_rank_floor`` (:attr:`Hit.learned
-    <ctxscore.store.retrieval.Hit.learned>`)."""
+    <ctxscore.store.retrieval.Hit.learned>`). When no hit's similarity reaches
+    ``policy.page_in_query_floor`` (the query resembles nothing in the session), a hit needs both: a
+    query term in it and, when a ranker ordered the hits, the ranker's probability."""
+    sims = [h.similarity for h in hits if h.similarity is not None]
+    if sims and max(sims) < policy.page_in_query_floor:
+        return [h for h in hits if h.lexical and (h.learned is None or h.learned >= policy.page_in_rank_floor)]
     return [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)
             or (h.learned is not None and h.learned >= policy.page_in_rank_floor)]
 
