@@ -369,6 +369,28 @@ def test_verifier_rule_readings():
     assert tool_ok(Message(role="tool", content="<returncode>0</returncode>\n<output>\n8 passed, 0 failed\n</output>"))
 
 
+@pytest.mark.parametrize("change", ["Actually, change the hotel budget to €240 per night, I want something nicer.",
+                                    "Actually, make it €240."])
+def test_a_bound_the_user_raised_no_longer_holds_the_agent(change):
+    # the ledger showed "hotel budget: €240 (m3; was €210)", yet every build warned that the €240
+    # offer broke the €210 budget and asked to re-pin it
+    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
+
+    ver = ContextVerifier()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
+    cm.extend([
+        {"role": "system", "content": "You are a travel booking assistant."},
+        {"role": "user", "content": "Find me a hotel in Lisbon, my hotel budget is €210 per night."},
+        {"role": "assistant", "content": "Hotel Lumen is €205 per night. Shall I hold it?"},
+        {"role": "user", "content": change},
+        {"role": "assistant", "content": "With €240 per night, Memmo Príncipe Real (€238) is the best option. Shall I hold it?"},
+    ])
+    assert cm.build().findings == [] and ver.check(cm) == []
+    cm.add({"role": "assistant", "content": "Or the Bairro Alto Hotel at €265 per night. Shall I hold it?"})
+    found = [f for f in ver.check(cm) if f.kind == "constraint_contradicted"]
+    assert found and "above the bound 240" in str(found[0])  # the raised budget holds instead
+
+
 def test_profile_choices_among_offers_do_not_conflict():
     store = SQLiteStore(":memory:")
     for k, cabin in enumerate(("economy class", "business class")):

@@ -23,7 +23,7 @@ the goal after all).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..memory import lexicon as lx
 from ..messages import Message, Role
@@ -215,7 +215,8 @@ class Tracker:
                     t.endorsed.setdefault(v.group, {})[n] = t.offer[0]
                     self.session_user.setdefault((v.group, n), t.offer[0])
         t.offer = None
-        t.rules += [r for s in _constraint_sentences(e) for r in cons.parse(s, mid)]
+        t.rules = _restated_rules(t.rules, [r for s in _constraint_sentences(e) for r in cons.parse(s, mid)],
+                                  t.superseded, vals, text, mid)
         t.goal = t.goal or mid
         t.last_user, t.results, t.calls = e.msg, [], []
         stated = {(v.group, n) for v in vals for n in v.norms}
@@ -391,3 +392,32 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 def conclusion_sentences(text: str) -> list[str]:
     """The sentences of an assistant message that state a result (a success report, a reference, a total)."""
     return [s for s in sentences(text[:4000]) if (lx.SUCCESS.search(s) or _CONCLUSION.search(s)) and "?" not in s]
+
+
+def _restated_rules(rules: list[cons.Rule], new: list[cons.Rule], superseded: dict[str, set[str]],
+                    vals: list[Value], text: str, mid: str) -> list[cons.Rule]:
+    """The task's user rules after the user turn ``mid`` (``text``, its values ``vals``): ``rules`` with
+    ``new`` (its rules) added. A new bound replaces the task's earlier bound of the same kind, group
+    and unit ("my hotel budget is €210 per night", then "change the budget to €240 per night"); a bound
+    whose number the user corrected since (``superseded``: "actually, make it €240") takes the one new
+    number of the turn, with the turn's sentence that holds it. So the verifier holds the agent to
+    the limit the user set last, not to one the user lifted."""
+    keys = {(r.kind, r.group, r.per) for r in new if r.bound is not None}
+    out: list[cons.Rule] = []
+    for r in rules:
+        if r.bound is not None and (r.kind, r.group, r.per) in keys:
+            continue
+        if r.group in ("money", "people") and r.bound is not None and _bound_norm(r.bound) in superseded.get(r.group, set()):
+            now = [v for v in vals if v.group == r.group]
+            if len(now) != 1:
+                continue
+            sent = next((x for x in sentences(text) if now[0].text in x), text)
+            r = replace(r, sentence=sent, source=mid, bound=float(now[0].norm))
+        out.append(r)
+    return out + new
+
+
+def _bound_norm(bound: float) -> str:
+    """A money or people bound as the verifier's values normalise the number (``210.0`` -> ``"210"``)."""
+    return str(int(bound)) if bound == int(bound) else str(bound)
+

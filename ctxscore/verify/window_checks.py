@@ -58,7 +58,8 @@ def window_map(window: Any, view: Any) -> list[Shown]:
     """The window's messages with the entries they render (from the sections and the build's tier codes)."""
     from ..window.history import ARCHIVED  # noqa: PLC0415
 
-    n, codes = len(view.history.entries), view.codes
+    codes = view.codes
+    n = len(codes)  # the entries of that build: messages added since are in no section of its window
     out: list[Shown] = []
     k = 0
     for info in window.sections:
