@@ -110,6 +110,22 @@ def test_extractor_values_supersede_only_what_they_replace():
     assert ledger.was[(0, "cuisine")] == ["Italian"]
 
 
+def test_a_value_kept_beside_a_newer_one_names_only_what_it_replaced():
+    # "people: 4 people (m0; was 6 people)": 6 came after 4 (a second table) and was corrected to 8
+    ledger = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ledger])
+    for text in ("Book a table for 4 people at Tasca do Chico.", "And a second table for 6 people at Cervejaria Ramiro.",
+                 "Actually, make the second one 8 people."):
+        cm.add({"role": "user", "content": text})
+        cm.add({"role": "assistant", "content": "Done."})
+    people = [line for line in ledger.lines() if line.startswith("people:")]
+    assert people == ["people: 4 people (m0)", "people: 8 people (m4; was 6 people)"]
+    assert [f["was"] for f in ledger.state()["facts"] if f["slot"] == "people"] == [[], ["6 people"]]
+    cm.add({"role": "user", "content": "Oh, and a third table for 3 people."})  # 8 stays current, with its history
+    assert [line for line in ledger.lines() if line.startswith("people:")] == [
+        "people: 4 people (m0)", "people: 8 people (m4; was 6 people)", "people: 3 people (m6)"]
+
+
 def test_the_section_shows_only_facts_not_verbatim_and_fits_its_cap():
     cm = ContextManager(budget=1200, scorer="rules", layers=[FactLedger()])
     cm.add({"role": "system", "content": "You are a travel agent."})

@@ -53,6 +53,11 @@ def _key(f: Fact) -> tuple[int, str]:
     return f.task, slot_key(f.slot)
 
 
+def _alt_key(f: Fact) -> tuple[int, str]:
+    """The key of a fact kept current beside a newer value of its slot: ``(task, "slot#turn")``."""
+    return f.task, f"{slot_key(f.slot)}#{f.turn}"
+
+
 class FactLedger(Layer):
     """The fact ledger layer (see the module docstring).
 
@@ -147,10 +152,19 @@ class FactLedger(Layer):
             state_update = f.origin == old.origin and f.origin in ("call", "json")
             if correction or old.status in ("proposed", "denied") or state_update:
                 self.was.setdefault(key, []).append(old.value)
-            else:  # another value of the same kind: both stay current
-                self.current[(f.task, f"{key[1]}#{old.turn}")] = old
+            else:  # another value of the same kind: both stay current (the old one with what it replaced)
+                alt = _alt_key(old)
+                self.current[alt] = old
+                if key in self.was:
+                    self.was[alt] = self.was.pop(key)
         self.current[key] = f
         self._order = None
+
+    def was_of(self, f: Fact) -> list[str]:
+        """The values current fact ``f`` replaced, oldest first: those of its slot, or, for a value kept
+        current beside a newer one of its slot (both stay current), those it had replaced itself."""
+        alt = _alt_key(f)
+        return self.was.get(alt if self.current.get(alt) is f else _key(f), [])
 
     def ordered(self) -> list[Fact]:
         """Current facts by priority (status weight x the source's intrinsic value), highest first."""
@@ -167,7 +181,7 @@ class FactLedger(Layer):
 
     def rendered(self, f: Fact, counter: Any) -> tuple[str, int]:
         """The line of a current fact and its tokens (with the newline), memoised."""
-        was = tuple(self.was.get(_key(f), ()))
+        was = tuple(self.was_of(f))
         got = self._lines.get((f, was))
         if got is None:
             line = f.line(was)
@@ -183,7 +197,7 @@ class FactLedger(Layer):
     def state(self) -> dict[str, Any]:
         """The current facts and superseded values (JSON-ready)."""
         return {"facts": [{"slot": f.slot, "value": f.value, "source": f.source, "turn": f.turn, "task": f.task,
-                           "status": f.status, "resolved": f.resolved, "was": self.was.get(_key(f), [])}
+                           "status": f.status, "resolved": f.resolved, "was": self.was_of(f)}
                           for f in sorted(self.current.values(), key=lambda x: x.turn)]}
 
 
