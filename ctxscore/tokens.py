@@ -18,7 +18,9 @@ Content parts: text parts count as text; ``image_url`` parts by OpenAI's vision 
 (https://platform.openai.com/docs/guides/images-vision#calculating-costs): ``detail="low"`` is 85
 tokens; otherwise the image is scaled to fit 2048 x 2048, then so that its shorter side is 768 px,
 and costs 85 + 170 per 512 px tile. The size is read from a ``data:`` URL when Pillow is installed;
-an image of unknown size is counted as 1024 x 1024 (765 tokens). Other parts (audio, files) are
+an image of unknown size is counted as 1024 x 1024 (765 tokens). ``image`` parts (LangChain's
+standard blocks, Anthropic's) are counted the same way, as the ``image_url`` part a provider adapter
+turns them into. Other parts (audio, files) are
 counted as the tokens of their JSON, an over-estimate that keeps the window inside the budget.
 """
 
@@ -197,6 +199,8 @@ class TokenCounter:
         if part.type == "image_url":
             img = json.loads(part.data).get("image_url") or {}
             return image_tokens(img.get("url", ""), img.get("detail", "auto"))
+        if part.type == "image":
+            return image_tokens(*_standard_image(json.loads(part.data)))
         return self.count(part.data)
 
     def count_messages(self, messages: list[Message | dict[str, Any]]) -> int:
@@ -208,6 +212,23 @@ class TokenCounter:
         if isinstance(messages, str):
             return self.count(messages)
         return self.count_messages(list(messages))
+
+
+def _standard_image(part: dict[str, Any]) -> tuple[str, str]:
+    """``(url, detail)`` of an ``{"type": "image", ...}`` part: LangChain's standard block (``url``,
+    or ``base64`` / ``data`` with ``mime_type``; ``source_type`` in langchain-core 0.3) or Anthropic's
+    (``source``: ``{"type": "url", "url"}`` or ``{"type": "base64", "media_type", "data"}``). A
+    provider adapter sends it as an OpenAI ``image_url`` part, so it is counted as one; base64 data
+    becomes a ``data:`` URL, whose size is read when Pillow is installed."""
+    src = part.get("source") if isinstance(part.get("source"), dict) else part
+    extras = part.get("extras")
+    detail = str((extras.get("detail") if isinstance(extras, dict) else None) or part.get("detail") or "auto")
+    url = src.get("url")
+    if isinstance(url, str):
+        return url, detail
+    data = src.get("base64") or src.get("data")
+    mime = src.get("mime_type") or src.get("media_type") or "image/png"
+    return (f"data:{mime};base64,{data}" if isinstance(data, str) else ""), detail
 
 
 def image_size(url: str) -> tuple[int, int] | None:

@@ -96,3 +96,30 @@ def test_image_parts_are_counted_by_the_vision_rule():
     assert tc.count_message(high) == base + 765  # unknown size: 1024 x 1024 -> 768 x 768 -> 4 tiles
     # OpenAI's documented examples: 1024 x 1024 high -> 765; 2048 x 4096 high -> 1105
     assert image_tokens("", "high", (1024, 1024)) == 765 and image_tokens("", "high", (2048, 4096)) == 1105
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "image", "url": "https://example.com/a.png"},  # LangChain's standard block (langchain-core 1.x)
+    {"type": "image", "source_type": "url", "url": "https://example.com/a.png"},  # langchain-core 0.3
+    {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},  # Anthropic's
+])
+def test_standard_image_blocks_are_counted_as_images(part):
+    # a LangChain agent's image block was counted as the ~30 tokens of its JSON: 745 tokens under
+    tc = TokenCounter()
+    msg = Message.from_dict({"role": "user", "content": [{"type": "text", "text": "What gate is this?"}, part]})
+    assert tc.count_message(msg) == 3 + tc.count("user") + tc.count("What gate is this?") + 765
+
+
+def test_a_base64_image_block_is_counted_by_its_size():
+    pil = pytest.importorskip("PIL.Image")
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    pil.new("RGB", (2048, 4096)).save(buf, format="PNG")
+    data = base64.b64encode(buf.getvalue()).decode()
+    tc = TokenCounter()
+    for part in ({"type": "image", "base64": data, "mime_type": "image/png"},
+                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}):
+        msg = Message.from_dict({"role": "user", "content": [part]})
+        assert tc.count_message(msg) == 3 + tc.count("user") + 1105  # OpenAI's 2048 x 4096 example
