@@ -174,3 +174,11 @@ def test_hard_constraints_are_kept_and_never_archived():
     d0 = win.decisions[0]
     assert not d0.pinned and d0.tier != "archived"
     assert "Never touch the production database;" in json.dumps(win.messages)
+
+
+def test_slot_names_keep_accented_letters():
+    # "caf order number: ORD-5512": the slot's words were read as ASCII letters only
+    ledger = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ledger])
+    cm.add({"role": "user", "content": "My café order number is ORD-5512."})
+    assert ledger.lines() == ["café order number: ORD-5512 (m0)"]

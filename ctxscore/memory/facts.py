@@ -53,7 +53,9 @@ may might must have has had just also so as if then than about around approximat
 what which who when where why how yes no ok okay sure thanks thank great perfect make made book find need want get
 give take check checking set change plan visit go going leave leaving arrive arriving reserve try looking look let
 actually instead noted confirmed booked changed updated moved""".split())
-_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+#: A word of a slot name: Latin letters, accented ones included ("café order number", not "caf order number").
+_LATIN = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f"
+_WORD = re.compile(f"[{_LATIN}][{_LATIN}'-]*")
 _CJK_NAME = re.compile(r"([\u4e00-\u9fff]{2,6}?)(?:是|为|在|：|:)?\s*$")
 _CJK_CHANGE = re.compile(r"(?:改成|改为|换成|变成|改到|调到|调成|改)$")
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
