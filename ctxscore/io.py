@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .messages import Message
 
 #: Largest input file read, in bytes (1 GiB).
 MAX_FILE_BYTES = 1 << 30
@@ -94,9 +93,13 @@ def _first_char(path: Path) -> str:
     return head[:1].decode("ascii", "replace")
 
 
-def _validate_messages(items: list[Any], where: str) -> list[dict[str, Any]]:
-    for i, item in enumerate(items):
-        Message.from_dict(item, where=f"{where} message {i}")
+def _validate_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
+    """``items`` after checking them as one conversation (each a valid message, ids unique, every tool
+    message after its call), each named in an error by ``where`` (its file and line)."""
+    from .window.history import History  # noqa: PLC0415 - the window package imports this module
+    from .window.ingest import validate  # noqa: PLC0415
+
+    validate(items, History(), 0, where)
     return items
 
 
@@ -126,9 +129,10 @@ def read_sessions(path: str | Path) -> list[Conversation]:
             raise InputError(f"{p}: line {exc.lineno}: invalid JSON array: {exc.msg}") from None
         if not data:
             raise InputError(f"{p}: the JSON array is empty; give at least one message")
-        return [Conversation(None, _validate_messages(data, f"{p}:"))]
+        return [Conversation(None, _validate_messages(data, [f"{p}: message {i}" for i in range(len(data))]))]
     sessions: list[Conversation] = []
     loose: list[dict[str, Any]] = []
+    lines: list[str] = []
     for lineno, obj in iter_jsonl(p):
         if not isinstance(obj, dict):
             raise InputError(f"{p}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
@@ -136,15 +140,16 @@ def read_sessions(path: str | Path) -> list[Conversation]:
             if not isinstance(obj["messages"], list) or not obj["messages"]:
                 raise InputError(f"{p}: line {lineno}: 'messages' must be a non-empty list")
             sid = str(obj.get("session_id", f"line{lineno}"))
-            msgs = _validate_messages(obj["messages"], f"{p}: line {lineno} (session {sid})")
+            msgs = _validate_messages(obj["messages"], [f"{p}: line {lineno} (session {sid}) message {i}"
+                                                        for i in range(len(obj["messages"]))])
             sessions.append(Conversation(sid, msgs, {k: v for k, v in obj.items() if k not in ("session_id", "messages")}))
         else:
-            Message.from_dict(obj, where=f"{p}: line {lineno}")
             loose.append(obj)
+            lines.append(f"{p}: line {lineno}")
     if sessions and loose:
         raise InputError(f"{p}: mixes session lines and message lines; use one format per file")
     if loose:
-        return [Conversation(None, loose)]
+        return [Conversation(None, _validate_messages(loose, lines))]
     if not sessions:
         raise InputError(f"{p}: no messages found; the file is empty")
     return sessions

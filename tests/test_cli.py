@@ -66,6 +66,15 @@ def test_errors_exit_2_with_line_numbers(tmp_path, capsys):
     bad.write_text('{"role": "user", "content": "hi"}\n{"role": "wizard", "content": "x"}\n', encoding="utf-8")
     assert main(["score", str(bad), "--model", "rules"]) == 2
     assert "line 2: unknown role 'wizard'" in capsys.readouterr().err
+    # a tool message without its call was named by its position alone ("message 1")
+    bad.write_text('{"role": "user", "content": "hi"}\n\n{"role": "tool", "tool_call_id": "zz", "content": "x"}\n',
+                   encoding="utf-8")
+    assert main(["inspect", str(bad), "--budget", "100"]) == 2
+    assert "bad.jsonl: line 3: tool message answers tool_call_id 'zz'" in capsys.readouterr().err
+    bad.write_text('{"role": "user", "content": "hi", "id": "a"}\n{"role": "user", "content": "again", "id": "a"}\n',
+                   encoding="utf-8")
+    assert main(["score", str(bad), "--model", "rules"]) == 2
+    assert "line 2: message id 'a' was already added" in capsys.readouterr().err
     bad.write_bytes(b'{"role": "user", "content": "hi"}\n{"role": "user", "content": "caf\xe9"}\n')
     assert main(["score", str(bad), "--model", "rules"]) == 2
     err = capsys.readouterr().err

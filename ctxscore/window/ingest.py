@@ -41,7 +41,8 @@ class Scored:
     entities: tuple[str, ...]
 
 
-def validate(messages: Iterable[Any], history: History, start: int) -> list[Message]:
+def validate(messages: Iterable[Any], history: History, start: int,
+             where: Sequence[str] | None = None) -> list[Message]:
     """Validate new messages against the history: each is a valid message (:meth:`Message.from_dict`),
     explicit ids are unused, and every tool message answers a call made before it.
 
@@ -49,6 +50,8 @@ def validate(messages: Iterable[Any], history: History, start: int) -> list[Mess
         messages: the new messages (dicts or :class:`Message`).
         history: the session so far.
         start: the position of the first new message (for error messages).
+        where: how error messages name each new message (``"chat.jsonl: line 2"``); default
+            ``"message N"`` by position.
 
     Raises:
         InputError: the first invalid message, named by its position; nothing is stored.
@@ -57,15 +60,15 @@ def validate(messages: Iterable[Any], history: History, start: int) -> list[Mess
     seen: set[str] = set()
     calls: set[str] = set()
     for k, m in enumerate(messages):
-        where = f"message {start + k}"
-        msg = Message.from_dict(m, where=where)
+        at = where[k] if where is not None else f"message {start + k}"
+        msg = Message.from_dict(m, where=at)
         if msg.id is not None:
             if msg.id in history.ids or msg.id in seen:
-                raise InputError(f"{where}: message id {msg.id!r} was already added; ids must be unique within a session")
+                raise InputError(f"{at}: message id {msg.id!r} was already added; ids must be unique within a session")
             seen.add(msg.id)
         if msg.role == Role.TOOL and msg.tool_call_id not in history.call_owner and msg.tool_call_id not in calls:
             raise InputError(
-                f"{where}: tool message answers tool_call_id {msg.tool_call_id!r}, but no earlier assistant message "
+                f"{at}: tool message answers tool_call_id {msg.tool_call_id!r}, but no earlier assistant message "
                 "made that call; add the assistant message with its tool_calls first (chat.completions rejects "
                 "a tool message without its call)"
             )
