@@ -153,6 +153,30 @@ def test_instructions_that_pile_up_give_way_to_the_recent_turns_and_the_window_f
     assert "[archived" in win.messages[1]["content"]  # the archived questions keep their note
 
 
+def test_instructions_give_way_by_what_the_window_is_over_when_corrections_and_constraints_stay():
+    # a trip's hard rule and budget correction, which stay verbatim, then 14 restaurant questions of
+    # one task at 400 tokens: the release counted only pins against the room and released nothing,
+    # and the window was 423 tokens, over the budget with ten releasable questions still pinned
+    cm = ContextManager(scorer="rules", budget=400)
+    cm.extend([
+        {"role": "system", "content": "You are a travel booking assistant for Acme Travel."},
+        {"role": "user", "content": "Find me a hotel near Baixa in Lisbon, my hotel budget is €210 per night."},
+        {"role": "assistant", "content": "I found Hotel Lumen (€205), Casa Alfama (€199) and Baixa Grand (€209)."},
+        {"role": "user", "content": "Important rule: never book basic economy for me, under any circumstances."},
+        {"role": "assistant", "content": "Understood, I will never book basic economy fares for you."},
+        {"role": "user", "content": "Actually, change the hotel budget to €240 per night, I want something nicer."},
+        {"role": "assistant", "content": "With €240 per night, Memmo Principe Real (€238) is the best option."},
+    ])
+    for i in range(14):
+        cm.add({"role": "user", "content": f"Can you suggest a restaurant for day {i + 1} in Lisbon? Something with seafood near the river maybe."})
+        cm.add({"role": "assistant", "content": f"For day {i + 1}, try Restaurante Mar {i}: grilled sardines, octopus rice and a "
+                "view of the Tagus. It is usually busy around 8pm so go early or reserve; the staff speak English."})
+        win = cm.build()
+        assert win.tokens <= 400, (i, win.tokens, [str(w) for w in win.warnings])
+    text = str(win.messages)
+    assert "never book basic economy" in text and "€240 per night" in text
+
+
 def test_a_large_output_in_the_recent_turns_releases_no_instruction():
     # the window is over the budget because of a tool output in the last turn, not because of the
     # pins: releasing every older instruction would not make it fit, so none is released (a release

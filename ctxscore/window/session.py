@@ -33,6 +33,11 @@ from .value import ValueModel
 
 log = logging.getLogger("ctxscore")
 
+#: A build over the budget releases instructions and is built again at most this many times: each
+#: round releases at least what the window is over, and the released instructions, compacted, take
+#: part of it back (a travel chat of 14 questions at 400 tokens: 423 -> 386 tokens).
+RELEASE_RETRIES = 3
+
 
 class SessionState:
     """History, values, forms and layers of one session, and its build pipeline.
@@ -103,14 +108,15 @@ class SessionState:
                 layer.on_add(added)
 
     def build(self, query: str | None, B: int, hits: list[Hit], warns: list[WindowWarning],
-              retry: bool = True) -> ContextWindow:
+              retry: int = RELEASE_RETRIES) -> ContextWindow:
         """One build at budget ``B`` (tokens) for ``query`` with its search ``hits`` (best first).
 
         A window over the budget although pinned content fits (the active task's instructions pile
         up, as in a long chat of separate questions that never ends a task) releases the task's
         older instructions until pinned content, the recent turns in their current forms and the
-        stub note's one line fit, and is built again once (``retry``); when even releasing all of
-        them would not make room (a large tool output in the recent turns), nothing is released.
+        stub note's one line fit, and at least as many tokens of them as the window is over, and is
+        built again (at most ``retry`` more times); when even releasing all of them would not make
+        room (a large tool output in the recent turns), nothing is released.
         A last unit over a quarter of the budget counts at a quarter until the end of the build,
         which cuts it to the room left (:func:`~ctxscore.window.tiers.last_excess`)."""
         pol, h = self.policy, self.history
@@ -154,11 +160,14 @@ class SessionState:
             window = self._assemble(query, B, plan, vals, rel, warns)
         if retry and window.tokens - excess > B and h.pinned_tokens <= limit:
             room = limit - h.recent_tokens(pol.recent_turns) - tiers.COLLAPSED_LINE_TOKENS
-            # only when releasing makes them fit (not for a large output passing through the recent turns)
-            if room >= h.pinned_tokens - h.releasable_tokens() and h.release_instructions(room):
+            # only when releasing makes them fit (not for a large output passing through the recent turns);
+            # at least by what the window is over (corrections and hard constraints, which stay, may take the room)
+            over = window.tokens - excess - B
+            if (room >= h.pinned_tokens - h.releasable_tokens()
+                    and h.release_instructions(min(room, h.pinned_tokens - over))):
                 self.stuck = None
                 warns[:] = given
-                return self.build(query, B, hits, warns, retry=False)
+                return self.build(query, B, hits, warns, retry=retry - 1)
         if plan.shown and h.n_compacted:
             window, plan = self._whole_history(query, B, plan, vals, rel, warns, window, reserved)
         pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
