@@ -238,6 +238,26 @@ def test_the_learned_scorer_pages_nothing_in_for_a_question_about_something_else
     assert "LZLUDTVI" in str(win.messages)  # and a question about it still brings it back
 
 
+def test_the_planner_counts_the_collapsed_stub_note_as_the_build_shows_it():
+    # the planner counted the collapsed note at a 40-token allowance; shown, it was 26: at 600 tokens
+    # the best hit of a travel chat (33 tokens) was left out with page_in_skipped
+    from ctxscore.window.pagein import PageInPlan, _Planner
+
+    for ids in ("m", "conversation-7f3c9a2e-turn-"):  # short ids (the line is under the allowance) and long ones (over it)
+        cm = ContextManager(budget=600, scorer="rules")
+        for k in range(40):
+            cm.add({"id": f"{ids}{2 * k}", "role": "user", "content": f"Question {k}: what about hotel {k} in Lisbon?"})
+            cm.add({"id": f"{ids}{2 * k + 1}", "role": "assistant", "content": f"Hotel {k} costs €{100 + k} a night."})
+        cm.build()
+        st, h = cm.state, cm.history
+        assert sum(e.tier == "archived" for e in h.entries) > 20
+        vals, rel = st.values.values(h, {})
+        win = st._assemble(None, 600, PageInPlan(stubs_collapsed=True), vals, rel, [])
+        note = next(sec.tokens for sec in win.sections if sec.name == "archive_stubs")
+        planner = _Planner(h, vals, st.forms, cm.policy, 600, 0, [], "quote")
+        assert planner.collapsed_tokens == note, ids
+
+
 def test_a_query_build_never_sends_more_than_the_whole_history_when_it_fits():
     # proxy-style builds (the query is the last user message) at 1,500 tokens: once compaction had
     # run, the page-in note quoted the archived messages back and the window (1,461 tokens at turn 6)

@@ -43,7 +43,7 @@ from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from .history import ARCHIVED, CODE, TIERS, Form, History
 from .pagein import RECALLED_HEADER, PageInPlan, recalled_tag
 from .result import ContextWindow, Decision, SectionInfo, WindowWarning
-from .tiers import Forms, stub_cap
+from .tiers import Forms, collapsed_line, stub_cap
 from .value import ValueModel
 
 SECTION_POSITIONS = {
@@ -141,8 +141,7 @@ class BuildView:
     def collapsed_line(self) -> str:
         """The line that stands for the collapsed (oldest) archived messages."""
         entries, c = self.history.entries, self.collapsed
-        return (f"[archived {len(c)} earlier messages {entries[int(c[0])].msg.id} … "
-                f"{entries[int(c[-1])].msg.id}; ask about them to page them back in]")
+        return collapsed_line(len(c), str(entries[int(c[0])].msg.id), str(entries[int(c[-1])].msg.id))
 
     def render_entry(self, i: int) -> tuple[dict[str, Any], int]:
         """Entry ``i`` in its tier for this build (verbatim keeps content parts whole) and its tokens."""

@@ -50,7 +50,7 @@ from ..store.base import Store
 from ..store.retrieval import Hit
 from ..tokens import TOKENS_PER_MESSAGE
 from .history import CODE, Form, History
-from .tiers import COLLAPSED_LINE_TOKENS, Forms, occupancy
+from .tiers import Forms, collapsed_line, occupancy
 
 log = logging.getLogger("ctxscore")
 
@@ -218,6 +218,7 @@ class _Planner:
         self.quoted = 0  # entries counted in the recalled note
         self.mode = mode
         self._header: int | None = None
+        self._collapsed: int | None = None
         self._extra: dict[int, int] = {}
         self.tiers: dict[int, Tier] = {}
         self.texts: dict[int, Form] = {}
@@ -259,6 +260,18 @@ class _Planner:
                 stub -= cur
             msg += t
         return msg, stub
+
+    @property
+    def collapsed_tokens(self) -> int:
+        """Tokens of the stub note collapsed into its one line (every archived message), as the build
+        shows it. The allowance :data:`~ctxscore.window.tiers.COLLAPSED_LINE_TOKENS` (40) is off either
+        way: the line takes 26 tokens with ids like ``m2`` and 48 with long ones; counted at 40, a
+        travel chat's 33-token best hit was left out at 600 tokens."""
+        if self._collapsed is None:
+            arch = [e.msg.id for e in self.h.entries if e.tier == Tier.ARCHIVED]
+            line = collapsed_line(len(arch), str(arch[0]), str(arch[-1])) if arch else ""
+            self._collapsed = self.forms.counter.count_message(Message(role="system", content=line)) if arch else 0
+        return self._collapsed
 
     @property
     def header_tokens(self) -> int:
@@ -363,9 +376,9 @@ class _Planner:
             self.make_room(u, targets, hit)
             targets, texts, tiers = self.fitted(members, hit)
             saved, stub = 0, self.stub
-            if self.occ + self.delta(targets) > self.limit and stub > COLLAPSED_LINE_TOKENS and not self.stubs_collapsed:
+            if self.occ + self.delta(targets) > self.limit and stub > self.collapsed_tokens and not self.stubs_collapsed:
                 # the stub note collapsed into its one line for this build (the pins stay as they are if that is enough)
-                self.stubs_collapsed, self.stub = True, COLLAPSED_LINE_TOKENS
+                self.stubs_collapsed, self.stub = True, self.collapsed_tokens
                 targets, texts, tiers = self.fitted(members, hit)
             if self.occ + self.delta(targets) > self.limit and not self.done:
                 # the best hit: the pins condensed for this build, as far as its smallest form needs
