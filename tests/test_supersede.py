@@ -152,3 +152,25 @@ def test_a_message_shown_with_an_earlier_hit_takes_no_second_slot():
     plan = _plan(cm, [3, 5, museum], 1000)  # 5 is shown with 3 (what replaced it): the second slot is the museum's
     assert {3, 5, museum} <= set(plan.shown)
 
+
+
+def test_a_correction_that_names_a_value_restates_only_messages_with_a_value_of_its_kind():
+    # "Actually, change the hotel budget to €240" marked the flight date given between them as
+    # "restated in #5", and the page-in note told the model a newer message overrides it
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend([
+        {"role": "user", "content": "Find me a hotel in Lisbon, my hotel budget is €210 per night."},
+        {"role": "assistant", "content": "Noted, a hotel in Lisbon."},
+        {"role": "user", "content": "My outbound flight date is June 14, 2025, from Berlin."},
+        {"role": "assistant", "content": "Got it."},
+        {"role": "user", "content": "Also, I'd like something quiet."},
+        {"role": "user", "content": "Actually, change the hotel budget to €240 per night, I want something nicer."},
+        {"role": "user", "content": "Actually, make the flight the 16th of June."},
+        {"role": "user", "content": "Actually, forget what I just said."},
+    ])
+    e = cm.history.entries
+    assert e[0].successor == 5  # the budget, by the budget correction
+    assert e[2].successor == 6  # the flight date, by the date correction (a date in another spelling)
+    # neither claimed the messages without an amount or a date; a correction naming no value restates
+    # every message before it in the lookahead, as it did
+    assert e[1].successor == e[3].successor == e[4].successor == e[5].successor == 7

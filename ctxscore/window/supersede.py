@@ -8,7 +8,9 @@ user message within :data:`LOOKAHEAD` messages after it, in the same task, that
 
 - is a correction or asks for an alternative (the rule file's ``correction`` keywords: "actually",
   "instead", "make it" ..., 改成 ...; its ``alternative`` keywords: "how about", "any other",
-  "find another" ..., 换一, 再找 ...), or
+  "find another" ..., 换一, 再找 ...) and, when it names a value, the earlier message holds a value
+  of that kind (:func:`slot_families`: "Actually, change the hotel budget to €240" restates the €210
+  budget, not the flight date given between them), or
 - gives another value of a kind the earlier message holds (a time after a time, a date after a
   date, another amount, another name), i.e. a typed value the earlier message does not hold.
   Identifiers (:data:`IDENTIFIER_KINDS`: codes, long numbers, emails, paths ...) do not count: a
@@ -54,6 +56,17 @@ def slot_values(values: frozenset[tuple[str, str]]) -> frozenset[tuple[str, str]
     return frozenset(v for v in values if v[0] not in IDENTIFIER_KINDS)
 
 
+#: Entity kinds that fill the same slot in other spellings (a date in words, with slashes, in Chinese ...).
+KIND_FAMILIES = {**dict.fromkeys(("date_words", "date_slash", "datetime_iso", "weekday", "date_zh"), "date"),
+                 **dict.fromkeys(("time", "time_zh"), "time"), **dict.fromkeys(("number_unit", "count_noun"), "count")}
+
+
+def slot_families(values: frozenset[tuple[str, str]]) -> frozenset[str]:
+    """The slot kinds of ``values`` (:func:`slot_values`), each spelling of a date, a time or a count
+    read as one (:data:`KIND_FAMILIES`)."""
+    return frozenset(KIND_FAMILIES.get(k, k) for k, _ in slot_values(values))
+
+
 def link(history: History, config: RuleConfig) -> list[int]:
     """Make the last entry of ``history`` the successor of the earlier entries it restates (see the
     module docstring); entries that have a successor keep it (the first restatement wins).
@@ -69,13 +82,15 @@ def link(history: History, config: RuleConfig) -> list[int]:
     if e.msg.role != Role.USER:
         return []
     correction = asks_to_replace(e.msg.content, config)
+    new = slot_values(e.values)
+    kinds = slot_families(e.values)
     start = max(history.task_starts[-1] if e.task == history.task_no else 0, j - LOOKAHEAD)
     out = []
     for k in range(start, j):
         old = history.entries[k]
         if old.successor is not None or old.task != e.task or old.msg.role == Role.SYSTEM:
             continue
-        if correction or restates(slot_values(old.values), slot_values(e.values)):
+        if (correction and (not kinds or kinds & slot_families(old.values))) or restates(slot_values(old.values), new):
             old.successor = j
             out.append(k)
     return out
