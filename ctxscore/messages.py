@@ -228,7 +228,7 @@ class Message:
                 f"{where}: unknown role {role!r}; use one of {', '.join(ROLES)} "
                 "(map 'developer' to 'system' and 'function' to 'tool')"
             )
-        if "function_call" in data:
+        if data.get("function_call") is not None:  # the openai SDK's model_dump() gives it as null
             raise InputError(f"{where}: the legacy 'function_call' field is not supported; send it as 'tool_calls'")
         content, parts = _content(data.get("content"), where)
         raw_calls = data.get("tool_calls") or None

@@ -484,6 +484,23 @@ def test_legacy_function_call_field():
         rules_cm().add({"role": "assistant", "content": "", "function_call": {"name": "f", "arguments": "{}"}})
 
 
+def test_a_reply_dumped_by_the_openai_sdk_is_accepted():
+    # resp.choices[0].message.model_dump() always holds "function_call": None (and refusal, audio,
+    # annotations as None): add() refused it as a legacy function call, the proxy accepted it
+    openai = pytest.importorskip("openai")
+    resp = openai.types.chat.ChatCompletion.model_validate({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}}]})
+    dumped = resp.choices[0].message.model_dump()
+    assert "function_call" in dumped and dumped["function_call"] is None
+    cm = rules_cm()
+    cm.add({"role": "user", "content": "List the files."})
+    msg = cm.add(dumped)
+    assert msg.tool_calls[0].id == "call_1" and cm.build().messages[-1]["tool_calls"][0]["function"]["name"] == "bash"
+
+
 @case("M12", "error")
 def test_duplicate_id_within_a_batch():
     cm = rules_cm()
