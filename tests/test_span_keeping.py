@@ -115,6 +115,44 @@ def test_key_blocks_count_file_names_joined_by_a_hyphen_each():
     assert key_blocks(text, blocks, share=share) == {0, 2, 3}
 
 
+def _git_diff(paths: list[str], every: int = 37) -> str:
+    """A unified diff (``git diff`` layout) of repository files with one line in ``every`` changed."""
+    import difflib
+
+    out = ""
+    for rel in paths:
+        a = (REPO / rel).read_text(encoding="utf-8").split("\n")
+        b = [line + "  # patched" if j % every == 5 else line for j, line in enumerate(a)]
+        out += f"diff --git a/{rel} b/{rel}\n" + "\n".join(difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}", lineterm="")) + "\n"
+    return out
+
+
+def test_a_diff_hunk_is_one_block_with_its_header():
+    # an empty context line of a hunk is " ", a blank line to the paragraph cut: hunks of real code
+    # were cut there, and a cut diff showed hunk bodies without their @@ line numbers
+    diff = _git_diff(["ctxscore/window/history.py", "ctxscore/compress/blocks.py"])
+    blocks = split_blocks(diff, max_chars=100_000)
+    assert "".join(diff[b.start:b.end] for b in blocks) == diff
+    hunks = [diff[b.start:b.end] for b in blocks if diff[b.start:b.end].startswith("@@ ")]
+    assert len(hunks) == diff.count("\n@@ ") > 10
+    assert all(b.kind == "diff" for b in blocks)  # file headers and hunks; no hunk cut into paragraphs
+    assert any("\n \n" in h for h in hunks)  # hunks with empty context lines stayed whole
+
+
+def test_a_cut_diff_shows_the_hunk_the_query_names_with_its_header():
+    diff = _git_diff(["ctxscore/window/history.py", "ctxscore/window/pagein.py", "ctxscore/window/session.py"])
+    cm = ContextManager(budget=1500, scorer="rules")
+    cm.extend([{"role": "user", "content": "Show me what the patch changes in release_instructions."},
+               {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": "git diff"})}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": diff}])
+    shown = cm.build(query="the hunk of release_instructions").messages[-1]["content"]
+    assert len(shown) < len(diff) / 3
+    at = shown.index("def release_instructions")
+    header = shown.rfind("\n@@ ", 0, at)
+    assert header != -1 and "archived" not in shown[header:at]  # its hunk is shown from its @@ line on
+
+
 def test_trivial_predicted_spans_are_not_required():
     assert not any(useful(s) for s in ("the", "That", "1", "周", "is a", "`"))
     assert all(useful(s) for s in ("centre", "$146", "北京饭店", "a museum"))

@@ -81,9 +81,43 @@ def _spans(text: str) -> Iterable[tuple[int, int, str]]:
     yield from _paragraphs(text, pos, len(text))
 
 
+#: Lines of a unified diff after its ``diff --git`` or ``@@`` line: context, changes, file headers.
+_DIFF_LINE = re.compile(r"[ +\\-]|@@ |diff |index |new file|deleted file|similarity |rename |old mode|new mode|Binary files")
+
+
+def _diff_ends(part: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of unified-diff lines in ``part``, from a ``diff --git`` or ``@@``
+    line to the first line that is none of :data:`_DIFF_LINE` (an empty line ends it only when the
+    line after it is not a diff line either: some tools strip the space of an empty context line)."""
+    out: list[tuple[int, int]] = []
+    for m in _HUNK.finditer(part):
+        if out and m.start() < out[-1][1]:
+            continue
+        pos = part.find("\n", m.start())
+        while pos != -1:
+            nxt = pos + 1
+            line_end = part.find("\n", nxt)
+            line = part[nxt:line_end if line_end != -1 else len(part)]
+            if not _DIFF_LINE.match(line) and not (line == "" and _DIFF_LINE.match(part, line_end + 1 if line_end != -1 else len(part))):
+                break
+            pos = line_end
+        out.append((m.start(), len(part) if pos == -1 else pos + 1))
+    return out
+
+
 def _paragraphs(text: str, lo: int, hi: int) -> Iterable[tuple[int, int, str]]:
+    """Cuts at diff hunks and at blank lines, none inside a hunk (its empty context lines, ``" "``,
+    are blank lines too: a hunk cut there loses its ``@@`` line numbers)."""
     part = text[lo:hi]
-    cuts = sorted({0, len(part), *(m.start() for m in _HUNK.finditer(part)), *(m.end() for m in _PARA.finditer(part))})
+    diffs = _diff_ends(part)
+    starts = [a for a, _ in diffs]
+
+    def in_diff(x: int) -> bool:
+        k = bisect.bisect_left(starts, x) - 1
+        return k >= 0 and x < diffs[k][1]
+
+    paras = [m.end() for m in _PARA.finditer(part) if not in_diff(m.end())]
+    cuts = sorted({0, len(part), *(m.start() for m in _HUNK.finditer(part)), *(b for _, b in diffs), *paras})
     for a, b in zip(cuts, cuts[1:], strict=False):
         if b > a:
             yield lo + a, lo + b, "diff" if _HUNK.match(part, a) else "paragraph"
