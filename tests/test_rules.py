@@ -169,7 +169,8 @@ def test_case_insensitive_patterns_run_on_the_folded_text_find_the_same_spans():
 
 
 def test_a_case_insensitive_pattern_naming_an_upper_case_letter_runs_as_written(tmp_path):
-    text = DEFAULT_RULES_PATH.read_text(encoding="utf-8").replace("code3 = '\\b[A-Z]{3}\\b'", "code3 = '(?i)\\b[A-Z]{3}\\b'")
+    text = DEFAULT_RULES_PATH.read_text(encoding="utf-8")
+    text = re.sub(r"(?m)^code3 = '", "code3 = '(?i)", text)
     custom = tmp_path / "rules.toml"
     custom.write_text(text, encoding="utf-8")
     cfg = RuleConfig.load(custom)
@@ -254,3 +255,20 @@ def test_corrupt_rule_files(tmp_path):
     bad.write_text(text.replace("code = -1.0", "kode = -1.0", 1), encoding="utf-8")
     with pytest.raises(ConfigError, match="is not a signal"):
         RuleConfig.load(bad)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("您的订单号是SH2025052301，客服电话是4008201234。", {("id_mixed", "sh2025052301"), ("long_number", "4008201234")}),
+    ("我的手机号是13912345678。", {("long_number", "13912345678")}),
+    ("会员号是GM8827361", {("id_mixed", "gm8827361")}),
+    ("金卡会员价882元/晚", {("money", "882元")}),  # an amount per night, not a path
+    ("我的邮箱是wangli@example.com", {("email", "wangli@example.com")}),
+    ("日期是2025-05-20入住", {("datetime_iso", "2025-05-20")}),
+    ("从PEK出发", {("code3", "pek")}),
+])
+def test_values_written_right_after_chinese_characters_are_found(text, want):
+    # Python's \b finds no edge between a Chinese character and a letter or digit (both are \w):
+    # the order number and the phone were no key span, and compressed forms dropped them
+    from ctxscore.scoring.rules import typed_values
+
+    assert typed_values(text) == want
