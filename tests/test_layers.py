@@ -391,6 +391,23 @@ def test_a_bound_the_user_raised_no_longer_holds_the_agent(change):
     assert found and "above the bound 240" in str(found[0])  # the raised budget holds instead
 
 
+@pytest.mark.parametrize(("rule", "offer"), [
+    ("预算每晚不超过800元。", "为您推荐外滩茂悦大酒店，980元/晚，要帮您预订吗？"),  # 元/晚: the usual way to write it
+    ("预算每晚不超过800元。", "为您推荐外滩茂悦大酒店，价格：980元/晚，要帮您预订吗？"),
+    ("千万不要订无窗房。", "为您推荐浦江之星的无窗大床房，650元一晚，要预订吗？"),  # the room type's usual name
+    ("千万不要订无窗房。", "浦江之星还有一间大床房（无窗），650元一晚，要预订吗？"),
+])
+def test_chinese_offers_against_a_constraint_are_found(rule, offer):
+    # each gave no finding: 980元/晚 was read as a path, /晚 as no unit, 无窗大床房 did not name 无窗房,
+    # and 要预订吗 / 还有一间 were no offer
+    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
+
+    ver = ContextVerifier()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
+    cm.extend([{"role": "user", "content": "帮我在上海订一家酒店。" + rule}, {"role": "assistant", "content": offer}])
+    assert [f.kind for f in ver.check(cm)] == ["constraint_contradicted"]
+
+
 def test_profile_choices_among_offers_do_not_conflict():
     store = SQLiteStore(":memory:")
     for k, cabin in enumerate(("economy class", "business class")):

@@ -105,11 +105,12 @@ ACTION = _rx(r"\b(?:i'?ll (?:book|reserve|cancel|change|modify|update|order|buy|
 #: The assistant offers something and asks whether the user takes it.
 OFFER = _rx(r"\b(?:would you like|shall i|should i|do you want|does that work|is that (?:ok|okay|fine|alright)|"
             r"how about|what about|i (?:can|could) (?:book|offer|reserve)|please confirm|can you confirm|"
-            r"confirm (?:that|the|your)|would that work|sound good)\b|要不要|可以吗|好吗|行吗|您看|确认一下|对吗|怎么样")
+            r"confirm (?:that|the|your)|would that work|sound good)\b|要不要|可以吗|好吗|行吗|您看|确认一下|对吗|怎么样|"
+            r"(?:需要|要)(?:[帮为]您)?预?[订定]吗|确认吗")
 #: The assistant recommends or proposes something.
 PROPOSE = _rx(r"\b(?:i (?:would )?(?:recommend|suggest)|how about|what about|i found|there is|there'?s|we have|"
               r"you (?:could|might|can) (?:try|take|go with)|my (?:top )?pick is|option|would you like)\b|"
-              r"推荐|建议|为您找到|找到了|有一[家个款]|可以考虑|要不要")
+              r"推荐|建议|为您找到|找到了|有一[家个款间套张]|可以考虑|要不要")
 #: The assistant attributes a statement to the user ("as you said", "您确认过").
 ATTRIBUTION = _rx(r"\b(?:as you (?:said|mentioned|requested|asked|confirmed|told me|wanted)|you (?:said|told me|mentioned|"
                   r"confirmed|requested|asked for|chose|agreed|selected|specified|indicated|wanted)|you'?ve (?:confirmed|"

@@ -39,10 +39,12 @@ _ANCHOR = re.compile(r"(?i)\b(?:arriv\w*|land\w*|depart\w*|leav\w*|return\w*|che
                      r"到达|抵达|到|出发|起飞|离开|送达|取件")
 #: A bound per unit ("$800 per person", "每晚300元"): only values given per the same unit are compared.
 _PER = re.compile(r"(?i)\b(?:per|a|an) (?:person|night|ticket|head|day|room|item|passenger)\b|\beach\b|/(?:night|person|day)|"
-                  r"人均|每人|每晚|一晚|每张|每间|每天|每件")
+                  r"人均|每人|每晚|一晚|每张|每间|每天|每件|/[晚人位天间张件]")
 _PER_KIND = {"人均": "per person", "每人": "per person", "每晚": "per night", "一晚": "per night", "每张": "per ticket",
              "每间": "per room", "每天": "per day", "每件": "per item", "/night": "per night", "/person": "per person",
-             "/day": "per day", "per head": "per person", "per passenger": "per person"}
+             "/day": "per day", "per head": "per person", "per passenger": "per person", "/晚": "per night",
+             "/人": "per person", "/位": "per person", "/天": "per day", "/间": "per room", "/张": "per ticket",
+             "/件": "per item"}
 _WITH = re.compile(r"(?i)\b(?:anything|something|nothing|dishes|food|meals?|items?|products?)\s+(?:with|containing|"
                    r"that contains?|made with)\s+([a-z]{3,})")
 _STOPWORDS = frozenset("""a an the any me us my our your it them this that these those to for of in on at with by from and or be
@@ -158,9 +160,21 @@ def parse(sentence: str, source: str) -> list[Rule]:
     return out
 
 
+#: A Chinese prohibited term of three or more characters also matches its modifier within this many
+#: characters of its head noun: 无窗房 in 无窗大床房 and in 大床房（无窗）.
+ZH_TERM_SPREAD = 6
+
+
 def _has_term(text: str, term: str) -> bool:
+    """Whether ``text`` names ``term``: an English word (or its plural) on word boundaries; a Chinese
+    term as a substring or, for three or more characters, its modifier (all but the last character)
+    within :data:`ZH_TERM_SPREAD` characters of its head noun (the last one)."""
     if re.search(r"[\u4e00-\u9fff]", term):
-        return term in text
+        if term in text:
+            return True
+        mod, head = term[:-1], term[-1]
+        return len(term) >= 3 and any(
+            head in text[max(0, m.start() - ZH_TERM_SPREAD): m.end() + ZH_TERM_SPREAD] for m in re.finditer(re.escape(mod), text))
     return re.search(rf"(?i)\b{re.escape(term)}s?\b", text) is not None
 
 
