@@ -54,6 +54,17 @@ def test_relative_dates_are_resolved_when_the_session_gives_a_date():
     assert f.resolved == "2024-05-16" and "(= 2024-05-16)" in f.line()
 
 
+def test_chinese_weekdays_keep_their_week_and_are_resolved():
+    # 下周五 (Friday of next week) was read as 周五 (this Friday) and resolved to nothing
+    today = date(2024, 5, 15)  # a Wednesday
+    assert resolve_date("下周五", today) == resolve_date("下星期五", today) == "2024-05-24"
+    assert resolve_date("周五", today) == resolve_date("这周五", today) == "2024-05-17"
+    assert resolve_date("本周一", today) == "2024-05-13" and resolve_date("上周五", today) == "2024-05-10"
+    assert resolve_date("礼拜天", today) == "2024-05-19"
+    (f,) = [f for f in facts_of({"role": "user", "content": "入住改到下周五。"}, today) if f.value == "下周五"]
+    assert f.resolved == "2024-05-24" and f.slot == "入住"
+
+
 def session(cm: ContextManager) -> FactLedger:
     return next(layer for layer in cm.state.layers if isinstance(layer, FactLedger))
 

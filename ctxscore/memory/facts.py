@@ -209,7 +209,7 @@ def _slot_name(before: str) -> str | None:
 
 def resolve_date(value: str, today: date | None) -> str | None:
     """The ISO date a relative date value means on ``today`` ("tomorrow", "next Friday", "Tuesday next
-    week", "明天"), or ``None``."""
+    week", "明天", "下周五": Friday of next week), or ``None``."""
     if today is None:
         return None
     low = value.lower().strip()
@@ -223,6 +223,13 @@ def resolve_date(value: str, today: date | None) -> str | None:
     if m:  # "Tuesday next week": that weekday of the week after today's (weeks start on Monday)
         monday = today - timedelta(days=today.weekday()) + timedelta(days=7 if m.group(2) == "next" else 0)
         return (monday + timedelta(days=_WEEKDAYS.index(m.group(1)))).isoformat()
+    m = re.fullmatch(r"([下上这本])?个?(?:周|星期|礼拜)([一二三四五六日天])", low)
+    if m:  # 周五: the next one on or after today; 这周五 / 本周五 this week's, 下周五 next week's, 上周五 last week's
+        wd = "一二三四五六日天".index(m.group(2)) if m.group(2) != "天" else 6
+        if m.group(1) is None:
+            return (today + timedelta(days=(wd - today.weekday()) % 7)).isoformat()
+        monday = today - timedelta(days=today.weekday()) + timedelta(days={"下": 7, "上": -7}.get(m.group(1), 0))
+        return (monday + timedelta(days=wd)).isoformat()
     return None
 
 
