@@ -193,3 +193,24 @@ def test_slot_names_keep_accented_letters():
     cm = ContextManager(budget=4000, scorer="rules", layers=[ledger])
     cm.add({"role": "user", "content": "My café order number is ORD-5512."})
     assert ledger.lines() == ["café order number: ORD-5512 (m0)"]
+
+
+def _lines(*texts: str) -> list[str]:
+    ledger = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ledger])
+    for k, text in enumerate(texts):
+        cm.add({"role": "user", "content": text})
+        if k < len(texts) - 1:
+            cm.add({"role": "assistant", "content": "好的。"})
+    return ledger.lines()
+
+
+def test_chinese_slot_names_leave_out_owner_bound_and_change_verb():
+    # "我的航班: 5月20日" beside "航班: 5月22日", "算每晚不超过: 800元" beside "预算改成每晚: 1000元":
+    # fragments as slot names, so the correction replaced nothing; the phone and member number had no line
+    assert _lines("我的航班是5月20日。", "航班改到5月22日。") == ["航班: 5月22日 (m2; was 5月20日)"]
+    assert _lines("我的预算每晚不超过800元。", "其实预算改成每晚1000元。") == ["预算: 1000元 (m2; was 800元)"]
+    assert _lines("我的手机号是13912345678。") == ["手机号: 13912345678 (m0)"]
+    assert _lines("入住日期能改到下周五吗？") == ["入住日期: 下周五 (m0)"]
+    assert _lines("My budget is no more than $800 a night.", "Actually, make the budget $1000 a night.") == [
+        "budget: $1000 (m2; was $800)"]

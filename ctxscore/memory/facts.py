@@ -52,12 +52,22 @@ you your we our us it its this that these those there here please would like wan
 may might must have has had just also so as if then than about around approximately only new next last one
 what which who when where why how yes no ok okay sure thanks thank great perfect make made book find need want get
 give take check checking set change plan visit go going leave leaving arrive arriving reserve try looking look let
-actually instead noted confirmed booked changed updated moved""".split())
+actually instead noted confirmed booked changed updated moved more less most least under over above below up
+within max maximum min minimum i'm i've i'd you're we're it's that's""".split())
 #: A word of a slot name: Latin letters, accented ones included ("café order number", not "caf order number").
 _LATIN = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f"
 _WORD = re.compile(f"[{_LATIN}][{_LATIN}'-]*")
-_CJK_NAME = re.compile(r"([\u4e00-\u9fff]{2,6}?)(?:是|为|在|：|:)?\s*$")
-_CJK_CHANGE = re.compile(r"(?:改成|改为|换成|变成|改到|调到|调成|改)$")
+#: A Chinese slot name: the Chinese characters right before a value (at most 12 read), less what
+#: :data:`_CJK_TRAIL` and :data:`_CJK_LEAD` strip, at most :data:`_CJK_NAME_MAX` characters.
+_CJK_NAME = re.compile(r"([\u4e00-\u9fff]{2,12})[：:\s]*$")
+_CJK_NAME_MAX = 6
+#: Words between a slot's name and its value: the copula, a change verb (时间改成 8点: the slot is 时间,
+#: the value replaces it), a bound, a rate or an estimate (预算每晚不超过 800元).
+_CJK_TRAIL = re.compile(r"(?:是|为|在|改成|改为|换成|变成|改到|调到|调成|改|不超过|不要超过|不能超过|不超|不高于|不低于|"
+                        r"最多|至少|最少|以内|以下|大概|大约|约|每晚|每人|每天|每间|每位|一晚|人均|一共|共|总计|合计|"
+                        r"能|可以|想|要|需要|得)$")
+#: Words before a slot's name: its owner and fillers (我的航班 is the slot 航班).
+_CJK_LEAD = re.compile(r"^(?:另外|还有|对了|其实|那么|那|就|请|把|将|我们的|我的|您的|你的|他的|她的|我|您|你)+")
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
 # The kind of entity, by the rule file's pattern name, when no word names it.
 _KIND = {
@@ -79,6 +89,8 @@ _ZH_SLOT_WORDS = {
     "姓名": "name", "名字": "name", "数量": "quantity", "金额": "amount", "订单": "order", "编号": "number",
     "号码": "number", "城市": "city", "景点": "attraction", "入住": "check-in", "退房": "check-out", "晚数": "nights",
     "会员": "membership", "行李": "baggage", "租车": "rental car", "会议": "meeting", "截止": "deadline",
+    "手机": "phone", "手机号": "phone number", "电话号码": "phone number", "会员号": "membership number",
+    "订单号": "order number",
 }
 _ZH_SLOT_MAX = max(map(len, _ZH_SLOT_WORDS))
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -190,10 +202,12 @@ def _json_value(text: str) -> Any:
 def _slot_name(before: str) -> str | None:
     """The naming words at the end of ``before`` (up to three content words), or ``None``."""
     m = _CJK_NAME.search(before)
-    if m:
-        name = _CJK_CHANGE.sub("", m.group(1))  # 时间改成 8点: the slot is 时间, the value replaces it
-        name = re.sub(r"^[请把将]+", "", name)
-        return name if len(name) >= 2 else m.group(1)
+    if m:  # 我的预算每晚不超过 800元: the slot is 预算 (the change verb, the bound, the unit and the owner left out)
+        name, prev = m.group(1), None
+        while name != prev:
+            prev, name = name, _CJK_TRAIL.sub("", name)
+        name = _CJK_LEAD.sub("", name)[-_CJK_NAME_MAX:]
+        return name if len(name) >= 2 else m.group(1)[-_CJK_NAME_MAX:]
     words = [w.lower() for w in _WORD.findall(before[-60:])]
     name: list[str] = []
     for w in reversed(words):
