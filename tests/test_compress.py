@@ -81,3 +81,25 @@ def test_archive_stub_format():
         "[archived m12: Please book the flight to Seattle on May …]"
     zh = archive_stub("m3", "请你帮我订一间酒店要求价格不超过五百元不要靠近机场谢谢你")
     assert zh.startswith("[archived m3: 请你帮我订") and zh.endswith(" …]")
+
+
+def test_the_structured_summary_of_code_keeps_whole_lines_with_their_indentation():
+    # a 2,333-character read of django/forms/fields.py was summarised as sentences: comments cut into
+    # pieces without their '#', indentation stripped ("if self.localize:\nwidget.is_localized = True")
+    from pathlib import Path
+
+    from ctxscore.compress import verify
+    from ctxscore.compress.extractive import code_like
+
+    src = (Path(__file__).resolve().parents[1] / "ctxscore" / "window" / "history.py").read_text(encoding="utf-8")
+    start = src.index("    def release_instructions")
+    text = src[start:start + 2400]
+    assert code_like(text)
+    form = structured_summary(text)
+    assert form and len(form) < len(text)
+    lines = [line for line in form.split("\n") if line != "…"]
+    assert all(line in text.split("\n") for line in lines)  # whole lines, byte-exact, indentation kept
+    assert any(line.startswith("        ") for line in lines)
+    assert verify(text, form).ok
+    prose = "The booking is confirmed for May 20. Your reference is QX7P2L. Let me know if you need anything else."
+    assert not code_like(prose) and structured_summary(prose) == "The booking is confirmed for May 20.\nYour reference is QX7P2L."

@@ -194,6 +194,8 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
     keep_rx = [kw[g] for g in ("decision", "confirmation", "constraint", "hard_constraint") if g in kw]
     starts = [s for s, _ in (entity_spans(text, cfg) if spans is None else spans)]
     held = _keep_intervals(text, keep)  # sorted by start
+    if code_like(text):
+        return _code_lines(text, starts, held, keep_rx)
     lines = []
     pos = 0
     j = k = 0
@@ -218,6 +220,44 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
                 sent = bare
             lines.append(_WS.sub(" ", sent))
     return "\n".join(lines)
+
+
+#: Text whose non-empty lines start with a space or a tab at least this often is code (or a listing):
+#: its summary keeps whole lines, indentation included, instead of sentences.
+CODE_INDENTED_SHARE = 0.25
+
+
+def code_like(text: str) -> bool:
+    """Whether ``text`` reads as code or a listing: four or more non-empty lines, at least
+    :data:`CODE_INDENTED_SHARE` of them indented, or a fenced code block."""
+    if "```" in text:
+        return True
+    lines = [line for line in text.split("\n") if line.strip()]
+    return len(lines) >= 4 and sum(line[:1] in " \t" for line in lines) >= CODE_INDENTED_SHARE * len(lines)
+
+
+def _code_lines(text: str, starts: Sequence[int], held: Sequence[tuple[int, int]], keep_rx: Sequence[re.Pattern[str]]) -> str:
+    """The structured summary of code (:func:`code_like`): the lines that hold an entity, a held span
+    or a kept keyword, byte-exact with their indentation (a comment keeps its ``#``), and ``…`` where
+    lines were left out between them. A sentence split read such text as prose: it cut comments into
+    pieces and stripped the indentation, so the summary read as other code."""
+    out: list[str] = []
+    pos = 0
+    skipped = False
+    for line in text.split("\n"):
+        lo, hi = pos, pos + len(line)
+        pos = hi + 1
+        i = bisect.bisect_left(starts, lo)
+        keep = ((i < len(starts) and starts[i] < hi) or any(a < hi and b > lo for a, b in held)
+                or any(rx.search(line) for rx in keep_rx))
+        if keep and line.strip():
+            if skipped and out:
+                out.append("…")
+            out.append(line)
+            skipped = False
+        else:
+            skipped = skipped or bool(line.strip())
+    return "\n".join(out)
 
 
 def aggressive_compress(text: str, config: RuleConfig | None = None, max_sentences: int = 6,
