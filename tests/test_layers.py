@@ -133,6 +133,23 @@ def test_profile_stability_and_promotion_across_sessions():
     assert it.time_level == "long"
 
 
+@pytest.mark.parametrize(("said", "offer", "yes"), [
+    ("I like window seats.", "G1 at 8:00, first class window seat, shall I book it?", "Yes"),
+    ("我喜欢靠窗的座位。", "G1次 8:00 一等座靠窗，要预订吗？", "好的"),
+])
+def test_an_accepted_offer_naming_a_preference_confirms_it_in_either_language(said, offer, yes):
+    # the Chinese offer names the window seat as 靠窗 and the item's value is "window seat": it was
+    # never confirmed, so the preference said twice stayed at "session" where the English one went "mid"
+    p = ProfileLayer("wang")
+    cm = ContextManager(budget=4000, scorer="rules", layers=[p])
+    cm.extend([{"role": "user", "content": said}, {"role": "assistant", "content": "OK."},
+               {"role": "user", "content": said}, {"role": "assistant", "content": offer}, {"role": "user", "content": yes}])
+    it = p.items["preference:seat:window seat"]
+    assert it.evidence[-1].kind == "confirmed"
+    p.end_session()
+    assert it.time_level == "mid"
+
+
 def test_profile_never_visible_to_another_user():
     store = SQLiteStore(":memory:")
     _profile(store, "alice", "alice-1", PHONE)

@@ -287,10 +287,12 @@ class ProfileLayer(Layer):
                     self._statement(Statement("preference", attr, subj, 1, offer.msg.content[:240]), e, "behaviour")
 
     def _confirm(self, offer: Entry, e: Entry) -> None:
-        """An affirmation of an assistant message restating an item confirms the item."""
+        """An affirmation of an assistant message restating an item confirms the item: the offer names
+        its value, in any of its spellings (靠窗 is the window seat)."""
         low = offer.msg.content.lower()
+        named = {subject for _, subject in terms_in(offer.msg.content)}
         for it in self.items.values():
-            if it.profile_type != "decision" and it.status == "active" and it.value and it.value in low:
+            if it.profile_type != "decision" and it.status == "active" and it.value and (it.value in low or it.value in named):
                 if it.evidence and it.evidence[-1].kind != "confirmed":
                     it.evidence.append(self._evidence(e, e.msg.content, "confirmed"))
                     self._changed(it, "confirmed")
