@@ -408,6 +408,26 @@ def test_a_bound_the_user_raised_no_longer_holds_the_agent(change):
     assert found and "above the bound 240" in str(found[0])  # the raised budget holds instead
 
 
+def test_a_correction_replaces_only_the_bound_it_restates():
+    # the first version replaced every earlier bound of the kind ("$60 for the dinner" by "$500 for the
+    # flight") and moved every corrected number's bound to the new one (the tour's $100 became $240)
+    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
+
+    def broken(*turns: tuple[str, str]) -> list[str]:
+        ver = ContextVerifier()
+        cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
+        cm.extend([{"role": role, "content": text} for role, text in turns])
+        return [f.details["why"] for f in ver.check(cm) if f.kind == "constraint_contradicted"]
+
+    assert broken(("user", "Book dinner in New York, no more than $60 for the dinner."), ("assistant", "Sure."),
+                  ("user", "Yes. Also find me a flight to Boston, at most $500 for the flight."),
+                  ("assistant", "I'll book the dinner at Le Bernardin for $180 now.")) == ["$180 is above the bound 60"]
+    assert broken(("user", "My hotel budget is at most $210 per night."), ("assistant", "OK."),
+                  ("user", "The tour must cost no more than $100 per night too."), ("assistant", "OK."),
+                  ("user", "Actually, make the hotel $240."),
+                  ("assistant", "I'll book the night tour for $230 per night.")) == ["$230 is above the bound 100"]
+
+
 @pytest.mark.parametrize(("rule", "offer"), [
     ("预算每晚不超过800元。", "为您推荐外滩茂悦大酒店，980元/晚，要帮您预订吗？"),  # 元/晚: the usual way to write it
     ("预算每晚不超过800元。", "为您推荐外滩茂悦大酒店，价格：980元/晚，要帮您预订吗？"),

@@ -215,8 +215,9 @@ class Tracker:
                     t.endorsed.setdefault(v.group, {})[n] = t.offer[0]
                     self.session_user.setdefault((v.group, n), t.offer[0])
         t.offer = None
-        t.rules = _restated_rules(t.rules, [r for s in _constraint_sentences(e) for r in cons.parse(s, mid)],
-                                  t.superseded, vals, text, mid)
+        new_rules = [r for s in _constraint_sentences(e) for r in cons.parse(s, mid)]
+        t.rules = (_restated_rules(t.rules, new_rules, vals, text, mid) if _CORRECTION.search(text[:300])
+                   else t.rules + new_rules)
         t.goal = t.goal or mid
         t.last_user, t.results, t.calls = e.msg, [], []
         stated = {(v.group, n) for v in vals for n in v.norms}
@@ -394,30 +395,64 @@ def conclusion_sentences(text: str) -> list[str]:
     return [s for s in sentences(text[:4000]) if (lx.SUCCESS.search(s) or _CONCLUSION.search(s)) and "?" not in s]
 
 
-def _restated_rules(rules: list[cons.Rule], new: list[cons.Rule], superseded: dict[str, set[str]],
-                    vals: list[Value], text: str, mid: str) -> list[cons.Rule]:
-    """The task's user rules after the user turn ``mid`` (``text``, its values ``vals``): ``rules`` with
-    ``new`` (its rules) added. A new bound replaces the task's earlier bound of the same kind, group
-    and unit ("my hotel budget is €210 per night", then "change the budget to €240 per night"); a bound
-    whose number the user corrected since (``superseded``: "actually, make it €240") takes the one new
-    number of the turn, with the turn's sentence that holds it. So the verifier holds the agent to
-    the limit the user set last, not to one the user lifted."""
-    keys = {(r.kind, r.group, r.per) for r in new if r.bound is not None}
-    out: list[cons.Rule] = []
-    for r in rules:
-        if r.bound is not None and (r.kind, r.group, r.per) in keys:
-            continue
-        if r.group in ("money", "people") and r.bound is not None and _bound_norm(r.bound) in superseded.get(r.group, set()):
-            now = [v for v in vals if v.group == r.group]
+def _restated_rules(rules: list[cons.Rule], new: list[cons.Rule], vals: list[Value], text: str,
+                    mid: str) -> list[cons.Rule]:
+    """The task's user rules after the correction ``mid`` (``text``, its values ``vals``, its rules
+    ``new``): a bound the correction restates is replaced, so the verifier holds the agent to the
+    limit the user set last, not to one the user lifted. A new bound replaces the earlier bound of its
+    kind, group and unit that it restates ("my hotel budget is €210 per night", then "actually, change
+    the hotel budget to €240 per night"); without a new bound, the one number of a group the turn
+    names ("actually, make it €240") becomes the bound of the earlier rule it restates, with the
+    turn's sentence that holds it. A correction restates a rule when it is the only candidate and the
+    two share a content word or the correction has none ("make it €240"), or when it shares the most
+    content words with it; another limit ("at most $60 for the dinner" beside "$500 for the flight")
+    stays as it was."""
+    out = list(rules)
+    for r in new:
+        if r.bound is not None:
+            old = _restated(out, r.sentence, r.group, r.kind, r.per)
+            if old is not None:
+                out.remove(old)
+    if not any(r.bound is not None for r in new):
+        for g in ("money", "people"):
+            now = [v for v in vals if v.group == g]
             if len(now) != 1:
                 continue
             sent = next((x for x in sentences(text) if now[0].text in x), text)
-            r = replace(r, sentence=sent, source=mid, bound=float(now[0].norm))
-        out.append(r)
+            old = _restated(out, sent, g)
+            if old is not None:
+                out[out.index(old)] = replace(old, sentence=sent, source=mid, bound=float(now[0].norm))
     return out + new
 
 
-def _bound_norm(bound: float) -> str:
-    """A money or people bound as the verifier's values normalise the number (``210.0`` -> ``"210"``)."""
-    return str(int(bound)) if bound == int(bound) else str(bound)
+#: Words that say nothing of what a bound limits: units, bound words, change verbs.
+_LIMIT_WORDS = frozenset("""actually make change changed instead rather please the and for per with each night nights
+person people day days room rooms ticket tickets most least more less than under over budget limit maximum minimum max
+min total cost costs price that this it its is are be to of at no not only""".split())
+_ZH_LIMIT_WORDS = frozenset(["每晚", "每人", "每天", "不超", "超过", "改成", "改为", "最多", "至少", "人均", "其实", "预算"])
 
+
+def _content_words(sentence: str) -> set[str]:
+    """Lower-cased English words of three letters or more and Chinese character pairs of ``sentence``,
+    less :data:`_LIMIT_WORDS` (a hotel budget and a tour budget share "budget", not what they limit)."""
+    low = sentence.lower()
+    words = {w for w in re.findall(r"[a-z]{3,}", low) if w not in _LIMIT_WORDS}
+    for run in re.findall(r"[\u4e00-\u9fff]+", sentence):
+        words |= {run[i:i + 2] for i in range(len(run) - 1)} - _ZH_LIMIT_WORDS
+    return words
+
+
+def _restated(rules: list[cons.Rule], sentence: str, group: str, kind: str | None = None,
+              per: str | None = None) -> cons.Rule | None:
+    """The bound of ``rules`` (of ``group``, and of ``kind`` and unit ``per`` when given) that
+    ``sentence`` restates (see :func:`_restated_rules`), or ``None``."""
+    cands = [r for r in rules if r.bound is not None and r.group == group and (kind is None or r.kind == kind)
+             and (per is None or r.per == per)]
+    if not cands:
+        return None
+    words = _content_words(sentence)
+    shared = [len(words & _content_words(r.sentence)) for r in cands]
+    best = max(shared)
+    if len(cands) == 1:
+        return cands[0] if best or not words else None
+    return cands[shared.index(best)] if best and shared.count(best) == 1 else None
