@@ -174,3 +174,13 @@ def test_a_correction_that_names_a_value_restates_only_messages_with_a_value_of_
     # neither claimed the messages without an amount or a date; a correction naming no value restates
     # every message before it in the lookahead, as it did
     assert e[1].successor == e[3].successor == e[4].successor == e[5].successor == 7
+
+
+def test_a_correction_whose_kinds_no_earlier_message_holds_restates_as_before():
+    # the kind filter left the French restaurant request without a successor: the correction names a
+    # count and a time, which no earlier message holds
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend([{"role": "user", "content": "Book me a table at a French restaurant near Union Square."},
+               {"role": "assistant", "content": "Sure, how many people?"},
+               {"role": "user", "content": "Actually, I'd rather have Italian food, for 2 people at 7pm."}])
+    assert [e.successor for e in cm.history.entries] == [2, 2, None]

@@ -8,9 +8,11 @@ user message within :data:`LOOKAHEAD` messages after it, in the same task, that
 
 - is a correction or asks for an alternative (the rule file's ``correction`` keywords: "actually",
   "instead", "make it" ..., 改成 ...; its ``alternative`` keywords: "how about", "any other",
-  "find another" ..., 换一, 再找 ...) and, when it names a value, the earlier message holds a value
-  of that kind (:func:`slot_families`: "Actually, change the hotel budget to €240" restates the €210
-  budget, not the flight date given between them), or
+  "find another" ..., 换一, 再找 ...) and, when it names a value that an earlier message of the
+  lookahead holds a value of the kind of, that message holds one (:func:`slot_families`: "Actually,
+  change the hotel budget to €240" restates the €210 budget, not the flight date given between
+  them; "Actually, I'd rather have Italian food, for 2 people" restates the French restaurant
+  request, which holds no count), or
 - gives another value of a kind the earlier message holds (a time after a time, a date after a
   date, another amount, another name), i.e. a typed value the earlier message does not hold.
   Identifiers (:data:`IDENTIFIER_KINDS`: codes, long numbers, emails, paths ...) do not count: a
@@ -83,13 +85,16 @@ def link(history: History, config: RuleConfig) -> list[int]:
         return []
     correction = asks_to_replace(e.msg.content, config)
     new = slot_values(e.values)
-    kinds = slot_families(e.values)
     start = max(history.task_starts[-1] if e.task == history.task_no else 0, j - LOOKAHEAD)
+    cands = [k for k in range(start, j) if history.entries[k].successor is None and history.entries[k].task == e.task
+             and history.entries[k].msg.role != Role.SYSTEM]
+    # a correction naming a value restates the messages holding a value of its kind, when there are any
+    kinds = slot_families(e.values)
+    if correction and kinds and not any(kinds & slot_families(history.entries[k].values) for k in cands):
+        kinds = frozenset()
     out = []
-    for k in range(start, j):
+    for k in cands:
         old = history.entries[k]
-        if old.successor is not None or old.task != e.task or old.msg.role == Role.SYSTEM:
-            continue
         if (correction and (not kinds or kinds & slot_families(old.values))) or restates(slot_values(old.values), new):
             old.successor = j
             out.append(k)
