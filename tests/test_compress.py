@@ -103,3 +103,19 @@ def test_the_structured_summary_of_code_keeps_whole_lines_with_their_indentation
     assert verify(text, form).ok
     prose = "The booking is confirmed for May 20. Your reference is QX7P2L. Let me know if you need anything else."
     assert not code_like(prose) and structured_summary(prose) == "The booking is confirmed for May 20.\nYour reference is QX7P2L."
+
+
+def test_prose_with_a_fenced_command_is_summarised_as_prose_and_dense_code_is_not_cut():
+    from ctxscore.compress import verify
+    from ctxscore.compress.extractive import code_like
+
+    reply = ("Great news, everything is sorted out and your booking reference is QX7P2L for the flight on May 20. "
+             "Run this to check it:\n```\nbooking status QX7P2L\n```\nLet me know if you need anything else.")
+    assert not code_like(reply)
+    form = structured_summary(reply)
+    assert "QX7P2L" in form and "Great news" not in form
+    dense = "def load_config(path):\n    data = json.loads(path.read_text())\n    data['db_url'] = os.environ['DB_URL']\n    return Config(**data)"
+    assert code_like(dense)
+    form = structured_summary(dense)
+    assert form.split("\n") == [line for line in dense.split("\n")]  # each line holds an entity: all kept whole
+    assert verify(dense, form).longer  # no shorter: rejected, so the code is kept whole or archived, not cut
