@@ -117,5 +117,4 @@ def test_prose_with_a_fenced_command_is_summarised_as_prose_and_dense_code_is_no
     dense = "def load_config(path):\n    data = json.loads(path.read_text())\n    data['db_url'] = os.environ['DB_URL']\n    return Config(**data)"
     assert code_like(dense)
     form = structured_summary(dense)
-    assert form.split("\n") == [line for line in dense.split("\n")]  # each line holds an entity: all kept whole
-    assert verify(dense, form).longer  # no shorter: rejected, so the code is kept whole or archived, not cut
+    assert form.split("\n") == dense.split("\n")[:3]  # whole lines with their indentation, not sentences
