@@ -105,8 +105,7 @@ def test_the_structured_summary_of_code_keeps_whole_lines_with_their_indentation
     assert not code_like(prose) and structured_summary(prose) == "The booking is confirmed for May 20.\nYour reference is QX7P2L."
 
 
-def test_prose_with_a_fenced_command_is_summarised_as_prose_and_dense_code_is_not_cut():
-    from ctxscore.compress import verify
+def test_prose_with_a_fenced_command_is_summarised_as_prose_and_code_as_whole_lines():
     from ctxscore.compress.extractive import code_like
 
     reply = ("Great news, everything is sorted out and your booking reference is QX7P2L for the flight on May 20. "

@@ -230,9 +230,8 @@ CODE_INDENTED_SHARE = 0.25
 def code_like(text: str) -> bool:
     """Whether ``text`` reads as code or a listing: four or more non-empty lines, at least
     :data:`CODE_INDENTED_SHARE` of them indented (a reply with one fenced command in its prose is
-    prose). When every line of code holds an entity, the summary is the code itself, which the
-    verifier rejects as no shorter: such code is kept whole or archived, never shown cut into
-    sentences."""
+    prose). When every line of the code holds an entity, its summary is the code itself, which the
+    verifier rejects as no shorter: such code is kept whole or archived, not cut into sentences."""
     lines = [line for line in text.split("\n") if line.strip()]
     return len(lines) >= 4 and sum(line[:1] in " \t" for line in lines) >= CODE_INDENTED_SHARE * len(lines)
 
