@@ -265,6 +265,8 @@ def test_corrupt_rule_files(tmp_path):
     ("我的邮箱是wangli@example.com", {("email", "wangli@example.com")}),
     ("日期是2025-05-20入住", {("datetime_iso", "2025-05-20")}),
     ("从PEK出发", {("code3", "pek")}),
+    ("路径是src/app/main.py", {("path", "src/app/main.py")}),
+    ("müller@firma.de or info@bücher.de", {("email", "müller@firma.de"), ("email", "info@bücher.de")}),  # accented: as before
 ])
 def test_values_written_right_after_chinese_characters_are_found(text, want):
     # Python's \b finds no edge between a Chinese character and a letter or digit (both are \w):
