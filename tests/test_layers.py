@@ -408,6 +408,20 @@ def test_a_bound_the_user_raised_no_longer_holds_the_agent(change):
     assert found and "above the bound 240" in str(found[0])  # the raised budget holds instead
 
 
+@pytest.mark.parametrize(("rule", "offer"), [
+    ("不要吸烟房。", "为您找到一间无烟房，吸烟区在一楼大堂外，每晚680元，要预订吗？"),  # 吸烟 and 房 in two clauses
+    ("不要吸烟房。", "为您推荐一间非吸烟房，每晚680元，要预订吗？"),  # the negation of the term
+    ("千万不要订无窗房。", "这间大床房有窗，无窗的已经订满了，每晚650元，要预订吗？"),
+])
+def test_chinese_offers_that_keep_a_constraint_are_not_flagged(rule, offer):
+    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
+
+    ver = ContextVerifier()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
+    cm.extend([{"role": "user", "content": "帮我在上海订一家酒店。" + rule}, {"role": "assistant", "content": offer}])
+    assert [f.kind for f in ver.check(cm) if f.kind == "constraint_contradicted"] == []
+
+
 def test_a_correction_replaces_only_the_bound_it_restates():
     # the first version replaced every earlier bound of the kind ("$60 for the dinner" by "$500 for the
     # flight") and moved every corrected number's bound to the new one (the tour's $100 became $240)

@@ -160,21 +160,36 @@ def parse(sentence: str, source: str) -> list[Rule]:
     return out
 
 
-#: A Chinese prohibited term of three or more characters also matches its modifier within this many
-#: characters of its head noun: 无窗房 in 无窗大床房 and in 大床房（无窗）.
+#: A Chinese prohibited term of three or more characters also matches its modifier followed, within
+#: this many characters of its clause, by its head noun (无窗房 in 无窗大床房), or in brackets right
+#: after the head (大床房（无窗））.
 ZH_TERM_SPREAD = 6
+_ZH_CLAUSE_END = re.compile(r"[，。；！？,;!?、\n]")
+_ZH_NOT = "无不非禁"
 
 
 def _has_term(text: str, term: str) -> bool:
     """Whether ``text`` names ``term``: an English word (or its plural) on word boundaries; a Chinese
-    term as a substring or, for three or more characters, its modifier (all but the last character)
-    within :data:`ZH_TERM_SPREAD` characters of its head noun (the last one)."""
+    term as a substring or, for three or more characters, as its modifier (all but the last
+    character) and head noun (the last one) in one clause (:data:`ZH_TERM_SPREAD`). A Chinese match
+    right after 无, 不, 非 or 禁 is its negation (非吸烟房 names no 吸烟房) unless the term starts so."""
     if re.search(r"[\u4e00-\u9fff]", term):
-        if term in text:
+        negates = term[0] in _ZH_NOT
+
+        def named(at: int) -> bool:
+            return negates or at == 0 or text[at - 1] not in _ZH_NOT
+
+        if any(named(m.start()) for m in re.finditer(re.escape(term), text)):
             return True
+        if len(term) < 3:
+            return False
         mod, head = term[:-1], term[-1]
-        return len(term) >= 3 and any(
-            head in text[max(0, m.start() - ZH_TERM_SPREAD): m.end() + ZH_TERM_SPREAD] for m in re.finditer(re.escape(mod), text))
+        for m in re.finditer(re.escape(mod), text):
+            end = _ZH_CLAUSE_END.search(text, m.end())
+            after = text[m.end(): min(m.end() + ZH_TERM_SPREAD, end.start() if end else len(text))]
+            if named(m.start()) and (head in after or re.search(re.escape(head) + r"[（(]$", text[:m.start()])):
+                return True
+        return False
     return re.search(rf"(?i)\b{re.escape(term)}s?\b", text) is not None
 
 
