@@ -214,3 +214,20 @@ def test_chinese_slot_names_leave_out_owner_bound_and_change_verb():
     assert _lines("入住日期能改到下周五吗？") == ["入住日期: 下周五 (m0)"]
     assert _lines("My budget is no more than $800 a night.", "Actually, make the budget $1000 a night.") == [
         "budget: $1000 (m2; was $800)"]
+
+
+def test_the_stale_check_names_the_value_that_replaced_the_one_shown():
+    # "6 people" corrected to 4, then a second table for 2: the check said the current value was 2
+    # (the newer slot value), and once the 4 was kept under its own key it found nothing
+    from ctxscore.verify import ContextVerifier
+    from ctxscore.verify.window_checks import stale_checks
+
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led, ContextVerifier(ledger=led)])
+    for text in ("Book a table for 6 people at Nopa tonight.", "Actually, make it 4 people.",
+                 "And a second table for 2 people at Zuni tomorrow."):
+        cm.add({"role": "user", "content": text})
+        cm.add({"role": "assistant", "content": "Done."})
+    cm.build()
+    found = stale_checks(led, cm.state.view, "Book a table for 6 people at Nopa tonight.")
+    assert [(f.details["shown"], f.details["current"]) for f in found] == [("6 people", "4 people")]

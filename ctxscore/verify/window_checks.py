@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..memory import lexicon as lx
+from ..memory.facts import slot_key
 from ..messages import Role
 from .analysis import Tracker, is_observation
 from .findings import Action, Finding, FindingKind, Severity
@@ -229,12 +230,14 @@ def stale_checks(ledger: Any, view: Any, blob: str) -> list[Finding]:
     """Stale facts of the active task (module docstring)."""
     out = []
     task = view.history.task_no
-    for (t, slot), olds in ledger.was.items():
-        cur = ledger.current.get((t, slot))
-        if t != task or cur is None or not _distinct(cur.value) or cur.value in blob or not _user_fact(cur, view):
+    for (t, _), cur in ledger.current.items():
+        olds = ledger.was_of(cur)  # a value kept beside a newer one of its slot has its own history
+        if t != task or not olds or not _distinct(cur.value) or cur.value in blob or not _user_fact(cur, view):
             continue
+        slot = cur.slot
         for old in olds:
-            prev = next((f for f in ledger.facts if f.task == t and f.slot == slot and f.value == old), None)
+            prev = next((f for f in ledger.facts if f.task == t and slot_key(f.slot) == slot_key(slot) and f.value == old),
+                        None)
             if _distinct(old) and old in blob and prev is not None and _user_fact(prev, view):
                 src = prev.source
                 out.append(Finding(FindingKind.STALE_FACT, Severity.WARNING,
