@@ -231,3 +231,11 @@ def test_the_stale_check_names_the_value_that_replaced_the_one_shown():
     cm.build()
     found = stale_checks(led, cm.state.view, "Book a table for 6 people at Nopa tonight.")
     assert [(f.details["shown"], f.details["current"]) for f in found] == [("6 people", "4 people")]
+
+
+def test_slot_name_stripping_keeps_words_whole():
+    # the first version stripped 约 off 预约 and "up" off "pick up time"
+    from ctxscore.memory.facts import _slot_name
+
+    assert [_slot_name(b) for b in ("我的预约是", "功能是", "The pick up time is ", "我的预算每晚不超过")] == [
+        "预约", "功能", "pick up time", "预算"]

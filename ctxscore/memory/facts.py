@@ -52,7 +52,7 @@ you your we our us it its this that these those there here please would like wan
 may might must have has had just also so as if then than about around approximately only new next last one
 what which who when where why how yes no ok okay sure thanks thank great perfect make made book find need want get
 give take check checking set change plan visit go going leave leaving arrive arriving reserve try looking look let
-actually instead noted confirmed booked changed updated moved more less most least under over above below up
+actually instead noted confirmed booked changed updated moved more less most least under above below
 within max maximum min minimum i'm i've i'd you're we're it's that's""".split())
 #: A word of a slot name: Latin letters, accented ones included ("café order number", not "caf order number").
 _LATIN = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f"
@@ -64,8 +64,8 @@ _CJK_NAME_MAX = 6
 #: Words between a slot's name and its value: the copula, a change verb (时间改成 8点: the slot is 时间,
 #: the value replaces it), a bound, a rate or an estimate (预算每晚不超过 800元).
 _CJK_TRAIL = re.compile(r"(?:是|为|在|改成|改为|换成|变成|改到|调到|调成|改|不超过|不要超过|不能超过|不超|不高于|不低于|"
-                        r"最多|至少|最少|以内|以下|大概|大约|约|每晚|每人|每天|每间|每位|一晚|人均|一共|共|总计|合计|"
-                        r"能|可以|想|要|需要|得)$")
+                        r"最多|至少|最少|以内|以下|大概|大约|每晚|每人|每天|每间|每位|一晚|人均|一共|总计|合计|"
+                        r"能|可以|想|要|需要)$")
 #: Words before a slot's name: its owner and fillers (我的航班 is the slot 航班).
 _CJK_LEAD = re.compile(r"^(?:另外|还有|对了|其实|那么|那|就|请|把|将|我们的|我的|您的|你的|他的|她的|我|您|你)+")
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
@@ -203,11 +203,14 @@ def _slot_name(before: str) -> str | None:
     """The naming words at the end of ``before`` (up to three content words), or ``None``."""
     m = _CJK_NAME.search(before)
     if m:  # 我的预算每晚不超过 800元: the slot is 预算 (the change verb, the bound, the unit and the owner left out)
-        name, prev = m.group(1), None
-        while name != prev:
-            prev, name = name, _CJK_TRAIL.sub("", name)
-        name = _CJK_LEAD.sub("", name)[-_CJK_NAME_MAX:]
-        return name if len(name) >= 2 else m.group(1)[-_CJK_NAME_MAX:]
+        name = m.group(1)
+        while True:  # a strip is kept only when a name of two characters or more is left (预约 keeps its 约)
+            cut = _CJK_TRAIL.sub("", name)
+            if cut == name or len(_CJK_LEAD.sub("", cut)) < 2:
+                break
+            name = cut
+        lead = _CJK_LEAD.sub("", name)
+        return (lead if len(lead) >= 2 else name)[-_CJK_NAME_MAX:]
     words = [w.lower() for w in _WORD.findall(before[-60:])]
     name: list[str] = []
     for w in reversed(words):
