@@ -150,6 +150,17 @@ def test_an_accepted_offer_naming_a_preference_confirms_it_in_either_language(sa
     assert it.time_level == "mid"
 
 
+@pytest.mark.parametrize(("said", "offer", "yes"), [
+    ("我坐飞机喜欢靠窗的座位。", "靠窗的位置都满了，给您安排过道座位可以吗？", "好的"),
+    ("I like window seats.", "Window seats are full, would an aisle seat do?", "OK"),
+])
+def test_accepting_another_value_confirms_no_preference(said, offer, yes):
+    p = ProfileLayer("wang")
+    cm = ContextManager(budget=4000, scorer="rules", layers=[p])
+    cm.extend([{"role": "user", "content": said}, {"role": "assistant", "content": offer}, {"role": "user", "content": yes}])
+    assert "confirmed" not in [ev.kind for ev in p.items["preference:seat:window seat"].evidence]
+
+
 def test_profile_never_visible_to_another_user():
     store = SQLiteStore(":memory:")
     _profile(store, "alice", "alice-1", PHONE)

@@ -288,10 +288,15 @@ class ProfileLayer(Layer):
 
     def _confirm(self, offer: Entry, e: Entry) -> None:
         """An affirmation of an assistant message restating an item confirms the item: the offer names
-        its value, in any of its spellings (靠窗 is the window seat)."""
+        its value, in any of its spellings (靠窗 is the window seat), and no other value of its
+        attribute (accepting the aisle seat offered for a window seat confirms no window seat)."""
         low = offer.msg.content.lower()
-        named = {subject for _, subject in terms_in(offer.msg.content)}
+        terms = terms_in(offer.msg.content)
+        named = {subject for _, subject in terms}
         for it in self.items.values():
+            others = {subject for attr, subject in terms if attr == it.attribute and subject != it.value}
+            if others:  # the offer names another value of it ("window seats are full; an aisle seat?")
+                continue
             if it.profile_type != "decision" and it.status == "active" and it.value and (it.value in low or it.value in named):
                 if it.evidence and it.evidence[-1].kind != "confirmed":
                     it.evidence.append(self._evidence(e, e.msg.content, "confirmed"))
