@@ -139,6 +139,15 @@ def test_a_diff_hunk_is_one_block_with_its_header():
     assert any("\n \n" in h for h in hunks)  # hunks with empty context lines stayed whole
 
 
+def test_a_hunk_ends_where_its_line_counts_say():
+    # a list after a diff ("- I also renamed the helper") was read as removed lines of the last hunk
+    text = ("Here is the change:\n@@ -1,3 +1,3 @@\n def f():\n-    return 1\n+    return 2\n     # done\n\n"
+            "- I also renamed the helper\n- and updated the docs\n\nLet me know.")
+    blocks = [(b.kind, text[b.start:b.end]) for b in split_blocks(text)]
+    assert ("diff", "@@ -1,3 +1,3 @@\n def f():\n-    return 1\n+    return 2\n     # done\n") in blocks
+    assert not any(kind == "diff" and "renamed" in t for kind, t in blocks)
+
+
 def test_a_cut_diff_shows_the_hunk_the_query_names_with_its_header():
     diff = _git_diff(["ctxscore/window/history.py", "ctxscore/window/pagein.py", "ctxscore/window/session.py"])
     cm = ContextManager(budget=1500, scorer="rules")

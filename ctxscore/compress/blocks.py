@@ -81,27 +81,44 @@ def _spans(text: str) -> Iterable[tuple[int, int, str]]:
     yield from _paragraphs(text, pos, len(text))
 
 
-#: Lines of a unified diff after its ``diff --git`` or ``@@`` line: context, changes, file headers.
-_DIFF_LINE = re.compile(r"[ +\\-]|@@ |diff |index |new file|deleted file|similarity |rename |old mode|new mode|Binary files")
+#: A hunk's header with its line counts (a count left out is 1).
+_HUNK_HEAD = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+#: The lines of a file's header in a unified diff.
+_FILE_HEAD = re.compile(r"diff |index |--- |\+\+\+ |new file|deleted file|similarity |rename |old mode|new mode|Binary files")
 
 
 def _diff_ends(part: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of each run of unified-diff lines in ``part``, from a ``diff --git`` or ``@@``
-    line to the first line that is none of :data:`_DIFF_LINE` (an empty line ends it only when the
-    line after it is not a diff line either: some tools strip the space of an empty context line)."""
+    """``(start, end)`` of each run of unified diff in ``part``, from a ``diff --git`` or ``@@`` line:
+    file headers, then hunks, each as long as its header's line counts say (context and removed lines
+    count against the old file, context and added lines against the new; an empty line is a context
+    line whose space a tool stripped). A line that fits neither ends the run, and so does a line
+    after a hunk's last one that starts no header or hunk (prose or a list after the diff)."""
     out: list[tuple[int, int]] = []
     for m in _HUNK.finditer(part):
         if out and m.start() < out[-1][1]:
             continue
-        pos = part.find("\n", m.start())
-        while pos != -1:
-            nxt = pos + 1
-            line_end = part.find("\n", nxt)
-            line = part[nxt:line_end if line_end != -1 else len(part)]
-            if not _DIFF_LINE.match(line) and not (line == "" and _DIFF_LINE.match(part, line_end + 1 if line_end != -1 else len(part))):
+        i, old, new = m.start(), None, None  # None: in a file's header
+        while i < len(part):
+            j = part.find("\n", i)
+            end = len(part) if j == -1 else j
+            line = part[i:end]
+            head = _HUNK_HEAD.match(line)
+            if head:
+                old, new = int(head.group(1) or 1), int(head.group(2) or 1)
+            elif (old is None or (old <= 0 and new <= 0)) and _FILE_HEAD.match(line):
+                old = new = None
+            elif old is None or (old <= 0 and new <= 0):
                 break
-            pos = line_end
-        out.append((m.start(), len(part) if pos == -1 else pos + 1))
+            elif line[:1] in (" ", ""):
+                old, new = old - 1, new - 1  # type: ignore[operator]
+            elif line[:1] == "-":
+                old -= 1
+            elif line[:1] == "+":
+                new -= 1  # type: ignore[operator]
+            elif line[:1] != "\\":  # "\ No newline at end of file" counts for neither
+                break
+            i = end + 1
+        out.append((m.start(), min(i, len(part))))
     return out
 
 
