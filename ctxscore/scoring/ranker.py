@@ -24,9 +24,9 @@ Features (:data:`FEATURE_NAMES`, one row per candidate, float32):
   the message (or the previous one) holds an entity of that type (the rule file's entity patterns);
 - replaced: a later user message within :data:`~ctxscore.scoring.rules.RESTATE_LOOKAHEAD` messages
   restates this one (a correction or alternative cue, or another value of a kind it holds: the rows'
-  version of :attr:`ctxscore.window.history.Entry.successor` as the ranker was trained with it: without
-  task boundaries, without the kind filter of a correction that names a value, and under the rule
-  file of that time), how many
+  version of :attr:`ctxscore.window.history.Entry.successor` without task boundaries and without the
+  kind filter of a correction that names a value, under the packaged default rule file, whose values
+  after Chinese characters and 改到 cue came after the shipped ranker was trained), how many
   messages later, and whether that message holds an asked type; ``ln(1 + messages)`` among the next
   :data:`~ctxscore.scoring.rules.RESTATE_LOOKAHEAD` that hold an asked type; the distance to the
   nearest anchor before the message and after it (the answer usually follows the task's naming);
