@@ -98,8 +98,9 @@ def test_the_structured_summary_of_code_keeps_whole_lines_with_their_indentation
     form = structured_summary(text)
     assert form and len(form) < len(text)
     lines = [line for line in form.split("\n") if line != "…"]
-    assert all(line in text.split("\n") for line in lines)  # whole lines, byte-exact, indentation kept
-    assert any(line.startswith("        ") for line in lines)
+    indent = "    "  # the indentation every kept line of the method shares is left out, the rest kept
+    assert all(indent + line in text.split("\n") for line in lines)  # whole lines, byte-exact
+    assert lines[0].startswith("def release_instructions") and any(line.startswith("        ") for line in lines)
     assert verify(text, form).ok
     prose = "The booking is confirmed for May 20. Your reference is QX7P2L. Let me know if you need anything else."
     assert not code_like(prose) and structured_summary(prose) == "The booking is confirmed for May 20.\nYour reference is QX7P2L."
