@@ -52,14 +52,17 @@ def test_the_relevance_floor_admits_what_the_ranker_is_sure_of():
     ]
     assert [h.id for h in above_floor(hits, pol)] == ["lexical", "similar", "ranked"]
     assert [h.id for h in above_floor(hits, Policy(page_in_rank_floor=1.0))] == ["lexical", "similar"]
-    # a query that resembles nothing in the session: a query term and the ranker's support, both
-    unlike = [Hit("ranked", 1, 0.9, "", frozenset({"vector"}), similarity=0.2, learned=0.89),
+    # a query that resembles nothing in the session, the ranker sure of nothing: a query term and the
+    # ranker's support, both
+    unlike = [Hit("ranked", 1, 0.9, "", frozenset({"vector"}), similarity=0.2, learned=0.6),
               Hit("term, ranked", 2, 0.8, "", frozenset({"keyword", "vector"}), similarity=0.1, learned=0.5),
               Hit("term, unsure", 3, 0.7, "", frozenset({"keyword"}), similarity=0.1, learned=0.1),
               Hit("term, unranked", 4, 0.6, "", frozenset({"stem"}), similarity=0.05)]
     assert [h.id for h in above_floor(unlike, pol)] == ["term, ranked", "term, unranked"]
     assert [h.id for h in above_floor(unlike, Policy(page_in_query_floor=0.15))] == ["ranked", "term, ranked",
                                                                                     "term, unsure", "term, unranked"]
+    sure = [Hit("ranked", 1, 0.9, "", frozenset({"vector"}), similarity=0.2, learned=0.91), *unlike[1:]]
+    assert [h.id for h in above_floor(sure, pol)] == ["ranked", "term, ranked", "term, unsure", "term, unranked"]
 
 
 def _plan_two_hits(cm: ContextManager, budget: int, policy: Policy):
