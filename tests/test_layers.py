@@ -133,6 +133,14 @@ def test_profile_stability_and_promotion_across_sessions():
     assert it.time_level == "long"
 
 
+def _profiled(*texts: str) -> ProfileLayer:
+    """The profile layer of a rules session whose messages are ``texts``, user and assistant in turn."""
+    p = ProfileLayer("wang")
+    cm = ContextManager(budget=4000, scorer="rules", layers=[p])
+    cm.extend([{"role": ("user", "assistant")[k % 2], "content": t} for k, t in enumerate(texts)])
+    return p
+
+
 @pytest.mark.parametrize(("said", "offer", "yes"), [
     ("I like window seats.", "G1 at 8:00, first class window seat, shall I book it?", "Yes"),
     ("我喜欢靠窗的座位。", "G1次 8:00 一等座靠窗，要预订吗？", "好的"),
@@ -140,10 +148,7 @@ def test_profile_stability_and_promotion_across_sessions():
 def test_an_accepted_offer_naming_a_preference_confirms_it_in_either_language(said, offer, yes):
     # the Chinese offer names the window seat as 靠窗 and the item's value is "window seat": it was
     # never confirmed, so the preference said twice stayed at "session" where the English one went "mid"
-    p = ProfileLayer("wang")
-    cm = ContextManager(budget=4000, scorer="rules", layers=[p])
-    cm.extend([{"role": "user", "content": said}, {"role": "assistant", "content": "OK."},
-               {"role": "user", "content": said}, {"role": "assistant", "content": offer}, {"role": "user", "content": yes}])
+    p = _profiled(said, "OK.", said, offer, yes)
     it = p.items["preference:seat:window seat"]
     assert "confirmed" in [ev.kind for ev in it.evidence]
     p.end_session()
@@ -155,9 +160,7 @@ def test_an_accepted_offer_naming_a_preference_confirms_it_in_either_language(sa
     ("I like window seats.", "Window seats are full, would an aisle seat do?", "OK"),
 ])
 def test_accepting_another_value_confirms_no_preference(said, offer, yes):
-    p = ProfileLayer("wang")
-    cm = ContextManager(budget=4000, scorer="rules", layers=[p])
-    cm.extend([{"role": "user", "content": said}, {"role": "assistant", "content": offer}, {"role": "user", "content": yes}])
+    p = _profiled(said, offer, yes)
     assert "confirmed" not in [ev.kind for ev in p.items["preference:seat:window seat"].evidence]
 
 
@@ -397,22 +400,25 @@ def test_verifier_rule_readings():
     assert tool_ok(Message(role="tool", content="<returncode>0</returncode>\n<output>\n8 passed, 0 failed\n</output>"))
 
 
+def _verified(*turns: tuple[str, str]):
+    """``(manager, verifier)`` of a rules session holding ``turns`` (role, content) and a ContextVerifier."""
+    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
+
+    ver = ContextVerifier()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
+    cm.extend([{"role": role, "content": text} for role, text in turns])
+    return cm, ver
+
+
 @pytest.mark.parametrize("change", ["Actually, change the hotel budget to €240 per night, I want something nicer.",
                                     "Actually, make it €240."])
 def test_a_bound_the_user_raised_no_longer_holds_the_agent(change):
     # the ledger showed "hotel budget: €240 (m3; was €210)", yet every build warned that the €240
     # offer broke the €210 budget and asked to re-pin it
-    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
-
-    ver = ContextVerifier()
-    cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
-    cm.extend([
-        {"role": "system", "content": "You are a travel booking assistant."},
-        {"role": "user", "content": "Find me a hotel in Lisbon, my hotel budget is €210 per night."},
-        {"role": "assistant", "content": "Hotel Lumen is €205 per night. Shall I hold it?"},
-        {"role": "user", "content": change},
-        {"role": "assistant", "content": "With €240 per night, Memmo Príncipe Real (€238) is the best option. Shall I hold it?"},
-    ])
+    cm, ver = _verified(("system", "You are a travel booking assistant."),
+                        ("user", "Find me a hotel in Lisbon, my hotel budget is €210 per night."),
+                        ("assistant", "Hotel Lumen is €205 per night. Shall I hold it?"), ("user", change),
+                        ("assistant", "With €240 per night, Memmo Príncipe Real (€238) is the best option. Shall I hold it?"))
     assert cm.build().findings == [] and ver.check(cm) == []
     cm.add({"role": "assistant", "content": "Or the Bairro Alto Hotel at €265 per night. Shall I hold it?"})
     found = [f for f in ver.check(cm) if f.kind == "constraint_contradicted"]
@@ -425,23 +431,15 @@ def test_a_bound_the_user_raised_no_longer_holds_the_agent(change):
     ("千万不要订无窗房。", "这间大床房有窗，无窗的已经订满了，每晚650元，要预订吗？"),
 ])
 def test_chinese_offers_that_keep_a_constraint_are_not_flagged(rule, offer):
-    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
-
-    ver = ContextVerifier()
-    cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
-    cm.extend([{"role": "user", "content": "帮我在上海订一家酒店。" + rule}, {"role": "assistant", "content": offer}])
+    cm, ver = _verified(("user", "帮我在上海订一家酒店。" + rule), ("assistant", offer))
     assert [f.kind for f in ver.check(cm) if f.kind == "constraint_contradicted"] == []
 
 
 def test_a_correction_replaces_only_the_bound_it_restates():
     # the first version replaced every earlier bound of the kind ("$60 for the dinner" by "$500 for the
     # flight") and moved every corrected number's bound to the new one (the tour's $100 became $240)
-    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
-
     def broken(*turns: tuple[str, str]) -> list[str]:
-        ver = ContextVerifier()
-        cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
-        cm.extend([{"role": role, "content": text} for role, text in turns])
+        cm, ver = _verified(*turns)
         return [f.details["why"] for f in ver.check(cm) if f.kind == "constraint_contradicted"]
 
     assert broken(("user", "Book dinner in New York, no more than $60 for the dinner."), ("assistant", "Sure."),
@@ -462,11 +460,7 @@ def test_a_correction_replaces_only_the_bound_it_restates():
 def test_chinese_offers_against_a_constraint_are_found(rule, offer):
     # each gave no finding: 980元/晚 was read as a path, /晚 as no unit, 无窗大床房 did not name 无窗房,
     # and 要预订吗 / 还有一间 were no offer
-    from ctxscore.verify import ContextVerifier  # noqa: PLC0415
-
-    ver = ContextVerifier()
-    cm = ContextManager(budget=4000, scorer="rules", layers=[ver])
-    cm.extend([{"role": "user", "content": "帮我在上海订一家酒店。" + rule}, {"role": "assistant", "content": offer}])
+    cm, ver = _verified(("user", "帮我在上海订一家酒店。" + rule), ("assistant", offer))
     assert [f.kind for f in ver.check(cm)] == ["constraint_contradicted"]
 
 

@@ -255,8 +255,9 @@ def code_like(text: str) -> bool:
 def _code_lines(text: str, starts: Sequence[int], held: Sequence[tuple[int, int]], keep_rx: Sequence[re.Pattern[str]]) -> str:
     """The structured summary of code (:func:`code_like`): the lines that hold an entity, a held span
     or a kept keyword, byte-exact with their indentation less the indentation they all share (a
-    comment keeps its ``#``), and ``…`` where lines were left out between them. A sentence split read such text as prose: it cut comments into
-    pieces and stripped the indentation, so the summary read as other code."""
+    comment keeps its ``#``), and ``…`` where lines were left out between them. A sentence split
+    read such text as prose: it cut comments into pieces and stripped the indentation, so the
+    summary read as other code."""
     out: list[str] = []
     pos = 0
     skipped = False

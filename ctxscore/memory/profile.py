@@ -294,13 +294,14 @@ class ProfileLayer(Layer):
         terms = terms_in(offer.msg.content)
         named = {subject for _, subject in terms}
         for it in self.items.values():
-            others = {subject for attr, subject in terms if attr == it.attribute and subject != it.value}
-            if others:  # the offer names another value of it ("window seats are full; an aisle seat?")
+            if it.profile_type == "decision" or it.status != "active" or not it.value or (
+                    it.value not in low and it.value not in named):
                 continue
-            if it.profile_type != "decision" and it.status == "active" and it.value and (it.value in low or it.value in named):
-                if it.evidence and it.evidence[-1].kind != "confirmed":
-                    it.evidence.append(self._evidence(e, e.msg.content, "confirmed"))
-                    self._changed(it, "confirmed")
+            if any(attr == it.attribute and subject != it.value for attr, subject in terms):
+                continue  # the offer names another value of it ("window seats are full; an aisle seat?")
+            if it.evidence and it.evidence[-1].kind != "confirmed":
+                it.evidence.append(self._evidence(e, e.msg.content, "confirmed"))
+                self._changed(it, "confirmed")
 
     def _person(self, st: Statement, e: Entry) -> None:
         key = st.subject

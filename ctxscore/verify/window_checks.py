@@ -234,10 +234,9 @@ def stale_checks(ledger: Any, view: Any, blob: str) -> list[Finding]:
         olds = ledger.was_of(cur)  # a value kept beside a newer one of its slot has its own history
         if t != task or not olds or not _distinct(cur.value) or cur.value in blob or not _user_fact(cur, view):
             continue
-        slot = cur.slot
+        slot, key = cur.slot, slot_key(cur.slot)
         for old in olds:
-            prev = next((f for f in ledger.facts if f.task == t and slot_key(f.slot) == slot_key(slot) and f.value == old),
-                        None)
+            prev = next((f for f in ledger.facts if f.task == t and f.value == old and slot_key(f.slot) == key), None)
             if _distinct(old) and old in blob and prev is not None and _user_fact(prev, view):
                 src = prev.source
                 out.append(Finding(FindingKind.STALE_FACT, Severity.WARNING,

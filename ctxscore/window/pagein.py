@@ -276,8 +276,8 @@ class _Planner:
         travel chat's 33-token best hit was left out at 600 tokens."""
         if self._collapsed is None:
             arch = [e.msg.id for e in self.h.entries if e.tier == Tier.ARCHIVED]
-            line = collapsed_line(len(arch), str(arch[0]), str(arch[-1])) if arch else ""
-            self._collapsed = self.forms.counter.count_message(Message(role="system", content=line)) if arch else 0
+            self._collapsed = 0 if not arch else self.forms.counter.count_message(
+                Message(role="system", content=collapsed_line(len(arch), str(arch[0]), str(arch[-1]))))
         return self._collapsed
 
     @property

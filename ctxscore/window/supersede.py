@@ -89,13 +89,13 @@ def link(history: History, config: RuleConfig) -> list[int]:
     cands = [k for k in range(start, j) if history.entries[k].successor is None and history.entries[k].task == e.task
              and history.entries[k].msg.role != Role.SYSTEM]
     # a correction naming a value restates the messages holding a value of its kind, when there are any
-    kinds = slot_families(e.values)
-    if correction and kinds and not any(kinds & slot_families(history.entries[k].values) for k in cands):
-        kinds = frozenset()
+    # (when none does, it restates every one, as before)
+    kinds = slot_families(e.values) if correction else frozenset()
+    shared = {k for k in cands if kinds & slot_families(history.entries[k].values)} if kinds else set()
     out = []
     for k in cands:
         old = history.entries[k]
-        if (correction and (not kinds or kinds & slot_families(old.values))) or restates(slot_values(old.values), new):
+        if (correction and (not shared or k in shared)) or restates(slot_values(old.values), new):
             old.successor = j
             out.append(k)
     return out

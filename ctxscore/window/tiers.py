@@ -49,12 +49,6 @@ from .result import WarningKind, WindowWarning
 
 #: Allowance for the line that collapses the oldest stubs, in tokens (occupancy estimate).
 COLLAPSED_LINE_TOKENS = 40
-
-
-def collapsed_line(n: int, first: str, last: str) -> str:
-    """The line of the stub note that stands for ``n`` collapsed (oldest) archived messages, the ids of
-    the first and the last named."""
-    return f"[archived {n} earlier messages {first} … {last}; ask about them to page them back in]"
 #: Compressed forms prepared ahead of need per build (:func:`prepare_forms`): more than the messages
 #: a turn adds, so the backlog drains (a proxy process that serves every other turn sees twice as many).
 PREPARE_PER_BUILD = 6
@@ -85,6 +79,12 @@ def pin_reason(msg: Message, pred: Prediction, entities: tuple[str, ...], config
     if msg.role != Role.USER or not entities or len(msg.content) > CORRECTION_MAX_CHARS or "correction" not in config.keywords:
         return None
     return Pin.CORRECTION if config.keyword_counts(msg.content).get("correction", 0) > 0 else None
+
+
+def collapsed_line(n: int, first: str, last: str) -> str:
+    """The line of the stub note that stands for ``n`` collapsed (oldest) archived messages, the ids of
+    the first and the last named."""
+    return f"[archived {n} earlier messages {first} … {last}; ask about them to page them back in]"
 
 
 class Forms:
