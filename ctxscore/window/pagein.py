@@ -176,7 +176,7 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     if not best.shown:
         return best
     for mode in ("quote", "in_place_kept"):  # the first that shows everything the roomiest one does
-        plan = _Planner(history, values, forms, policy, budget, reserved, terms, mode, first._evictable, excess).plan(hits)
+        plan = _Planner(history, values, forms, policy, budget, reserved, terms, mode, first, excess).plan(hits)
         if plan.covers(best):
             return plan
     return best
@@ -212,7 +212,7 @@ class _Planner:
 
     def __init__(self, history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
                  reserved: int, terms: Sequence[str], mode: str,
-                 evictable: list[tuple[int, list[int]]] | None = None, excess: int = 0) -> None:
+                 like: _Planner | None = None, excess: int = 0) -> None:
         self.h, self.values, self.forms, self.policy, self.terms = history, values, forms, policy, terms
         self.budget, self.reserved = budget, reserved
         self.limit = policy.page_in_limit * budget
@@ -224,9 +224,10 @@ class _Planner:
         self.shown: dict[int, str] = {}
         self.quoted = 0  # entries counted in the recalled note
         self.mode = mode
-        self._header: int | None = None
-        self._collapsed: int | None = None
-        self._extra: dict[int, int] = {}
+        # what depends on the history alone, counted once for the plans of one build (``like``)
+        self._header: int | None = like._header if like else None
+        self._collapsed: int | None = like._collapsed if like else None
+        self._extra: dict[int, int] = like._extra if like else {}
         self.tiers: dict[int, Tier] = {}
         self.texts: dict[int, Form] = {}
         self.unplaced: list[str] = []
@@ -234,7 +235,8 @@ class _Planner:
         self.done: set[int] = set()
         self.keep: set[int] = set()  # units never evicted: what replaced a hit (see plan)
         self.condensed: dict[int, Tier] = {}  # pinned entries condensed for the best hit (see condense_pins)
-        self._evictable = evictable  # (unit, members) that may make room, lowest value first; computed when first needed
+        # (unit, members) that may make room, lowest value first; computed when first needed
+        self._evictable: list[tuple[int, list[int]]] | None = like._evictable if like else None
         self.stubs_collapsed = False
 
     def unit_value(self, members: list[int]) -> float:
@@ -295,6 +297,12 @@ class _Planner:
             e, count = self.h.entries[i], self.forms.counter.count
             got = self._extra[i] = count(recalled_tag(self.h, i)) + 1 - TOKENS_PER_MESSAGE - count(e.msg.role)
         return got
+
+    def fits(self, targets: dict[int, int]) -> bool:
+        """Whether the window stays within ``page_in_limit`` of the budget when each entry of
+        ``targets`` is shown at its tokens (``occ + delta(targets) <= limit``, counted once)."""
+        msg, stub = self._moved(targets)
+        return occupancy(msg, stub, self.policy, self.budget) + self.reserved <= self.limit
 
     def delta(self, targets: dict[int, int]) -> int:
         """Tokens the window grows by when each entry of ``targets`` is shown at its tokens."""
@@ -379,21 +387,21 @@ class _Planner:
         targets = self.verbatim(members)
         tiers: dict[int, Tier] = {}
         texts: dict[int, Form] = {}
-        if self.occ + self.delta(targets) > self.limit:
+        if not self.fits(targets):
             self.make_room(u, targets, hit)
             targets, texts, tiers = self.fitted(members, hit)
             saved, stub = 0, self.stub
-            if self.occ + self.delta(targets) > self.limit and stub > self.collapsed_tokens and not self.stubs_collapsed:
+            if not self.fits(targets) and stub > self.collapsed_tokens and not self.stubs_collapsed:
                 # the stub note collapsed into its one line for this build (the pins stay as they are if that is enough)
                 self.stubs_collapsed, self.stub = True, self.collapsed_tokens
                 targets, texts, tiers = self.fitted(members, hit)
-            if self.occ + self.delta(targets) > self.limit and not self.done:
+            if not self.fits(targets) and not self.done:
                 # the best hit: the pins condensed for this build, as far as its smallest form needs
                 smallest = min(self.delta(self.verbatim(members)), self.delta(self.all_structured(members)))
                 saved = self.condense_pins(smallest)
                 if saved:
                     targets, texts, tiers = self.fitted(members, hit)
-            if not targets or self.occ + self.delta(targets) > self.limit:
+            if not targets or not self.fits(targets):
                 self.unplaced.append(hid)
                 self.leave_out(back)
                 if saved:  # condensing the pins did not make room for it: show them as they were
@@ -426,9 +434,9 @@ class _Planner:
         if not targets:
             return
         back = self.bring_back(nb)
-        if room and self.occ + self.delta(targets) > self.limit:
+        if room and not self.fits(targets):
             self.make_room(nb, targets, hit)
-        if self.occ + self.delta(targets) <= self.limit:
+        if self.fits(targets):
             for i in targets:
                 self.shown.setdefault(i, hid)
             self.show(targets)
@@ -444,10 +452,10 @@ class _Planner:
         names (long members), for the best hit its structured form; ``(tokens of each member, block
         forms, tiers)`` of the first that fits, else of the last one tried."""
         full = self.verbatim(members)
-        if self.occ + self.delta(full) <= self.limit:
+        if self.fits(full):
             return full, {}, {}
         targets, texts = self.query_blocks(members)
-        if self.occ + self.delta(targets) <= self.limit or self.done:
+        if self.fits(targets) or self.done:
             return targets, texts, {}
         targets, tiers = self.structured(members, hit)
         return targets, {}, tiers
@@ -483,7 +491,7 @@ class _Planner:
                        for i in members if i in tiers or i == keep}
             if not targets:
                 continue
-            if self.occ + self.delta(targets) <= self.limit:
+            if self.fits(targets):
                 return targets, {i: t for i, t in tiers.items() if t != Tier.VERBATIM}
         return self.verbatim(members), {}
 
@@ -515,17 +523,19 @@ class _Planner:
         shown) fit: the best hit may displace anything evictable; later hits too while the window is
         above the low-water mark (a compaction would archive those units down to it anyway), below
         it only units worth less than themselves."""
+        if self.fits(targets):
+            return
         if self._evictable is None:
             self._evictable = _evictable(self.h, self.values, self.policy)
         for uu, m in self._evictable:
-            if self.occ + self.delta(targets) <= self.limit:
-                break
             if (uu == u or uu in self.done or uu in self.keep or not self.evicted.isdisjoint(m)
                     or any(i in self.shown for i in m)):
                 continue
             if self.done and self.unit_value(m) >= self.values[hit] and self.occ <= self.low_water:
                 break
             self.leave_out(m)  # for this build: the stub note stays as it was
+            if self.fits(targets):
+                break
 
 
 def _neighbour(history: History, i: int) -> int | None:
