@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,8 @@ def load_packaged(path: Path) -> Any:
 
 
 def load_version(version: Any, alias: str | None) -> tuple[Any, dict[str, Any]]:
-    """Load a registered model version (from :func:`training.registry.get_version`).
+    """Load a registered model version (from :func:`training.registry.get_version`), downloaded into a
+    temporary folder that is removed when the scorer is garbage-collected or the process exits.
 
     Returns:
         ``(scorer, info)`` with ``info`` from :func:`training.registry.version_info`.
@@ -35,11 +39,18 @@ def load_version(version: Any, alias: str | None) -> tuple[Any, dict[str, Any]]:
     """
     from training import registry
 
+    tmp = tempfile.mkdtemp(prefix="ctxscore-model-")
     try:
-        folder = registry.download_scorer(version)
+        scorer = load_packaged(registry.download_scorer(version, tmp))
     except FileNotFoundError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise ModelUnavailable(str(exc)) from exc
-    return load_packaged(folder), registry.version_info(version, alias)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    # the download stays while the scorer may read it (its rule file, when saved again) and goes with it
+    weakref.finalize(scorer, shutil.rmtree, tmp, ignore_errors=True)
+    return scorer, registry.version_info(version, alias)
 
 
 def load_registered(alias_or_version: str) -> tuple[Any, dict[str, Any]]:

