@@ -216,6 +216,13 @@ def test_chinese_slot_names_leave_out_owner_bound_and_change_verb():
         "budget: $1000 (m2; was $800)"]
 
 
+def test_a_chinese_train_number_is_one_value_under_its_slot():
+    # G1次 was the count "1次" under the slot 次: the train's letter lost, and D2315次 was two values
+    assert _lines("乘G1次列车，下周五出发。") == ["车次: G1 (m0)", "日期: 下周五 (m0)"]
+    assert _lines("我坐G1次。", "其实改成D2315次列车吧。") == ["车次: D2315 (m2; was G1)"]
+    assert _lines("每天3次。") == ["次: 3次 (m0)"]
+
+
 def test_the_stale_check_names_the_value_that_replaced_the_one_shown():
     # "6 people" corrected to 4, then a second table for 2: the check said the current value was 2
     # (the newer slot value), and once the 4 was kept under its own key it found nothing

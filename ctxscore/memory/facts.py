@@ -90,7 +90,7 @@ _ZH_SLOT_WORDS = {
     "号码": "number", "城市": "city", "景点": "attraction", "入住": "check-in", "退房": "check-out", "晚数": "nights",
     "会员": "membership", "行李": "baggage", "租车": "rental car", "会议": "meeting", "截止": "deadline",
     "手机": "phone", "手机号": "phone number", "电话号码": "phone number", "会员号": "membership number",
-    "订单号": "order number",
+    "订单号": "order number", "车次": "train number",
 }
 _ZH_SLOT_MAX = max(map(len, _ZH_SLOT_WORDS))
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -305,7 +305,9 @@ def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
                 start = max(start, e)
                 continue
             unit = _UNIT.search(value) if kind == "number_unit" else None
-            slot = (unit.group(1).lower() if unit else None) or _slot_name(text[start:s]) or _KIND.get(kind, kind)
+            train = kind == "id_mixed" and text.startswith("次", e)  # G1次, D2315次列车: a train number
+            slot = ((unit.group(1).lower() if unit else None) or ("车次" if train else None) or _slot_name(text[start:s])
+                    or _KIND.get(kind, kind))
             out.append((slot, value, "text"))
             start = max(start, e)
         if len(out) >= MAX_TEXT_FACTS:
