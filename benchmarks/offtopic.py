@@ -18,7 +18,7 @@ the same run, with the query-level floor off (``Policy(page_in_query_floor=-1)``
 before it).
 
 Usage: ``python benchmarks/offtopic.py [--sessions data/processed/eval_sessions.jsonl]
-[--max-sessions N] [--probes 20] [--scorers rules,learned]`` (the processed sessions come from
+[--max-sessions N] [--probes 20] [--scorers rules,learned] [--candidate FOLDER]`` (the processed sessions come from
 ``python -m training.data build``).
 """
 
@@ -81,6 +81,8 @@ def main() -> int:
     ap.add_argument("--max-sessions", type=int, default=None)
     ap.add_argument("--probes", type=int, default=20, help="probe questions asked per session (default 20)")
     ap.add_argument("--scorers", default="rules,learned", help="comma-separated: rules, learned (the packaged scorer)")
+    ap.add_argument("--candidate", default=None, metavar="FOLDER",
+                    help="also run a packaged scorer folder (a trained candidate, e.g. out/scorer) as 'candidate'")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     logging.disable(logging.WARNING)  # pinned-overflow warnings of chained sessions are expected here
@@ -90,8 +92,10 @@ def main() -> int:
     print(f"{len(sessions)} sessions from {args.sessions}; budget a quarter of each session's full context")
     print(f"{'scorer':<8} {'policy':<26} {'off-topic questions':>19} {'messages paged in each':>23} "
           f"{'with any page-in':>17} {'probes':>7} {'answer shown':>13} {'s':>6}")
-    for name in args.scorers.split(","):
-        scorer = {"rules": "rules", "learned": "auto"}[name.strip()]
+    scorers = {name.strip(): {"rules": "rules", "learned": "auto"}[name.strip()] for name in args.scorers.split(",")}
+    if args.candidate:
+        scorers["candidate"] = args.candidate
+    for name, scorer in scorers.items():
         for label, policy in variants.items():
             t0 = time.perf_counter()
             tot: dict[str, float] = {}

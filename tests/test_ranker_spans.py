@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from pathlib import Path
 
 import numpy as np
@@ -283,6 +284,26 @@ def test_ranker_queries_round_trip_and_refill(trained, tmp_path):
     assert (back[0].X[:, R.PRED_COLUMNS] == preds[sess["session_id"]][0]).all()
     m = R.rank_metrics(back, None)
     assert 0 <= m["src_mrr"] <= 1 and m["n"] == len(back)
+
+
+def test_off_topic_queries_ask_another_domain_and_have_only_negatives(trained):
+    from training import ranker as R
+
+    data, _ = trained
+    sess = _session(data)
+    n = len(sess["messages"])
+    code = R.DOMAINS["swe_mini"]
+    pool = {"dialogue": ["What time is the table booked for?"], code: ["Which file did the patch change?",
+                                                                       "What does the failing test assert?"]}
+    asks = R.offtopic_asks(sess, pool, random.Random(0))
+    assert sorted(asks) == R.probe_turns(n)
+    assert {f["probe"] for fs in asks.values() for f in fs} <= set(pool[code])  # never its own domain's question
+    queries = R.mine_set([sess], [np.zeros((n, 8), dtype=np.float32)],
+                         lambda texts: np.zeros((len(texts), 8), dtype=np.float32), offtopic=pool, weight=R.OFFTOPIC_WEIGHT)
+    assert queries and not any(q.label.any() for q in queries)
+    X, y, w, _ = R.stack(queries)
+    assert len(y) == sum(len(q.turns) for q in queries) and not y.any() and (w > 0).all()
+    assert R.offtopic_asks(sess, {"dialogue": ["What time is the table booked for?"]}, random.Random(0)) == {}
 
 
 def test_search_log_line_when_reranking_fails(trained, caplog, monkeypatch):

@@ -24,6 +24,7 @@ from ctxscore.io import iter_jsonl
 from ctxscore.scoring.ranker import Ranker
 from ctxscore.scoring.spans import THRESHOLD as SPAN_THRESHOLD
 from ctxscore.scoring.spans import SpanExtractor
+from ctxscore.window.pagein import QUERY_RANK_SURE
 
 from . import outcomes, ranker, spans
 from .embed_cache import cached_embedder
@@ -105,7 +106,9 @@ def train_ranker(scorer: Any, ctx: Any, spec: Any, *, cache_dir: str | None = No
     Returns:
         ``(ranker or None when there are no train sessions, metrics, markdown table)``; metrics are
         ``ranker_<set>_<order>_<metric>`` for the dev and held-out (``eval``) sessions, ``set``
-        ``fused`` or ``learned``, plus ``ranker_train_queries`` and ``ranker_feedback_queries``.
+        ``fused`` or ``learned``, plus ``ranker_train_queries``, ``ranker_feedback_queries``,
+        ``ranker_offtopic_queries`` and ``ranker_dev_offtopic_sure`` / ``ranker_dev_ontopic_sure`` (the
+        share of dev off-topic / probe queries with a candidate at :data:`QUERY_RANK_SURE` or more).
     """
     sets = session_sets(ctx, spec, cache_dir)
     if not sets["train"].sessions:
@@ -116,6 +119,9 @@ def train_ranker(scorer: Any, ctx: Any, spec: Any, *, cache_dir: str | None = No
     folder = Path(cache_dir or CACHE_DIR).parent / "ranker"
     mined = {name: ranker.cached_mine(name, s.sessions, s.embeddings, emb.embed, key, folder, REPO_ROOT, seed)
              for name, s in sets.items() if s.sessions}
+    offtopic = {name: ranker.cached_mine(f"{name}-offtopic", sets[name].sessions, sets[name].embeddings, emb.embed, key,
+                                         folder, REPO_ROOT, seed, offtopic=ranker.offtopic_pool(sets[name].sessions))
+                for name in ("train", "dev") if sets.get(name) and sets[name].sessions}
     by_id = {s["session_id"]: (name, i) for name, ss in sets.items() for i, s in enumerate(ss.sessions)}
     asks = ranker.feedback_asks(ctx.feedback, {sid: sets[n].sessions[i] for sid, (n, i) in by_id.items() if n != "eval"})
     fb_queries = []
@@ -126,13 +132,17 @@ def train_ranker(scorer: Any, ctx: Any, spec: Any, *, cache_dir: str | None = No
     preds: dict[str, np.ndarray] = {}
     for s in sets.values():
         preds.update(_predictions(scorer, s))
-    for qs in (*mined.values(), fb_queries):
+    for qs in (*mined.values(), *offtopic.values(), fb_queries):
         ranker.refill(qs, preds)
-    model = ranker.fit([*mined["train"], *fb_queries], seed=seed, max_iter=max_iter)
+    model = ranker.fit([*mined["train"], *offtopic.get("train", []), *fb_queries], seed=seed, max_iter=max_iter)
     rk = Ranker(model)
     results = {}
     metrics: dict[str, float] = {"ranker_train_queries": float(len(mined["train"])),
-                                 "ranker_feedback_queries": float(len(fb_queries))}
+                                 "ranker_feedback_queries": float(len(fb_queries)),
+                                 "ranker_offtopic_queries": float(len(offtopic.get("train", [])))}
+    if offtopic.get("dev"):  # how often a question about something else has a candidate the ranker is sure of
+        metrics["ranker_dev_offtopic_sure"] = ranker.sure_share(offtopic["dev"], rk.scores, QUERY_RANK_SURE)
+        metrics["ranker_dev_ontopic_sure"] = ranker.sure_share(mined["dev"], rk.scores, QUERY_RANK_SURE)
     for name in ("dev", "eval"):
         if name not in mined:
             continue

@@ -9,6 +9,12 @@ pool is a candidate (hard negatives: same session, the top keyword and vector hi
 the same slots); it is positive when it is the fact's source message or holds the fact's value
 (normalised text presence, the recall check of the evaluation), which is what page-in must bring back.
 
+Off-topic queries (:func:`offtopic_asks`) teach the ranker what a question about something else
+looks like: at each probe turn of a train session, a probe question of a session of another domain
+(:data:`DOMAINS`: coding-agent sessions against dialogue ones) is searched the same way and every
+candidate of its pool is a negative. Without them the ranker, trained only on questions about their
+session, put some message at 0.5-0.9 for any question, and page-in brought unrelated messages back.
+
 Probe turns follow the evaluation (:func:`probe_turns`: every 10 messages and the last); per fact
 :func:`choose_turns` keeps the first probe after its source, the last one and one drawn in between.
 Recall failures of a feedback iteration add their own (session, fact, probe turn) queries.
@@ -169,6 +175,44 @@ def session_asks(session: dict[str, Any], rng: random.Random) -> dict[int, list[
     return asks
 
 
+#: Domain of each session source: an off-topic question comes from a session of another domain (a
+#: flight question is not off-topic in a travel chat, a question about a patch is).
+DOMAINS = {"swe_mini": "code"}
+#: Off-topic questions asked per probe turn of a train session, and their weight (a normal probe 1).
+OFFTOPIC_PER_TURN, OFFTOPIC_WEIGHT = 1, 1.0
+
+
+def domain(session: dict[str, Any]) -> str:
+    """The session's domain (:data:`DOMAINS`; every dialogue source is ``"dialogue"``)."""
+    return DOMAINS.get(str(session.get("source", "")), "dialogue")
+
+
+def offtopic_pool(sessions: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
+    """Domain -> the distinct probe questions of its sessions' key facts, in a fixed order."""
+    out: dict[str, dict[str, None]] = {}
+    for s in sessions:
+        for f in s["key_facts"]:
+            if f.get("probe"):
+                out.setdefault(domain(s), {})[f["probe"]] = None
+    return {d: list(ps) for d, ps in out.items()}
+
+
+def offtopic_asks(session: dict[str, Any], pool: dict[str, list[str]], rng: random.Random,
+                  per_turn: int = OFFTOPIC_PER_TURN) -> dict[int, list[dict[str, Any]]]:
+    """Probe turn -> off-topic pseudo-facts: ``per_turn`` probe questions drawn from the ``pool`` of the
+    other domains, with no source (``source_index`` -1) and no value, so that every candidate of their
+    pools is a negative. Empty when no other domain has a question."""
+    others = [q for d, qs in sorted(pool.items()) if d != domain(session) for q in qs]
+    if not others:
+        return {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    for t in probe_turns(len(session["messages"])):
+        for k in range(per_turn):
+            out.setdefault(t, []).append({"fact_id": f"offtopic-{t}-{k}", "probe": rng.choice(others),
+                                          "value": "", "source_index": -1})
+    return out
+
+
 def mine(sessions: Iterable[dict[str, Any]], predict: PredictFn, embed_queries: Callable[[list[str]], np.ndarray],
          seed: int = 0) -> list[Query]:
     """Queries of every session (see the module docstring), deterministic for a ``seed``."""
@@ -258,6 +302,15 @@ def rank_metrics(queries: Sequence[Query], scores: Callable[[np.ndarray], np.nda
             out[f"{k}_top{top}"] = float(np.mean(r <= top))
         out[f"pool_{k}"] = float(np.mean(np.isfinite(r)))
     return out
+
+
+def sure_share(queries: Sequence[Query], scores: Callable[[np.ndarray], np.ndarray], at: float) -> float:
+    """Share of ``queries`` whose pool has a candidate the ranker puts at ``at`` or more (what lets a
+    query that resembles nothing in the session page in: :data:`ctxscore.window.pagein.QUERY_RANK_SURE`);
+    ``nan`` without queries."""
+    if not queries:
+        return float("nan")
+    return float(np.mean([float(np.max(scores(q.X))) >= at for q in queries]))
 
 
 def by_source(queries: Sequence[Query]) -> dict[str, list[Query]]:
@@ -360,16 +413,20 @@ def cache_key(sessions: Sequence[dict[str, Any]], embedder_key: str, seed: int, 
 
 def mine_set(sessions: Sequence[dict[str, Any]], embeddings: Sequence[np.ndarray],
              embed_queries: Callable[[list[str]], np.ndarray], seed: int = 0,
-             asks: dict[str, dict[int, list[dict[str, Any]]]] | None = None, weight: float = 1.0) -> list[Query]:
+             asks: dict[str, dict[int, list[dict[str, Any]]]] | None = None, weight: float = 1.0,
+             offtopic: dict[str, list[str]] | None = None) -> list[Query]:
     """Mine the queries of ``sessions`` whose message embeddings are ``embeddings`` (one array per
     session), the prediction columns blank (:func:`refill` fills them).
 
     ``asks`` (session id -> probe turn -> facts) replaces the default :func:`session_asks`; sessions
-    it does not name are skipped.
+    it does not name are skipped. ``offtopic`` (an :func:`offtopic_pool`) mines the off-topic queries
+    of :func:`offtopic_asks` instead.
     """
     out: list[Query] = []
     for s, E in zip(sessions, embeddings, strict=True):
-        if asks is not None:
+        if offtopic is not None:
+            a = offtopic_asks(s, offtopic, random.Random(f"{seed}:offtopic:{s['session_id']}"))
+        elif asks is not None:
             a = asks.get(s["session_id"])
             if not a:
                 continue
@@ -381,17 +438,24 @@ def mine_set(sessions: Sequence[dict[str, Any]], embeddings: Sequence[np.ndarray
 
 def cached_mine(name: str, sessions: Sequence[dict[str, Any]], embeddings: Sequence[np.ndarray],
                 embed_queries: Callable[[list[str]], np.ndarray], embedder_key: str, cache_dir: Any,
-                root: Any, seed: int = 0) -> list[Query]:
-    """:func:`mine_set` behind an on-disk cache (``<cache_dir>/<name>-<key[:16]>.npz``)."""
+                root: Any, seed: int = 0, offtopic: dict[str, list[str]] | None = None) -> list[Query]:
+    """:func:`mine_set` behind an on-disk cache (``<cache_dir>/<name>-<key[:16]>.npz``; the key
+    covers ``offtopic`` too)."""
+    import hashlib
+    import json
     from pathlib import Path
 
-    path = Path(cache_dir) / f"{name}-{cache_key(sessions, embedder_key, seed, root)[:16]}.npz"
+    key = cache_key(sessions, embedder_key, seed, root)
+    if offtopic is not None:
+        key = hashlib.sha256((key + json.dumps(offtopic, sort_keys=True, ensure_ascii=False)).encode()).hexdigest()
+    path = Path(cache_dir) / f"{name}-{key[:16]}.npz"
     if path.is_file():
         try:
             return load_queries(path)
         except (OSError, ValueError, KeyError) as exc:
             log.warning("ranker cache %s unreadable (%s); mining again", path, exc)
-    queries = mine_set(sessions, embeddings, embed_queries, seed)
+    queries = mine_set(sessions, embeddings, embed_queries, seed, offtopic=offtopic,
+                       weight=OFFTOPIC_WEIGHT if offtopic is not None else 1.0)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
     save_queries(queries, tmp)

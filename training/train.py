@@ -1016,7 +1016,7 @@ def metrics_summary(r: Result) -> dict[str, Any]:
     picks = ("ranker_dev_", "ranker_eval_", "spans_dev_learned_char_f1", "spans_test_learned_char_f1",
              "spans_dev_rules_char_f1", "spans_test_rules_char_f1", "spans_threshold")
     extra = {k: round(v, 4) for k, v in r.extras.items() if k.startswith(picks) and np.isfinite(v)
-             and (not k.startswith("ranker_") or k.endswith(("src_mrr", "src_top1", "src_top4", "src_top10", "val_top4")))}
+             and (not k.startswith("ranker_") or k.endswith(("src_mrr", "src_top1", "src_top4", "src_top10", "val_top4", "_sure")))}
     if extra:
         out["extras"] = extra
     return out
