@@ -218,8 +218,8 @@ def test_chinese_slot_names_leave_out_owner_bound_and_change_verb():
 
 def test_a_chinese_train_number_is_one_value_under_its_slot():
     # G1次 was the count "1次" under the slot 次: the train's letter lost, and D2315次 was two values
-    assert _lines("乘G1次列车，下周五出发。") == ["车次: G1 (m0)", "日期: 下周五 (m0)"]
-    assert _lines("我坐G1次。", "其实改成D2315次列车吧。") == ["车次: D2315 (m2; was G1)"]
+    assert _lines("乘G1次列车，下周五出发。") == ["车次: G1次 (m0)", "日期: 下周五 (m0)"]
+    assert _lines("我坐G1次。", "其实改成D2315次列车吧。") == ["车次: D2315次 (m2; was G1次)"]
     assert _lines("每天3次。") == ["次: 3次 (m0)"]
 
 

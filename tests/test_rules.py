@@ -266,8 +266,10 @@ def test_corrupt_rule_files(tmp_path):
     ("日期是2025-05-20入住", {("datetime_iso", "2025-05-20")}),
     ("从PEK出发", {("code3", "pek")}),
     ("路径是src/app/main.py", {("path", "src/app/main.py")}),
-    ("乘G1次列车，共2人", {("id_mixed", "g1"), ("number_unit", "2人")}),  # a train number, not the count 1次
-    ("D2315次列车", {("id_mixed", "d2315")}),
+    ("乘G1次列车，共2人", {("id_mixed", "g1次"), ("number_unit", "2人")}),  # a train number, not the count 1次
+    ("D2315次列车", {("id_mixed", "d2315次")}),
+    ("纪念讲堂北侧B1层", {("id_mixed", "b1层")}),  # a basement level, not "1层"
+    ("KTV唱2小时，大床房x2间，AB3间", {("code3", "ktv"), ("number_unit", "2小时"), ("number_unit", "2间"), ("number_unit", "3间")}),
     ("müller@firma.de or info@bücher.de", {("email", "müller@firma.de"), ("email", "info@bücher.de")}),  # accented: as before
 ])
 def test_values_written_right_after_chinese_characters_are_found(text, want):

@@ -305,7 +305,7 @@ def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
                 start = max(start, e)
                 continue
             unit = _UNIT.search(value) if kind == "number_unit" else None
-            train = kind == "id_mixed" and text.startswith("次", e)  # G1次, D2315次列车: a train number
+            train = kind == "id_mixed" and value.endswith("次")  # G1次, D2315次列车: a train number
             slot = ((unit.group(1).lower() if unit else None) or ("车次" if train else None) or _slot_name(text[start:s])
                     or _KIND.get(kind, kind))
             out.append((slot, value, "text"))
