@@ -290,7 +290,7 @@ def test_off_topic_queries_ask_another_domain_and_have_only_negatives(trained):
     from training import ranker as R
 
     data, _ = trained
-    sess = _session(data)
+    sess = {**_session(data), "source": "multiwoz"}  # a dialogue source (the bundled set mixes domains)
     n = len(sess["messages"])
     code = R.DOMAINS["swe_mini"]
     pool = {"dialogue": ["What time is the table booked for?"], code: ["Which file did the patch change?",
@@ -304,6 +304,10 @@ def test_off_topic_queries_ask_another_domain_and_have_only_negatives(trained):
     X, y, w, _ = R.stack(queries)
     assert len(y) == sum(len(q.turns) for q in queries) and not y.any() and (w > 0).all()
     assert R.offtopic_asks(sess, {"dialogue": ["What time is the table booked for?"]}, random.Random(0)) == {}
+    # the bundled sessions chain shop support, IT operations and coding: no domain, so no off-topic question
+    mixed = _session(data)
+    assert mixed["source"] == "bundled" and R.offtopic_asks(mixed, pool, random.Random(0)) == {}
+    assert R.offtopic_pool([mixed]) == {}
 
 
 def test_search_log_line_when_reranking_fails(trained, caplog, monkeypatch):

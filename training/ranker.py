@@ -176,14 +176,16 @@ def session_asks(session: dict[str, Any], rng: random.Random) -> dict[int, list[
 
 
 #: Domain of each session source: an off-topic question comes from a session of another domain (a
-#: flight question is not off-topic in a travel chat, a question about a patch is).
-DOMAINS = {"swe_mini": "code"}
+#: flight question is not off-topic in a travel chat, a question about a patch is). ``None``: the
+#: source's chained sessions mix domains (the bundled set: shop support, IT operations, coding and data
+#: analysis in one session), so they neither ask nor get off-topic questions.
+DOMAINS: dict[str, str | None] = {"swe_mini": "code", "bundled": None}
 #: Off-topic questions asked per probe turn of a train session, and their weight (a normal probe 1).
 OFFTOPIC_PER_TURN, OFFTOPIC_WEIGHT = 1, 1.0
 
 
-def domain(session: dict[str, Any]) -> str:
-    """The session's domain (:data:`DOMAINS`; every dialogue source is ``"dialogue"``)."""
+def domain(session: dict[str, Any]) -> str | None:
+    """The session's domain (:data:`DOMAINS`; every other dialogue source is ``"dialogue"``)."""
     return DOMAINS.get(str(session.get("source", "")), "dialogue")
 
 
@@ -191,6 +193,8 @@ def offtopic_pool(sessions: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
     """Domain -> the distinct probe questions of its sessions' key facts, in a fixed order."""
     out: dict[str, dict[str, None]] = {}
     for s in sessions:
+        if domain(s) is None:
+            continue
         for f in s["key_facts"]:
             if f.get("probe"):
                 out.setdefault(domain(s), {})[f["probe"]] = None
@@ -201,9 +205,10 @@ def offtopic_asks(session: dict[str, Any], pool: dict[str, list[str]], rng: rand
                   per_turn: int = OFFTOPIC_PER_TURN) -> dict[int, list[dict[str, Any]]]:
     """Probe turn -> off-topic pseudo-facts: ``per_turn`` probe questions drawn from the ``pool`` of the
     other domains, with no source (``source_index`` -1) and no value, so that every candidate of their
-    pools is a negative. Empty when no other domain has a question."""
-    others = [q for d, qs in sorted(pool.items()) if d != domain(session) for q in qs]
-    if not others:
+    pools is a negative. Empty when no other domain has a question or the session has no domain."""
+    own = domain(session)
+    others = [q for d, qs in sorted(pool.items()) if d != own for q in qs]
+    if own is None or not others:
         return {}
     out: dict[int, list[dict[str, Any]]] = {}
     for t in probe_turns(len(session["messages"])):
