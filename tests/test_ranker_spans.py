@@ -310,6 +310,24 @@ def test_off_topic_queries_ask_another_domain_and_have_only_negatives(trained):
     assert R.offtopic_pool([mixed]) == {}
 
 
+def test_off_topic_queries_are_cached_apart_with_their_weight(trained, tmp_path):
+    from training import ranker as R
+
+    data, _ = trained
+    sess = {**_session(data), "source": "sgd"}
+    n = len(sess["messages"])
+    emb, zeros = [np.zeros((n, 8), dtype=np.float32)], (lambda texts: np.zeros((len(texts), 8), dtype=np.float32))
+    pool = {"code": ["Which file did the patch change?"]}
+    mined = R.cached_mine("train", [sess], emb, zeros, "k", tmp_path, REPO)
+    off = R.cached_mine("train-offtopic", [sess], emb, zeros, "k", tmp_path, REPO, offtopic=pool)
+    assert len(list(tmp_path.glob("*.npz"))) == 2 and any(q.label.any() for q in mined)
+    back = R.cached_mine("train-offtopic", [sess], emb, zeros, "k", tmp_path, REPO, offtopic=pool)  # from the cache
+    assert [q.probe for q in back] == [q.probe for q in off] == ["Which file did the patch change?"] * len(off)
+    assert all(q.weight == R.OFFTOPIC_WEIGHT and not q.label.any() for q in back)
+    other = R.cached_mine("train-offtopic", [sess], emb, zeros, "k", tmp_path, REPO, offtopic={"code": ["Why?"]})
+    assert {q.probe for q in other} == {"Why?"} and len(list(tmp_path.glob("*.npz"))) == 3  # the pool is in the key
+
+
 def test_search_log_line_when_reranking_fails(trained, caplog, monkeypatch):
     data, out = trained
     scorer = LearnedScorer.from_pretrained(out)
