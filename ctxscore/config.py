@@ -55,12 +55,14 @@ class Policy:
             chat), and of whose hits a learned ranker is not sure (none at
             :data:`~ctxscore.window.pagein.QUERY_RANK_SURE`, 0.7), pages in only messages that hold
             one of its terms and that the ranker, when there is one, also puts at
-            ``page_in_rank_floor`` or more. The ranker was trained on questions about their session
-            and puts some message at 0.5-0.9 for any question. On the held-out sessions
+            ``page_in_rank_floor`` or more. The ranker trained only on questions about their session
+            put some message at 0.5-0.9 for any question: on the held-out sessions
             (``benchmarks/offtopic.py``, learned scorer, each session's end at a quarter of its
-            context) an off-topic question pages in 4.35 messages instead of 8.82 (any at all: 0.450
-            of them instead of 0.844); recall with page-in (held-out, learned) at 25% 0.9355 ->
-            0.9339, 2k 0.9543 -> 0.9532 (without the ranker's say: 0.9319 and 0.9522, 3.34 messages).
+            context) the floor made an off-topic question page in 4.35 messages instead of 8.82 (any
+            at all: 0.450 of them instead of 0.844); recall with page-in (held-out, learned) at 25%
+            0.9355 -> 0.9339, 2k 0.9543 -> 0.9532 (without the ranker's say: 0.9319 and 0.9522, 3.34
+            messages). The ranker shipped since 2026-12-07 also learned off-topic questions: 2.77
+            messages (0.306 any; 7.52 without the floor).
             Ignored when the search had no query embedding.
         stub_fraction: archive stubs may use at most this fraction of the budget; older stubs are
             collapsed into one line (0.1; at most ``low_water``).

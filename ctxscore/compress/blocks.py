@@ -87,17 +87,18 @@ _HUNK_HEAD = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _FILE_HEAD = re.compile(r"diff |index |--- |\+\+\+ |new file|deleted file|similarity |rename |old mode|new mode|Binary files")
 
 
-def _diff_ends(part: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of each run of unified diff in ``part``, from a ``diff --git`` or ``@@`` line:
+def _diff_ends(part: str, heads: Sequence[int]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of unified diff in ``part``, from one of its ``diff --git`` or
+    ``@@`` lines (``heads``, their offsets in order):
     file headers, then hunks, each as long as its header's line counts say (context and removed lines
     count against the old file, context and added lines against the new; an empty line is a context
     line whose space a tool stripped). A line that fits neither ends the run, and so does a line
     after a hunk's last one that starts no header or hunk (prose or a list after the diff)."""
     out: list[tuple[int, int]] = []
-    for m in _HUNK.finditer(part):
-        if out and m.start() < out[-1][1]:
+    for start in heads:
+        if out and start < out[-1][1]:
             continue
-        i, old, new = m.start(), None, None  # None: in a file's header
+        i, old, new = start, None, None  # None: in a file's header
         while i < len(part):
             j = part.find("\n", i)
             end = len(part) if j == -1 else j
@@ -118,7 +119,7 @@ def _diff_ends(part: str) -> list[tuple[int, int]]:
             elif line[:1] != "\\":  # "\ No newline at end of file" counts for neither
                 break
             i = end + 1
-        out.append((m.start(), min(i, len(part))))
+        out.append((start, min(i, len(part))))
     return out
 
 
@@ -126,7 +127,8 @@ def _paragraphs(text: str, lo: int, hi: int) -> Iterable[tuple[int, int, str]]:
     """Cuts at diff hunks and at blank lines, none inside a hunk (its empty context lines, ``" "``,
     are blank lines too: a hunk cut there loses its ``@@`` line numbers)."""
     part = text[lo:hi]
-    diffs = _diff_ends(part)
+    heads = [m.start() for m in _HUNK.finditer(part)]
+    diffs = _diff_ends(part, heads)
     starts = [a for a, _ in diffs]
 
     def in_diff(x: int) -> bool:
@@ -134,7 +136,7 @@ def _paragraphs(text: str, lo: int, hi: int) -> Iterable[tuple[int, int, str]]:
         return k >= 0 and x < diffs[k][1]
 
     paras = [m.end() for m in _PARA.finditer(part) if not in_diff(m.end())]
-    cuts = sorted({0, len(part), *(m.start() for m in _HUNK.finditer(part)), *(b for _, b in diffs), *paras})
+    cuts = sorted({0, len(part), *heads, *(b for _, b in diffs), *paras})
     for a, b in zip(cuts, cuts[1:], strict=False):
         if b > a:
             yield lo + a, lo + b, "diff" if _HUNK.match(part, a) else "paragraph"

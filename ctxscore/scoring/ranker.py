@@ -25,8 +25,8 @@ Features (:data:`FEATURE_NAMES`, one row per candidate, float32):
 - replaced: a later user message within :data:`~ctxscore.scoring.rules.RESTATE_LOOKAHEAD` messages
   restates this one (a correction or alternative cue, or another value of a kind it holds: the rows'
   version of :attr:`ctxscore.window.history.Entry.successor` without task boundaries and without the
-  kind filter of a correction that names a value, under the packaged default rule file, whose values
-  after Chinese characters and 改到 cue came after the shipped ranker was trained), how many
+  kind filter of a correction that names a value, under the packaged scorer's rule file, which the
+  ranker was trained with), how many
   messages later, and whether that message holds an asked type; ``ln(1 + messages)`` among the next
   :data:`~ctxscore.scoring.rules.RESTATE_LOOKAHEAD` that hold an asked type; the distance to the
   nearest anchor before the message and after it (the answer usually follows the task's naming);
