@@ -4,7 +4,10 @@ A local two-worker Ray cluster is started once for the module."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +71,30 @@ def test_ray_map_keeps_order_and_makes_state_once_per_worker(ray_engine):
     assert ray_engine.workers == 2
     assert ray_engine.map(_square, list(range(50)), setup=_offset) == [1000 + x * x for x in range(50)]
     assert ray_engine.map(_square, [], setup=_offset) == []
+
+
+class _Held:
+    """A worker's state whose finalizer marks the folder ``marks`` (as a registered scorer's removes
+    its download folder)."""
+
+
+def _held(marks: str) -> _Held:
+    state = _Held()
+    weakref.finalize(state, (Path(marks) / str(os.getpid())).touch)
+    return state
+
+
+def _pid(state: _Held, x: int) -> int:
+    return os.getpid()
+
+
+def test_release_lets_each_worker_drop_its_state(ray_engine, tmp_path):
+    """ray.kill runs no finalizer, so the workers drop their state first: a registered scorer's
+    download folder (``eval.models.load_version``) went with it only then."""
+    pids = set(ray_engine.map(_pid, list(range(8)), setup=functools.partial(_held, str(tmp_path))))
+    assert len(pids) == 2 and not any(tmp_path.iterdir())
+    ray_engine.release()
+    assert {p.name for p in tmp_path.iterdir()} == {str(p) for p in pids}
 
 
 def test_evaluation_on_ray_gives_the_local_figures(ray_engine):

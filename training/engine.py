@@ -18,6 +18,7 @@ until another pair is mapped, :meth:`RayEngine.release` or :meth:`Engine.close`.
 from __future__ import annotations
 
 import abc
+import gc
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,6 +33,8 @@ log = logging.getLogger("training")
 ENGINES = ("local", "ray")
 #: Environment variables passed to Ray workers (the settings the evaluation and training read).
 WORKER_ENV_PREFIXES = ("CTXSCORE_", "MLFLOW_", "HF_", "TRANSFORMERS_", "TIKTOKEN_", "TOKENIZERS_")
+#: Seconds :meth:`RayEngine.release` waits for the workers to drop their state before stopping them.
+CLOSE_TIMEOUT_S = 30.0
 
 
 class Engine(abc.ABC):
@@ -95,6 +98,12 @@ class _Worker:
     def run(self, item: Any) -> Any:
         return self.fn(self.state, item)
 
+    def close(self) -> None:
+        """Drop the state and collect it, so that its finalizers run (a registered scorer's download
+        folder is removed with the scorer): :func:`ray.kill`, which stops the actor next, runs none."""
+        self.state = None
+        gc.collect()
+
 
 class RayEngine(Engine):
     """Runs items on Ray actors, one CPU each (see the module docstring).
@@ -149,10 +158,17 @@ class RayEngine(Engine):
         yield from pool.map(lambda a, item: a.run.remote(item), items)
 
     def release(self) -> None:
-        """Stop the workers (their CPUs go back to the cluster); the next call starts new ones."""
-        for actors, _ in self._actors.values():
-            for a in actors:
-                self._ray.kill(a)
+        """Stop the workers (their CPUs go back to the cluster); the next call starts new ones. Each
+        worker first drops its state (:meth:`_Worker.close`, up to :data:`CLOSE_TIMEOUT_S` seconds;
+        one that does not answer is stopped all the same)."""
+        actors = [a for group, _ in self._actors.values() for a in group]
+        if actors:
+            try:
+                self._ray.get([a.close.remote() for a in actors], timeout=CLOSE_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - a worker that died or hangs is killed below anyway
+                log.warning("a Ray worker did not release its state (%s); stopping it", exc)
+        for a in actors:
+            self._ray.kill(a)
         self._actors.clear()
 
     def close(self) -> None:
