@@ -51,3 +51,31 @@ def test_compacted_messages_stay_compacted_while_the_window_is_above_the_restore
     cm.add({"role": "user", "content": "Thanks, that is all."})
     after = {d.id: d.tier for d in cm.build().decisions}
     assert all(after[i] == t for i, t in before.items() if t == "archived")
+
+
+def test_a_recent_tool_result_larger_than_the_low_water_mark_comes_back_too():
+    """The newest unit, a test run's output of about 1,000 tokens, is more than the low-water mark
+    of a 2,000-token budget can take back after a 1,000-token build: the restore stopped at it, and
+    every later build at 2,000 sent about 200 tokens, warning that the recent turns were compacted
+    "to fit the budget of 2000 tokens" (a new user's report). Recent units now come back up to the
+    high-water mark, as a build that never saw the smaller budget keeps them."""
+    def agent() -> ContextManager:
+        cm = ContextManager(budget=2000, scorer="rules")
+        cm.add({"role": "system", "content": "You are a coding agent. Never push to main."})
+        cm.add({"role": "user", "content": "Fix the failing test in utils/parse.py; the CI id is CI-99812."})
+        for i in range(12):
+            cm.add({"role": "assistant", "content": f"Running test_{i}.", "tool_calls": [{"id": f"c{i}", "type": "function",
+                    "function": {"name": "bash", "arguments": f'{{"cmd": "pytest -k test_{i}"}}'}}]})
+            cm.add({"role": "tool", "tool_call_id": f"c{i}",
+                    "content": f"FAILED test_{i} - AssertionError: expected 3 got 4\n" * (10 + 5 * i)})
+            cm.add({"role": "user", "content": "continue"})
+        return cm
+
+    fresh = agent().build()
+    cm = agent()
+    cm.build()
+    assert cm.build(budget=1000).tokens < 0.25 * fresh.tokens
+    again = cm.build()
+    assert again.tokens >= 0.9 * fresh.tokens and again.tokens <= 0.8 * 2000
+    assert [d.tier for d in again.decisions][-3:] == ["verbatim"] * 3  # the last test run and its call
+    assert "FAILED test_11" in "".join(m["content"] or "" for m in again.messages)

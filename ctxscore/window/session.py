@@ -221,7 +221,9 @@ class SessionState:
             # compacted for a budget so much smaller that what set it off is under the low-water
             # mark now: the newest compacted units come back verbatim up to that mark (never at
             # the budget of the compaction itself, which would undo it and redo it turn after turn)
-            back = [i for i in tiers.plan_restore(h, occ, pol.low_water * B) if self.forms.set_tier(h, i, Tier.VERBATIM)]
+            # the recent turns up to just under the high-water mark (a compaction at B keeps them too)
+            back = [i for i in tiers.plan_restore(h, occ, pol.low_water * B, pol.recent_turns, pol.t_archive * B - 1)
+                    if self.forms.set_tier(h, i, Tier.VERBATIM)]
             self._notify_tiers(back)
             self.stuck = None
         # compaction has begun or will: prepare forms a few at a time, in the builds between passes

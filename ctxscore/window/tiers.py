@@ -538,18 +538,23 @@ def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: 
     return CompactionPlan(changes=ov.changes, stuck=not ov.changes)
 
 
-def plan_restore(history: History, occupancy_tokens: int, target: float) -> list[int]:
+def plan_restore(history: History, occupancy_tokens: int, target: float, recent_turns: int = 0,
+                 recent_target: float | None = None) -> list[int]:
     """Compacted entries to show verbatim again, whole units from the newest back, while the
     occupancy estimate (``occupancy_tokens``, tokens) stays within ``target`` tokens (the low-water
     mark); it stops at the first unit that does not fit, so what stays compacted is the oldest part
-    of the history. Units with a pinned member are left to
-    :meth:`~ctxscore.window.session.SessionState.fit_pins`.
+    of the history. A unit of the last ``recent_turns`` turns, which recency protection keeps verbatim
+    at any budget the history fits, may grow the estimate up to ``recent_target`` instead (below the
+    high-water mark: a build at the budget restored to would not compact them either); without it a
+    recent tool result larger than the low-water mark left the whole window compacted. Units with a
+    pinned member are left to :meth:`~ctxscore.window.session.SessionState.fit_pins`.
 
     Returns:
         The entry indices to set verbatim, newest unit first.
     """
     entries, out, occ = history.entries, [], occupancy_tokens
     codes = history.code.a[: len(entries)]
+    cutoff = history.turn_no - recent_turns  # turns with a number above it are recent
     seen: set[int] = set()
     for i in np.flatnonzero(codes)[::-1].tolist():
         u = entries[i].unit
@@ -561,7 +566,8 @@ def plan_restore(history: History, occupancy_tokens: int, target: float) -> list
             continue
         # stubs of archived members leave the note (counted as freeing nothing: the estimate stays high)
         grow = sum(entries[j].tokens - (0 if entries[j].tier == Tier.ARCHIVED else entries[j].cur_tokens) for j in members)
-        if occ + grow > target:
+        recent = recent_target is not None and all(entries[j].turn_no > cutoff for j in members)
+        if occ + grow > (recent_target if recent else target):
             break
         occ += grow
         out += [j for j in members if entries[j].tier != Tier.VERBATIM]
