@@ -193,6 +193,21 @@ def test_threads_have_their_own_contexts():
         assert ("I am alice" in blob) != ("I am bob" in blob)
 
 
+def test_layers_are_made_per_thread():
+    """ContextMiddleware(layers=[FactLedger()]) gave every thread the same ledger, so one user's
+    facts reached another user's model call (a new user's report): layers come from a factory."""
+    pytest.importorskip("langchain")
+    from ctxscore import ContextManager
+    from ctxscore.errors import ConfigError
+    from ctxscore.memory.ledger import FactLedger
+
+    with pytest.raises(ConfigError, match="manager_factory"):
+        ContextMiddleware(budget=2000, scorer="rules", layers=[FactLedger()])
+    mw = ContextMiddleware(manager_factory=lambda sid: ContextManager(budget=2000, scorer="rules", session_id=sid,
+                                                                      layers=[FactLedger()]))
+    assert mw.manager("alice").state.layers[0] is not mw.manager("bob").state.layers[0]
+
+
 def test_async_agents():
     pytest.importorskip("langchain")
     agent, model, mw = _agent(700, 3)

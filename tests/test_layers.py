@@ -10,7 +10,7 @@ import pytest
 
 from ctxscore import ContextManager
 from ctxscore.cli import main as cli_main
-from ctxscore.errors import StoreError
+from ctxscore.errors import ConfigError, StoreError
 from ctxscore.events import EventLog, rebuild, snapshots, verify_chain
 from ctxscore.memory.context_types import ContextType, RuleTypeClassifier
 from ctxscore.memory.ledger import FactLedger
@@ -499,3 +499,31 @@ def test_ledger_links_a_slot_across_languages():
         cm.add({"role": role, "content": text})
     assert led.lines() == ["航班: 5月22日 (m2; was May 20)", "酒店预算: 300美元 (m2; was $200)",
                            "departure time: 9 am (m5; was 早上8点)"]
+
+
+def test_a_layer_serves_one_session_at_a_time():
+    """One ledger given to two managers moved to the second session: the first user's window then
+    showed the second user's facts (a new user's report, through ContextMiddleware(layers=...))."""
+    ledger = FactLedger()
+    alice = ContextManager(budget=2000, scorer="rules", session_id="alice", layers=[ledger])
+    alice.add({"role": "user", "content": "My booking reference number is ALC42QZ."})
+    with pytest.raises(ConfigError, match="already serves session 'alice'"):
+        ContextManager(budget=2000, scorer="rules", session_id="bob", layers=[ledger])
+    assert any("ALC42QZ" in line for line in ledger.lines())  # alice's ledger is untouched
+    alice.close()  # a closed manager hands its layers over
+    bob = ContextManager(budget=2000, scorer="rules", session_id="bob", layers=[ledger])
+    bob.add({"role": "user", "content": "My booking reference number is BOB77XQ."})
+    assert any("BOB77XQ" in line for line in ledger.lines()) and not any("ALC42QZ" in line for line in ledger.lines())
+
+
+@pytest.mark.parametrize(("layers", "match"), [
+    ("ledger", "must be a list of layers"),
+    ([FactLedger], "is the class FactLedger, not a layer: pass an instance"),
+    ([object()], r"\(object\) is not a layer: it has no sections"),
+])
+def test_layers_that_are_not_layers_are_a_clear_error(layers, match):
+    with pytest.raises(ConfigError, match=match):
+        ContextManager(budget=2000, scorer="rules", layers=layers)
+    ledger = FactLedger()
+    with pytest.raises(ConfigError, match="given twice"):
+        ContextManager(budget=2000, scorer="rules", layers=[ledger, ledger])

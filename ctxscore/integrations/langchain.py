@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._optional import require
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 from ..messages import Role, last_user_text
 from ..window.manager import ContextManager
 
@@ -253,10 +253,12 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
         manager_factory: ``factory(session_id) -> ContextManager``, replacing ``budget`` / ``scorer`` /
             ``manager_kwargs`` (a store file, an LLM compressor ...).
         session_id: ``fn(request) -> str``; default: the LangGraph thread id, else ``"default"``.
-        manager_kwargs: more :class:`~ctxscore.ContextManager` arguments.
+        manager_kwargs: more :class:`~ctxscore.ContextManager` arguments (not ``layers``: a layer holds
+            one session's state; make them in ``manager_factory``, one set per session).
 
     Raises:
         ImportError: the ``langchain`` package (v1) is not installed.
+        ConfigError: ``layers`` given without ``manager_factory``.
 
     Attributes:
         last_window: the last :class:`~ctxscore.ContextWindow` built (for inspection).
@@ -268,6 +270,11 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
         if _MIDDLEWARE_ERROR is not None:
             raise ImportError("ContextMiddleware needs LangChain v1 agents: pip install 'ctxscore[langchain]' "
                               "(in a checkout: pip install -e '.[langchain]')") from _MIDDLEWARE_ERROR
+        if manager_kwargs.get("layers") and manager_factory is None:
+            raise ConfigError("ContextMiddleware(layers=...) would give every thread the same layer objects, and "
+                              "a layer holds one session's state (a ledger would show one user's facts to another): "
+                              "pass manager_factory=lambda sid: ContextManager(budget=..., session_id=sid, "
+                              "layers=[FactLedger(), ...]) so that each session gets its own")
         super().__init__()
         self.budget = budget
         self._factory = manager_factory or (lambda sid: ContextManager(budget=budget, scorer=scorer, session_id=sid,

@@ -10,11 +10,13 @@ against the budget like pinned content. A layer never edits the manager.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import Policy
+from ..errors import ConfigError
 from ..scoring.rules import RuleClassifier
 from ..store.base import Store
 from ..tokens import TokenCounter
@@ -74,3 +76,55 @@ class Layer:
     def state(self) -> dict[str, Any]:
         """A JSON-ready summary of the layer's state (for snapshots and inspection)."""
         return {}
+
+
+#: The hooks every layer has (a :class:`Layer` subclass inherits them all).
+LAYER_HOOKS = ("sections", "attach", "on_add", "on_tiers", "on_reset", "after_build", "state")
+#: The attribute that names the session a layer serves (a weak reference to its session state).
+_OWNER = "_ctxscore_owner"
+
+
+def check_layers(layers: Any) -> list[Layer]:
+    """The layers of one manager, checked: instances with every hook of :class:`Layer`, each given
+    once, none serving another live manager's session (a layer holds one session's state: a ledger
+    shared by two managers mixed one user's facts into another's window).
+
+    Raises:
+        ConfigError: ``layers`` is not a sequence of layers, or one of them is a class, lacks a hook,
+            is given twice or already serves another session; the message names it and the fix.
+    """
+    if layers is None:
+        return []
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise ConfigError(f"layers must be a list of layers (e.g. [FactLedger()]), got {type(layers).__name__}")
+    out = list(layers)
+    seen: set[int] = set()
+    for i, layer in enumerate(out):
+        name = getattr(layer, "__name__", None) if isinstance(layer, type) else type(layer).__name__
+        if isinstance(layer, type):
+            raise ConfigError(f"layers[{i}] is the class {name}, not a layer: pass an instance, e.g. {name}()")
+        missing = [h for h in LAYER_HOOKS if not hasattr(layer, h)]
+        if missing:
+            raise ConfigError(f"layers[{i}] ({name}) is not a layer: it has no {', '.join(missing)}; "
+                              "subclass ctxscore.window.layers.Layer")
+        if id(layer) in seen:
+            raise ConfigError(f"layers[{i}] ({name}) is given twice; pass each layer once")
+        seen.add(id(layer))
+        ref = getattr(layer, _OWNER, None)
+        owner = ref() if ref is not None else None
+        if owner is not None:
+            raise ConfigError(f"layers[{i}] ({name}) already serves session {owner.session_id!r} of another "
+                              "ContextManager: a layer holds one session's state, so give each manager its own "
+                              "instance (close the other manager first to hand it over)")
+    return out
+
+
+def claim_layers(layers: Sequence[Layer], owner: Any) -> None:
+    """Mark ``layers`` as serving ``owner`` (a session state, held weakly: a manager that is gone
+    frees them); ``owner=None`` frees them (:meth:`ctxscore.ContextManager.close`). A layer that
+    takes no attributes (``__slots__``) is not marked."""
+    for layer in layers:
+        try:
+            setattr(layer, _OWNER, weakref.ref(owner) if owner is not None else None)
+        except AttributeError:
+            pass

@@ -38,7 +38,7 @@ from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
 from .assemble import DEFAULT_SECTIONS, PostBuildHook, Section
 from .history import History
-from .layers import Layer
+from .layers import Layer, check_layers, claim_layers
 from .pagein import SEARCH_HITS, search
 from .result import ContextWindow, WindowWarning
 from .session import SessionState
@@ -67,10 +67,12 @@ class ContextManager:
         sections: extra window sections, placed by their ``position``.
         hooks: post-build hooks, called in order with each window and its build view.
         layers: :class:`~ctxscore.window.layers.Layer` s: the fact ledger
-            (:class:`~ctxscore.memory.ledger.FactLedger`), a user profile, a verifier ...
+            (:class:`~ctxscore.memory.ledger.FactLedger`), a user profile, a verifier ...; each holds
+            one session's state: give every manager its own instances.
 
     Raises:
-        ConfigError: bad budget, session id, policy, rule file, scorer or store argument.
+        ConfigError: bad budget, session id, policy, rule file, scorer, store argument or layers (not
+            layers, given twice, or serving another manager's session).
         StoreError: the store cannot be opened or read.
     """
 
@@ -86,6 +88,7 @@ class ContextManager:
             raise ConfigError(f"session_id must be a non-empty string, got {session_id!r}")
         if store is not None and archive_path is not None:
             raise ConfigError("pass either store= or archive_path=, not both")
+        layers = check_layers(layers)
         self.policy = policy or Policy()
         if not isinstance(self.policy, Policy):
             raise ConfigError(f"policy must be a ctxscore.Policy, got {type(self.policy).__name__}")
@@ -253,7 +256,9 @@ class ContextManager:
                     for x in search(self.store, self.session_id, self.scorer, query, k) if x.id in ids]
 
     def close(self) -> None:
-        """Close the store (a file-backed session can be resumed with the same arguments)."""
+        """Close the store (a file-backed session can be resumed with the same arguments) and free
+        the layers (another manager may take them over)."""
+        claim_layers(self.state.layers, None)
         self.store.close()
 
     def __enter__(self) -> ContextManager:

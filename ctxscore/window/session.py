@@ -26,7 +26,7 @@ from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
 from .assemble import PostBuildHook, Section, assemble, make_view
 from .history import Entry, Form, History
-from .layers import Layer, LayerContext
+from .layers import Layer, LayerContext, claim_layers
 from .pagein import RELEVANCE_HITS, PageInPlan, fit_page_in, plan_page_in
 from .result import ContextWindow, WarningKind, WindowWarning
 from .value import ValueModel
@@ -56,6 +56,7 @@ class SessionState:
         self.store, self.session_id, self.scorer, self.rules = store, session_id, scorer, rules
         self.counter, self.policy, self.forms = counter, policy, forms
         self.layers = list(layers)
+        claim_layers(self.layers, self)
         self.layer_sections = [s for layer in self.layers for s in layer.sections]
         self.sections = sorted([*sections, *self.layer_sections], key=lambda s: float(s.position))
         self.hooks = list(hooks)
