@@ -246,3 +246,26 @@ def test_slot_name_stripping_keeps_words_whole():
 
     assert [_slot_name(b) for b in ("我的预约是", "功能是", "The pick up time is ", "我的预算每晚不超过")] == [
         "预约", "功能", "pick up time", "预算"]
+
+
+def test_the_ledger_gives_way_before_the_latest_message_is_cut():
+    """A 1,340-token system prompt at a 1,500-token budget: the ledger's note (its 10% share) pushed
+    the window over the budget and the user's question was cut away (a new user's report). The note
+    now takes only the room the pinned messages and the last message leave it."""
+    rules = " ".join(f"Rule {i}: the agent must verify the user id before changing reservation number R{i:04d}."
+                     for i in range(70))
+    msgs = [{"role": "system", "content": "You are an airline agent. " + rules}]
+    for i in range(4):
+        msgs += [{"role": "user", "content": f"My reservation number is ABC{i}23 and my user id is user_{i}_smith; "
+                                             f"the flight is HAT{100 + i} on May {i + 3} for {i + 2} passengers."},
+                 {"role": "assistant", "content": f"I found reservation ABC{i}23: flight HAT{100 + i}, departing 09:40 "
+                                                  f"on May {i + 3}, {i + 2} passengers, total $1{i}4.50."}]
+    ask = "Neither of those options works for me as I don't want to fly before 11 AM EST. Do you have any later flights?"
+    msgs.append({"role": "user", "content": ask})
+    cm = ContextManager(budget=1500, scorer="rules", layers=[FactLedger()])
+    cm.extend(msgs)
+    w = cm.build()
+    sections = {s.name: s.tokens for s in w.sections}
+    assert w.tokens <= 1500 and w.messages[-1]["content"] == ask
+    assert 0 < sections["ledger"] < 150  # shown, smaller than its share
+    assert not any(x.kind in ("over_budget", "last_message_fitted") for x in w.warnings)

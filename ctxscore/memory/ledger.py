@@ -215,7 +215,7 @@ class LedgerSection:
         first until the cap, then in order of source turn. Work per build is proportional to the
         lines shown (the order is kept between builds), not to the session."""
         led, ids, counter = self.ledger, view.history.ids, view.counter
-        cap = int(led.share * view.budget)
+        cap = view.layer_cap(led.share)
         tokens = counter.count(_HEADER) + 4
         chosen: list[tuple[int, str]] = []
         misses = 0
@@ -236,4 +236,6 @@ class LedgerSection:
         if not chosen:
             return [], 0
         msg = Message(role="system", content="\n".join([_HEADER, *(line for _, line in sorted(chosen))]))
-        return [msg.to_openai()], view.counter.count_message(msg)
+        n = view.counter.count_message(msg)
+        view.spend(n)
+        return [msg.to_openai()], n

@@ -101,4 +101,4 @@ class ProfileSection:
     def render(self, view: Any) -> tuple[list[dict[str, Any]], int]:
         """The profile note (empty when there is nothing to show)."""
         lines = self.lines(view)
-        return capped_note(view, HEADER, lines, int(self.layer.share * view.budget)) if lines else ([], 0)
+        return capped_note(view, HEADER, lines, view.layer_cap(self.layer.share)) if lines else ([], 0)

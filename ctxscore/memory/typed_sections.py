@@ -164,7 +164,8 @@ def _hidden(view: Any, i: int) -> bool:
 
 
 def capped_note(view: Any, header: str, lines: Sequence[str], cap: int) -> tuple[list[dict[str, Any]], int]:
-    """A system note of ``header`` and the lines that fit in ``cap`` tokens (in order)."""
+    """A system note of ``header`` and the lines that fit in ``cap`` tokens (in order), counted as
+    spent in ``view`` (:meth:`~ctxscore.window.assemble.BuildView.spend`)."""
     tokens = view.counter.count(header) + 4
     kept = []
     for line in lines:
@@ -176,7 +177,9 @@ def capped_note(view: Any, header: str, lines: Sequence[str], cap: int) -> tuple
     if not kept:
         return [], 0
     msg = Message(role="system", content="\n".join([header, *kept]))
-    return [msg.to_openai()], view.counter.count_message(msg)
+    n = view.counter.count_message(msg)
+    view.spend(n)
+    return [msg.to_openai()], n
 
 
 class ConstraintSection:
@@ -205,7 +208,7 @@ class ConstraintSection:
     def render(self, view: Any) -> tuple[list[dict[str, Any]], int]:
         """The constraints note (empty when every constraint's message is verbatim)."""
         lines = self.lines(view)
-        return capped_note(view, self.HEADER, lines, int(self.layer.share * view.budget)) if lines else ([], 0)
+        return capped_note(view, self.HEADER, lines, view.layer_cap(self.layer.share)) if lines else ([], 0)
 
 
 class GoalSection:
@@ -239,7 +242,7 @@ class GoalSection:
     def render(self, view: Any) -> tuple[list[dict[str, Any]], int]:
         """The goal note (empty when the goal and every step are verbatim)."""
         lines = self.lines(view)
-        return capped_note(view, self.HEADER, lines, int(self.layer.share * view.budget)) if lines else ([], 0)
+        return capped_note(view, self.HEADER, lines, view.layer_cap(self.layer.share)) if lines else ([], 0)
 
 
 def _lead(text: str) -> str:

@@ -43,7 +43,7 @@ from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from .history import ARCHIVED, CODE, TIERS, Form, History
 from .pagein import RECALLED_HEADER, PageInPlan, recalled_tag
 from .result import ContextWindow, Decision, SectionInfo, WindowWarning
-from .tiers import Forms, collapsed_line, stub_cap
+from .tiers import COLLAPSED_LINE_TOKENS, Forms, collapsed_line, stub_cap
 from .value import ValueModel
 
 SECTION_POSITIONS = {
@@ -106,6 +106,7 @@ class BuildView:
     overrides: dict[int, Form] = field(default_factory=dict)
     recalled_at: int | None = None
     _note: tuple[dict[str, Any], int] | None = field(default=None, init=False, repr=False)
+    _layer_tokens: int = field(default=0, init=False, repr=False)  # what the layers' notes took so far (spend)
 
     def recalled_text(self) -> str | None:
         """The content of the recalled note (:class:`RecalledSection`), or ``None`` when nothing is quoted."""
@@ -132,6 +133,24 @@ class BuildView:
     def system_indices(self) -> list[int]:
         """The entries the system section shows: those before :attr:`lead` not archived, in order."""
         return [i for i in range(self.lead) if self.codes[i] != ARCHIVED]
+
+    def layer_cap(self, share: float) -> int:
+        """Tokens a layer's section may take in this build: ``share`` of the budget, and no more than
+        the budget leaves beside the pinned messages, the last unit verbatim, the stub note's one
+        line, reply priming and the notes of the layers rendered before it (:meth:`spend`), so that an
+        optional note gives way before the latest message is cut (a ledger's 138 tokens beside a
+        1,340-token system prompt at 1,500 cut the user's question)."""
+        h = self.history
+        last = h.units[h.entries[-1].unit] if h.entries else []
+        newest = sum(h.entries[i].tokens for i in last if not h.entries[i].pinned)
+        stubs = COLLAPSED_LINE_TOKENS if h.stub_tokens else 0
+        room = self.budget - REPLY_PRIMING_TOKENS - h.pinned_tokens - newest - stubs - self._layer_tokens
+        return max(0, min(int(share * self.budget), room))
+
+    def spend(self, tokens: int) -> None:
+        """Count ``tokens`` of a layer's note rendered in this view (the room :meth:`layer_cap` gives
+        the layers rendered after it shrinks by them)."""
+        self._layer_tokens += tokens
 
     def note(self, lines: Sequence[str]) -> tuple[dict[str, Any], int]:
         """A system note holding ``lines`` and its tokens."""
