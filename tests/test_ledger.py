@@ -269,3 +269,21 @@ def test_the_ledger_gives_way_before_the_latest_message_is_cut():
     assert w.tokens <= 1500 and w.messages[-1]["content"] == ask
     assert 0 < sections["ledger"] < 150  # shown, smaller than its share
     assert not any(x.kind in ("over_budget", "last_message_fitted") for x in w.warnings)
+
+
+def test_values_of_one_message_do_not_supersede_one_another():
+    """Two flights offered in one message read "date: May 22 (m2; was May 20)": the ledger told the
+    model that the first flight was replaced (a new user's report); the ends of a range too. Each
+    value of one message stays current, and the user's "yes" confirms them all."""
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+    cm.add({"role": "user", "content": "I need to get to Seattle and back."})
+    cm.add({"role": "assistant", "content": "I found HAT136 departing 09:40 on May 20 and HAT039 departing 14:10 on "
+                                            "May 22. The office is open 10:00-18:00. Shall I book both?"})
+    cm.add({"role": "user", "content": "Yes, book both."})
+    lines = led.lines()
+    assert not any("was" in line for line in lines), lines
+    for value in ("May 20", "May 22", "09:40", "14:10", "10:00", "18:00"):
+        assert any(f": {value} (m1)" in line for line in lines), (value, lines)  # current and confirmed
+    cm.add({"role": "user", "content": "Actually, make it May 23 for the return."})
+    assert any("May 23 (m3; was" in line for line in led.lines())  # a correction still replaces

@@ -4,7 +4,8 @@ As messages arrive, their facts (:mod:`ctxscore.memory.facts`) enter the ledger.
 the same slot within a task supersedes the old one (kept and marked: the line says ``was ...``; the
 ledger answers "what is current") when it replaces it: the new message is a correction ("actually",
 "make it", "change to", 改成 ...), the old value was only proposed or denied (a new offer replaces
-the last), or both come from the same tool-call argument or JSON path (a state update); otherwise
+the last), or both come from the same tool-call argument or JSON path (a state update); otherwise,
+and always for two values of one message (two flights of one offer, the ends of "10:00-22:00"),
 both values stay current (two trips, two references). A value nothing names (slot
 :data:`~ctxscore.scoring.spans.UNNAMED_SLOT`: the learned key-span extractor finds values, not their
 names) is recorded in :attr:`FactLedger.facts` but is no slot's current value: it replaces none, is
@@ -54,8 +55,9 @@ def _key(f: Fact) -> tuple[int, str]:
 
 
 def _alt_key(f: Fact) -> tuple[int, str]:
-    """The key of a fact kept current beside a newer value of its slot: ``(task, "slot#turn")``."""
-    return f.task, f"{slot_key(f.slot)}#{f.turn}"
+    """The key of a fact kept current beside a newer value of its slot: ``(task, "slot#turn#value")``
+    (one message may hold several values of a slot: two flights of one offer)."""
+    return f.task, f"{slot_key(f.slot)}#{f.turn}#{f.value}"
 
 
 class FactLedger(Layer):
@@ -132,12 +134,12 @@ class FactLedger(Layer):
         else:
             return
         for f in self._last_assistant:
-            key = _key(f)
-            if self.current.get(key) is f and f.status == "proposed":
-                self.current[key] = replace(f, status=status)
-                if status == "denied":
-                    del self.current[key]
-                self._order = None
+            for key in (_key(f), _alt_key(f)):  # current under its slot, or beside a newer value of it
+                if self.current.get(key) is f and f.status == "proposed":
+                    self.current[key] = replace(f, status=status)
+                    if status == "denied":
+                        del self.current[key]
+                    self._order = None
         self._last_assistant = []
 
     def _put(self, f: Fact, correction: bool) -> None:
@@ -150,9 +152,10 @@ class FactLedger(Layer):
             return  # the assistant repeats what the user stated: it stays stated (an offer would not be shown)
         if old is not None and old.value != f.value:
             state_update = f.origin == old.origin and f.origin in ("call", "json")
-            if correction or old.status in ("proposed", "denied") or state_update:
+            if old.source != f.source and (correction or old.status in ("proposed", "denied") or state_update):
                 self.was.setdefault(key, []).append(old.value)
-            else:  # another value of the same kind: both stay current (the old one with what it replaced)
+            else:  # another value of the same kind (or of the same message: two flights of one offer, the
+                # two ends of "10:00-22:00"): both stay current (the old one with what it replaced)
                 alt = _alt_key(old)
                 self.current[alt] = old
                 if key in self.was:
