@@ -221,3 +221,36 @@ def test_async_agents():
     out = asyncio.run(run())
     assert len(out["messages"]) == 12 and len(model.seen) == 6
     assert mw.last_window is not None and mw.last_window.tokens <= 700
+
+
+def test_an_edited_tool_call_keeps_its_edit():
+    """LangChain's human-in-the-loop middleware edits ``tool_calls`` and leaves the provider's raw
+    calls in ``additional_kwargs``: the window showed the call as the model first made it."""
+    raw = {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "book", "arguments": '{"people":  2}'}}]}
+    ai = AIMessage(content="", additional_kwargs=raw, tool_calls=[{"name": "book", "args": {"people": 2}, "id": "c1"}])
+    assert to_openai_dicts([ai])[0]["tool_calls"][0]["function"]["arguments"] == '{"people":  2}'  # byte-exact
+    ai.tool_calls = [{"name": "book", "args": {"people": 4}, "id": "c1", "type": "tool_call"}]
+    assert json.loads(to_openai_dicts([ai])[0]["tool_calls"][0]["function"]["arguments"]) == {"people": 4}
+
+
+def test_tool_and_user_blocks_are_kept_whole():
+    img = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    cached = {"type": "text", "text": "the policy", "cache_control": {"type": "ephemeral"}}
+    msgs = [HumanMessage("screenshot please"),
+            AIMessage("", tool_calls=[{"name": "shot", "args": {}, "id": "c1"}]),
+            ToolMessage(content=[{"type": "text", "text": "here"}, img], tool_call_id="c1"),
+            HumanMessage(content=[cached, {"type": "text", "text": "and this"}])]
+    dicts = to_openai_dicts(msgs)
+    assert dicts[2]["content"] == [{"type": "text", "text": "here"}, img]
+    assert dicts[3]["content"] == [cached, {"type": "text", "text": "and this"}]
+    assert trim_messages(msgs, max_tokens=2000, scorer="rules")[2].content == [{"type": "text", "text": "here"}, img]
+    assert to_openai_dicts([HumanMessage(content=[{"type": "text", "text": "one"}])])[0]["content"] == "one"
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    ({"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}, "arguments of type dict"),
+    ("junk", "must be a dict with a 'function' object"),
+])
+def test_bad_tool_calls_are_a_clear_error(call, match):
+    with pytest.raises(InputError, match=match):
+        to_langchain([{"role": "assistant", "content": "", "tool_calls": [call]}])

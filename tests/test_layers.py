@@ -527,3 +527,10 @@ def test_layers_that_are_not_layers_are_a_clear_error(layers, match):
     ledger = FactLedger()
     with pytest.raises(ConfigError, match="given twice"):
         ContextManager(budget=2000, scorer="rules", layers=[ledger, ledger])
+
+
+def test_a_verifier_outside_any_manager_says_so():
+    from ctxscore.verify import ContextVerifier
+
+    with pytest.raises(ConfigError, match="no layer of a ContextManager"):
+        ContextVerifier().check()

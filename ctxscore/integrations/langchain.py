@@ -56,21 +56,27 @@ _ROLE_OF = {"system": "system", "developer": "system", "human": "user", "user": 
 
 
 def _content(content: Any, role: str) -> Any:
-    """LangChain content -> OpenAI content: a string, or parts (assistant: text parts joined)."""
+    """LangChain content -> OpenAI content: a string, or parts. User and tool messages keep their
+    blocks whole (images, files, a text block's ``cache_control``; several text blocks stay
+    several parts) unless the content is one plain text block; system and assistant messages get
+    their text blocks joined (reasoning and tool_use blocks are dropped: chat completions has no
+    place for them)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise InputError(f"message content must be a string or a list of blocks, got {type(content).__name__}")
+    keep = role in ("user", "tool")
     parts = []
     for b in content:
         if isinstance(b, str):
             parts.append({"type": "text", "text": b})
         elif isinstance(b, dict) and b.get("type") == "text":
-            parts.append({"type": "text", "text": b.get("text", "")})
-        elif isinstance(b, dict) and role in ("user", "system"):
+            parts.append(dict(b) if keep else {"type": "text", "text": b.get("text", "")})
+        elif isinstance(b, dict) and keep:
             parts.append(dict(b))  # images, files ... kept whole
-    if role != "user" or all(p["type"] == "text" for p in parts):
-        return "\n".join(p["text"] for p in parts if p.get("type") == "text")  # reasoning / tool_use blocks dropped
+    plain = all(p.get("type") == "text" and p.keys() <= {"type", "text"} for p in parts)
+    if not keep or (plain and len(parts) <= 1):
+        return "\n".join(p.get("text", "") for p in parts if p.get("type") == "text")
     return parts
 
 
@@ -81,6 +87,19 @@ def _raw_arguments(msg: AIMessage) -> dict[str, str]:
         if isinstance(c, dict) and isinstance((c.get("function") or {}).get("arguments"), str) and c.get("id"):
             out[c["id"]] = c["function"]["arguments"]
     return out
+
+
+def _arguments(raw: str | None, args: Any) -> str:
+    """A call's argument string: the provider's own (byte-exact) while it still says what
+    ``tool_calls[i]["args"]`` says, else ``args`` as JSON (a call edited after the model made it,
+    as LangChain's human-in-the-loop middleware edits ``tool_calls`` and leaves the raw ones)."""
+    if raw is not None:
+        try:
+            if json.loads(raw) == args:
+                return raw
+        except ValueError:
+            pass
+    return json.dumps(args if args is not None else {}, ensure_ascii=False)
 
 
 def to_openai_dicts(messages: Sequence[BaseMessage | dict[str, Any]]) -> list[dict[str, Any]]:
@@ -110,8 +129,8 @@ def to_openai_dicts(messages: Sequence[BaseMessage | dict[str, Any]]) -> list[di
         if isinstance(m, AIMessage):
             raw = _raw_arguments(m)
             calls = [{"id": c.get("id") or f"call_{i}_{k}", "type": "function",
-                      "function": {"name": c["name"], "arguments": raw.get(c.get("id") or "") or json.dumps(
-                          c.get("args", {}), ensure_ascii=False)}} for k, c in enumerate(m.tool_calls)]
+                      "function": {"name": c["name"], "arguments": _arguments(raw.get(c.get("id") or ""), c.get("args", {}))}}
+                     for k, c in enumerate(m.tool_calls)]
             calls += [{"id": c.get("id") or f"call_{i}_x{k}", "type": "function",
                        "function": {"name": c.get("name") or "unknown", "arguments": c.get("args") or ""}}
                       for k, c in enumerate(m.invalid_tool_calls)]
@@ -155,8 +174,13 @@ def to_langchain(messages: Sequence[dict[str, Any]]) -> list[BaseMessage]:
         elif role == Role.ASSISTANT:
             calls, invalid = [], []
             for c in d.get("tool_calls") or ():
-                fn = c.get("function") or {}
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict):
+                    raise InputError(f"message {i}: a tool call must be a dict with a 'function' object, got {c!r:.80}")
                 args = fn.get("arguments") or ""
+                if not isinstance(args, str):
+                    raise InputError(f"message {i}: tool call {c.get('id')!r} has arguments of type "
+                                     f"{type(args).__name__}; chat-completions arguments are a JSON string: json.dumps them")
                 try:
                     parsed = json.loads(args) if args.strip() else {}
                     if not isinstance(parsed, dict):

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..errors import ConfigError
 from ..window.history import Entry
 from ..window.layers import Layer, LayerContext
 from .analysis import Tracker
@@ -83,7 +84,13 @@ class ContextVerifier(Layer):
                 default: the history this layer is attached to.
 
         Returns the findings (``stage="check"``), the offending message first in each ``ids``.
+
+        Raises:
+            ConfigError: no ``manager`` and the verifier is no manager's layer.
         """
+        if manager is None and getattr(self, "ctx", None) is None:
+            raise ConfigError("this ContextVerifier is no layer of a ContextManager yet: pass it in "
+                              "ContextManager(layers=[...]) or call check(manager)")
         history = manager.history if manager is not None else self.ctx.history
         ledger, profile = self.ledger, self.profile
         if manager is not None:
@@ -97,7 +104,8 @@ class ContextVerifier(Layer):
         for e in history.entries:
             tr.add(e)
         found = [f for task in sorted(tr.findings) for f in tr.findings[task]]
-        if self.last is not None:
+        mine = manager is None or any(x is self for x in manager.state.layers)
+        if self.last is not None and mine:  # the last window it saw is of its own session only
             window, view = self.last
             found += check_window(tr, window, view, full=True, ledger=ledger, profile=profile)
         return [replace(f, stage="check") for f in _unique(found)]
