@@ -293,6 +293,9 @@ def test_bad_requests_get_openai_style_errors(proxy, upstream):
     r = httpx.post(proxy.url + "/v1/chat/completions", headers={"content-type": "application/json"},
                    content=b'{"model": "m", "temperature": NaN, "messages": [{"role": "user", "content": "hi"}]}')
     assert r.status_code == 400 and "NaN is not a JSON number" in r.json()["error"]["message"]  # never forwarded changed
+    r = httpx.post(proxy.url + "/v1/chat/completions", headers={"content-type": "application/json"},
+                   content=b'{"model": "m", "temperature": 1e400, "messages": [{"role": "user", "content": "hi"}]}')
+    assert r.status_code == 400 and "1e400 is too large" in r.json()["error"]["message"]  # was forwarded as null
     assert upstream.chat_requests() == []  # nothing bad reached the upstream
 
 

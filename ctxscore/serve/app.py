@@ -61,6 +61,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -857,6 +858,15 @@ def _non_finite(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number; send a finite number or null")
 
 
+def _finite_float(text: str) -> float:
+    """``json.loads``'s hook for decimal numbers: one too large for a double (``1e400``) is refused,
+    as orjson refuses it (it would be forwarded as ``null``)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a JSON number the upstream can read; send a finite number")
+    return value
+
+
 def _dump_json(value: Any) -> bytes:
     """``value`` as compact UTF-8 JSON (orjson; the json module for what orjson refuses, such as
     integers over 64 bits)."""
@@ -921,7 +931,7 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
         body = orjson.loads(raw)
     except ValueError:
         try:  # what orjson refuses and the json module reads (integers over 64 bits, lone surrogates)
-            body = json.loads(raw, parse_constant=_non_finite)
+            body = json.loads(raw, parse_constant=_non_finite, parse_float=_finite_float)
         except ValueError as exc:
             return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
         except RecursionError:  # orjson stops at 1,024 levels, the json module at the stack's depth
