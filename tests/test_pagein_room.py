@@ -1,5 +1,7 @@
 """Page-in plans its room as the window counts it, so what it plans is what the window shows."""
 
+import pytest
+
 from ctxscore import ContextManager, Policy
 
 
@@ -290,3 +292,24 @@ def test_a_one_letter_query_pages_nothing_in():
         asked = cm.build(query=query)
         assert asked.paged_in == [] and asked.tokens == plain.tokens, query
     assert cm.build(query="What is the reference of room 3?").paged_in  # a real question still pages in
+
+
+@pytest.mark.parametrize("scorer", ["rules", "auto"])
+def test_an_identifier_deep_in_a_long_log_is_paged_in(scorer):
+    """A 22 KB log holding the asked transaction id on its 150th of 300 lines: search saw only the
+    log's head and tail, and the packaged scorer's ranker (which reads the first and last 1,200
+    characters) put the log at 0.01, under the relevance floor (a new user's report)."""
+    cm = ContextManager(budget=3000, scorer=scorer)
+    cm.add({"role": "user", "content": "Fetch the checkout logs."})
+    lines = [f"2024-06-01T10:00:{i % 60:02d}Z INFO request id=req-{10**7 + i} path=/api/cart status=200" for i in range(300)]
+    lines[150] = "2024-06-01T10:02:37Z ERROR payment gateway timeout txn=TX-88412-ZQ upstream=pg-eu-2"
+    cm.add({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                                                "function": {"name": "fetch_logs", "arguments": "{}"}}]})
+    cm.add({"role": "tool", "tool_call_id": "c1", "content": "\n".join(lines)})
+    for i in range(30):
+        cm.add({"role": "user", "content": f"ok, check node-{i} next"})
+        cm.add({"role": "assistant", "content": f"node-{i}: cpu 20%, memory fine."})
+    assert cm.build().tokens <= 3000 and "TX-88412-ZQ" not in str(cm.build().messages)  # archived
+    win = cm.build(query="What happened with transaction TX-88412-ZQ?")
+    assert "TX-88412-ZQ" in str(win.messages) and win.tokens <= 3000
+    assert cm.build(query="What happened with transaction TX-99999-QQ?").paged_in == []  # no such id: nothing

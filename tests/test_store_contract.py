@@ -265,6 +265,24 @@ def test_detach_keeps_the_replaced_messages(store_url):
     s.close()
 
 
+def log_lines(needle: str, at: int, n: int = 300) -> str:
+    """A 22 KB request log with ``needle`` on line ``at``."""
+    lines = [f"2024-06-01T10:00:{i % 60:02d}Z INFO request id=req-{10**7 + i} path=/api/cart status=200" for i in range(n)]
+    lines[at] = f"2024-06-01T10:02:37Z ERROR payment gateway timeout txn={needle} upstream=pg-eu-2"
+    return "\n".join(lines)
+
+
+def test_an_identifier_in_the_middle_of_a_long_message_is_found(store_url):
+    """Only a long message's first 10,000 and last 2,000 characters were searched: an ID in the middle
+    of a 22 KB log was never found (a new user's report)."""
+    s = open_store(store_url)
+    s.add("s", [rec(None, "Fetch the checkout logs."), rec(None, log_lines("TX-88412-ZQ", 150), role="tool"),
+                rec(None, "ok, the cart service looks fine")])
+    assert [h.id for h in s.search("s", "TX-88412-ZQ")] == ["m1"]
+    assert [h.id for h in s.search("s", "what happened to transaction tx-88412-zq?")][:1] == ["m1"]
+    s.close()
+
+
 def test_search_follows_other_writers_and_detach(store_url):
     """A store's in-memory search index reads what another connection (another process) added, and
     reads the session again when another connection detached messages from it."""

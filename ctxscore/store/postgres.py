@@ -318,10 +318,11 @@ class PostgresStore:
                 msg = replace(rec.message, id=mid, turn=turn)
                 text, exact = _pg_text(rec.text)
                 context, _ = _pg_text(rec.context)
-                indexed = index_text(text)  # what the keyword and stem lists search
-                ntok, stems, stems_ctx, stem_ntok = index_fields(indexed, context)
+                # the stems and document length of the head and tail of a long text (the keyword list
+                # counts terms in the whole text); itext, which kept that part, is no longer written
+                ntok, stems, stems_ctx, stem_ntok = index_fields(index_text(text), context)
                 blob = None if rec.embedding is None else np.asarray(rec.embedding, dtype=np.float32).tobytes()
-                row = [session_id, mid, turn, msg.role, text, exact, None if indexed == text else indexed, context,
+                row = [session_id, mid, turn, msg.role, text, exact, None, context,
                        ntok, " ".join(stems), " ".join(stems_ctx), stem_ntok,
                        json.dumps(msg.to_openai(), ensure_ascii=False),
                        None if rec.prediction is None else json.dumps(rec.prediction, ensure_ascii=False), blob]
@@ -440,7 +441,7 @@ class PostgresStore:
         with index.lock:
             while True:
                 rows = conn.execute(
-                    "SELECT s.epoch, m.seq, m.id, m.turn, m.text, m.itext, m.context, m.ntok, m.stems, m.stems_ctx, "
+                    "SELECT s.epoch, m.seq, m.id, m.turn, m.text, m.context, m.ntok, m.stems, m.stems_ctx, "
                     "m.stem_ntok, m.embedding FROM ctx_sessions s LEFT JOIN ctx_messages m "
                     "ON m.session_id = s.session_id AND m.seq > %s WHERE s.session_id = %s ORDER BY m.seq",
                     (index.seen, session_id)).fetchall()
@@ -449,11 +450,11 @@ class PostgresStore:
                 index.reset()  # messages moved out: read the session again
             if rows:
                 index.epoch = rows[0][0]
-                new = [indexed_message(mid, turn, text, itext if itext is not None else text, context, ntok,
+                new = [indexed_message(mid, turn, text, text, context, ntok,  # terms counted in the whole text
                                        stems.split(), sctx.split(), sn,
                                        decode_embedding(blob, f"store {self.where}: session {session_id!r} "
                                                               f"message {mid!r} (turn {turn})"))
-                       for _, seq, mid, turn, text, itext, context, ntok, stems, sctx, sn, blob in rows
+                       for _, seq, mid, turn, text, context, ntok, stems, sctx, sn, blob in rows
                        if seq is not None]
                 if new:
                     index.extend(new)

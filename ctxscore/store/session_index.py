@@ -55,7 +55,7 @@ class IndexedMessage:
     Attributes:
         id, turn: the message id and turn.
         snippet: the first 120 characters of its text.
-        text_folded: its indexed text (the head and tail of a long text), lower-cased.
+        text_folded: its whole text, lower-cased (what the keyword list counts a term in).
         context_folded: its index context, lower-cased.
         ntok: document length of the keyword list (trigrams of indexed text + context).
         ascii_text: its whole text with ASCII letters lower-cased (the short-term list), or ``None``
@@ -91,7 +91,8 @@ def index_fields(indexed: str, context: str) -> tuple[int, list[str], list[str],
 def indexed_message(mid: str, turn: int, text: str, indexed: str, context: str, ntok: int, stems: Sequence[str],
                     stems_ctx: Sequence[str], stem_ntok: int, embedding: np.ndarray | None, *,
                     short_terms: bool = True) -> IndexedMessage:
-    """An :class:`IndexedMessage` from a stored row (``indexed``: the part of ``text`` the indexes hold);
+    """An :class:`IndexedMessage` from a stored row (``indexed``: the text the keyword list counts
+    terms in, the whole text; ``ntok`` and the stems come from the head and tail of a long one);
     ``short_terms=False`` keeps no copy of the whole text (the store answers two-character terms)."""
     return IndexedMessage(mid, turn, text[:120], indexed.lower(), context.lower(), ntok,
                           text.translate(_ASCII_LOWER) if short_terms else None,

@@ -37,6 +37,7 @@ without a query is the same.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,7 +169,9 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
         excess: tokens the last unit counts less than it holds: the build cuts it to the room left
             (:func:`~ctxscore.window.tiers.last_excess`).
     """
-    hits = above_floor(hits, policy)
+    idents = identifier_terms(terms)
+    holds = (lambda h: _holds(history, h.id, idents)) if idents else None
+    hits = above_floor(hits, policy, holds)
     if not hits:
         return PageInPlan()
     first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place", excess=excess)
@@ -182,20 +185,43 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     return best
 
 
-def above_floor(hits: Sequence[Hit], policy: Policy) -> list[Hit]:
+def above_floor(hits: Sequence[Hit], policy: Policy, holds: Callable[[Hit], bool] | None = None) -> list[Hit]:
     """The hits above the relevance floor, in their order: a query term occurs in the message, its
     embedding's cosine similarity to the query's is at least ``policy.page_in_floor``, or a learned
     ranker gave it a probability of at least ``policy.page_in_rank_floor`` (:attr:`Hit.learned
     <ctxscore.store.retrieval.Hit.learned>`). When no hit's similarity reaches
     ``policy.page_in_query_floor`` (the query resembles nothing in the session) and the ranker is
     sure of none (:data:`QUERY_RANK_SURE`), a hit needs both: a query term in it and, when a ranker
-    ordered the hits, the ranker's probability."""
+    ordered the hits, the ranker's probability -- or it holds an identifier the query names
+    (``holds``, see :func:`identifier_terms`): the ranker reads a long message's first and last
+    1,200 characters only, so it put a 22 KB log holding the asked ``TX-88412-ZQ`` at 0.01."""
     sims = [h.similarity for h in hits if h.similarity is not None]
     sure = max((h.learned for h in hits if h.learned is not None), default=0.0) >= QUERY_RANK_SURE
     if sims and max(sims) < policy.page_in_query_floor and not sure:
-        return [h for h in hits if h.lexical and (h.learned is None or h.learned >= policy.page_in_rank_floor)]
+        return [h for h in hits if h.lexical and (h.learned is None or h.learned >= policy.page_in_rank_floor
+                                                  or (holds is not None and holds(h)))]
     return [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)
             or (h.learned is not None and h.learned >= policy.page_in_rank_floor)]
+
+
+#: A query term that names an identifier: letters and digits together (``tx-88412-zq``, ``ord-1039``),
+#: or six digits or more (an order or a phone number).
+_IDENT = re.compile(r"(?=[^\d]*\d)(?=.*[^\W\d_])[\w-]{5,}|\d{6,}")
+
+
+def identifier_terms(terms: Sequence[str]) -> list[str]:
+    """The query terms (lower-cased, :func:`~ctxscore.store.retrieval.query_terms`) that name an
+    identifier (:data:`_IDENT`)."""
+    return [t for t in terms if _IDENT.fullmatch(t)]
+
+
+def _holds(history: History, hit_id: str, idents: Sequence[str]) -> bool:
+    """Whether the message of ``hit_id`` holds one of the identifiers ``idents`` (case-folded)."""
+    i = history.ids.get(hit_id)
+    if i is None:
+        return False
+    text = history.entries[i].msg.text().lower()
+    return any(t in text for t in idents)
 
 
 def _evictable(history: History, values: np.ndarray, policy: Policy) -> list[tuple[int, list[int]]]:
