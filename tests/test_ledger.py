@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from datetime import date
 
+import pytest
+
 from ctxscore import ContextManager
 from ctxscore.memory.facts import FactContext, extract_facts, resolve_date
 from ctxscore.memory.ledger import FactLedger
@@ -287,3 +289,27 @@ def test_values_of_one_message_do_not_supersede_one_another():
         assert any(f": {value} (m1)" in line for line in lines), (value, lines)  # current and confirmed
     cm.add({"role": "user", "content": "Actually, make it May 23 for the return."})
     assert any("May 23 (m3; was" in line for line in led.lines())  # a correction still replaces
+
+
+@pytest.mark.parametrize(("first", "then", "want"), [
+    ("I need a hotel in Cambridge from Tuesday for 3 nights.", "Sorry, I meant Wednesday, not Tuesday.",
+     ": Wednesday (m2; was Tuesday)"),
+    ("帮我订周二晚上7点的餐厅，4个人。", "不对，是周三不是周二。", ": 周三 (m2; was 周二)"),
+    ("帮我订周二晚上7点的餐厅，4个人。", "不对，改成周三。", ": 周三 (m2; was 周二)"),
+    ("Check-out on March 5.", "Change the check-out to March 7, not March 5.", "check-out: March 7 (m2; was March 5)"),
+    ("The meeting is at 3pm on Friday.", "Sorry, change the meeting to 4:30pm.", "meeting: 4:30pm (m2; was 3pm)"),
+    ("My email is alice@example.com.", "Actually use alice.w@work.example.org as my email.",
+     "email: alice.w@work.example.org (m2; was alice@example.com)"),
+    ("入住时间是6月1日。", "入住改到6月3日吧。", "入住时间: 6月3日 (m2; was 6月1日)"),
+])
+def test_a_correction_replaces_the_value_it_names_or_denies(first, then, want):
+    """Corrections a new user tried: the negated value ("not Tuesday") stayed a current fact and
+    the new one stood beside the old under another slot name, with no 'was'."""
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+    cm.extend([{"role": "user", "content": first}, {"role": "assistant", "content": "OK."},
+               {"role": "user", "content": then}])
+    lines = led.lines()
+    assert any(line.endswith(want) for line in lines), lines
+    old = want.rsplit("was ", 1)[1].rstrip(")")
+    assert not any(old in line.split(" (")[0] for line in lines), lines  # the old value is no current value

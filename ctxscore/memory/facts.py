@@ -15,7 +15,9 @@ Sources, in order (:func:`extract_facts`):
    out (the rule value is the exact one), so the extractor adds what the rules miss.
 
 Status: user statements are ``stated``; an assistant's values are ``proposed`` unless the message
-confirms ("booked", "confirmed", "reference number") -- then ``confirmed``; the ledger turns a
+confirms ("booked", "confirmed", "reference number") -- then ``confirmed``; a value the text says
+is not the one ("Wednesday, not Tuesday", "instead of 7pm", 是周三不是周二) is ``denied`` (origin
+``negated``: the ledger drops it and lets the message's value beside it replace it); the ledger turns a
 proposal ``confirmed`` or ``denied`` by the user's next reply. Relative dates ("tomorrow", "next
 Friday", "明天") are resolved to absolute ones when the session gives a date (a system message's
 "current time is ...", a ``[date]`` marker at the start of a message).
@@ -68,6 +70,9 @@ _CJK_TRAIL = re.compile(r"(?:是|为|在|改成|改为|换成|变成|改到|调�
                         r"能|可以|想|要|需要)$")
 #: Words before a slot's name: its owner and fillers (我的航班 is the slot 航班).
 _CJK_LEAD = re.compile(r"^(?:另外|还有|对了|其实|那么|那|就|请|把|将|我们的|我的|您的|你的|他的|她的|我|您|你)+")
+#: Words right before a value that say it is not the one (a correction's "not Tuesday").
+_NEGATED = re.compile(r"(?i)(?:\bnot|\binstead of|\brather than|\bno longer)\s+(?:(?:on|at|for|in|the)\s+)?$"
+                      r"|(?:不是|而不是|并非|不要)\s*$")
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
 # The kind of entity, by the rule file's pattern name, when no word names it.
 _KIND = {
@@ -131,8 +136,10 @@ class Fact:
         turn: the source message's position.
         task: the task the source message belongs to.
         status: ``stated`` | ``proposed`` | ``confirmed`` | ``denied``.
-        origin: ``call`` | ``json`` | ``text`` | ``extractor``.
+        origin: ``call`` | ``json`` | ``text`` | ``negated`` (a text value said not to be the one) | ``extractor``.
         resolved: the absolute date of a relative date value (ISO), or ``None``.
+        kind: the entity kind of a text value (the rule file's pattern name: ``date_words``,
+            ``money`` ...), else ``""``.
     """
 
     slot: str
@@ -143,6 +150,7 @@ class Fact:
     status: str = "stated"
     origin: str = "text"
     resolved: str | None = None
+    kind: str = ""
 
     def line(self, was: Sequence[str] = ()) -> str:
         """The ledger line: ``slot: value (source; was old)`` (the last :data:`MAX_WAS` superseded values)."""
@@ -286,8 +294,8 @@ def _call_facts(msg: Message) -> list[tuple[str, str, str]]:
     return out
 
 
-def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
-    out: list[tuple[str, str, str]] = []
+def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str, str]]:
+    out: list[tuple[str, str, str, str]] = []
     # sorted by start (stable: a sorted list stays as it is) so each sentence bisects to its own spans
     spans = sorted(ctx.spans(text), key=lambda sp: sp[0]) if ctx.spans is not None else []
     starts = [s for s, _, _ in spans]
@@ -306,38 +314,40 @@ def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str]]:
                 continue
             unit = _UNIT.search(value) if kind == "number_unit" else None
             train = kind == "id_mixed" and value.endswith("次")  # G1次, D2315次列车: a train number
-            slot = ((unit.group(1).lower() if unit else None) or ("车次" if train else None) or _slot_name(text[start:s])
-                    or _KIND.get(kind, kind))
-            out.append((slot, value, "text"))
+            negated = bool(_NEGATED.search(text[max(start, s - 40):s]))
+            slot = ((unit.group(1).lower() if unit else None) or ("车次" if train else None)
+                    or (None if negated else _slot_name(text[start:s])) or _KIND.get(kind, kind))
+            out.append((slot, value, "negated" if negated else "text", kind))
             start = max(start, e)
         if len(out) >= MAX_TEXT_FACTS:
             break
     if ctx.extractor is not None:  # only what the rules missed: a value overlapping a rule value adds nothing
-        ruled = [v for _, v, _ in out]
-        out += [(slot, v, "extractor") for slot, v in ctx.extractor(text)
+        ruled = [v for _, v, _, _ in out]
+        out += [(slot, v, "extractor", "") for slot, v in ctx.extractor(text)
                 if v and v in text and not any(v in r or r in v for r in ruled)]
     return out[:MAX_TEXT_FACTS]
 
 
 def extract_facts(msg: Message, task: int, ctx: FactContext) -> tuple[Fact, ...]:
     """The facts of one stored message (``id`` and ``turn`` set); see the module docstring."""
-    found: list[tuple[str, str, str]] = []
+    found: list[tuple[str, str, str, str]] = []
     if msg.tool_calls:
-        found += _call_facts(msg)
+        found += [(*c, "") for c in _call_facts(msg)]
     data = _json_value(msg.content) if msg.role in (Role.TOOL, Role.ASSISTANT, Role.USER) else None
     if data is not None:
         leaves = sorted(_leaves(data), key=lambda x: x[0])[:MAX_JSON_FACTS]
         scope = f"{msg.name}." if msg.role == Role.TOOL and msg.name else ""
-        found += [(scope + path, value, "json") for _, path, value in leaves if value in msg.content]
+        found += [(scope + path, value, "json", "") for _, path, value in leaves if value in msg.content]
     elif msg.content and msg.role != Role.SYSTEM:
         found += _text_facts(scan_text(msg.text()), ctx)  # the scorer's scan text: one entity scan, bounded
     status = _status(msg, ctx.config)
     seen: set[tuple[str, str]] = set()
     facts = []
-    for slot, value, origin in found:
+    for slot, value, origin, kind in found:
         if (slot, value) in seen:
             continue
         seen.add((slot, value))
-        facts.append(Fact(slot=slot, value=value, source=msg.id or "", turn=msg.turn or 0, task=task, status=status,
-                          origin=origin, resolved=resolve_date(value, ctx.today)))
+        facts.append(Fact(slot=slot, value=value, source=msg.id or "", turn=msg.turn or 0, task=task,
+                          status="denied" if origin == "negated" else status, origin=origin,
+                          resolved=resolve_date(value, ctx.today), kind=kind))
     return tuple(facts)

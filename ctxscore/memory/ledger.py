@@ -3,7 +3,9 @@
 As messages arrive, their facts (:mod:`ctxscore.memory.facts`) enter the ledger. A new value for
 the same slot within a task supersedes the old one (kept and marked: the line says ``was ...``; the
 ledger answers "what is current") when it replaces it: the new message is a correction ("actually",
-"make it", "change to", 改成 ...), the old value was only proposed or denied (a new offer replaces
+"make it", "change the meeting to", 改成 ...; a correction whose value no earlier value's slot
+names replaces the task's one current value of its kind, under that slot), the message says the old
+value is not the one ("Wednesday, not Tuesday", 不是周二), the old value was only proposed or denied (a new offer replaces
 the last), or both come from the same tool-call argument or JSON path (a state update); otherwise,
 and always for two values of one message (two flights of one offer, the ends of "10:00-22:00"),
 both values stay current (two trips, two references). A value nothing names (slot
@@ -46,6 +48,11 @@ STATUS_WEIGHT = {"confirmed": 1.0, "stated": 1.2, "proposed": 0.0, "denied": 0.0
 MAX_MISSES = 16
 _DENY = re.compile(r"(?i)^\s*(no\b|nope|not (that|this)|i don'?t (want|like)|don'?t book|i'?d rather not)|不要|不用了|不是这个|换一")
 _CONFIRM_CHARS = 80
+#: Corrections the rule file's lexicon leaves to the ledger: "change the meeting to ...", "move it to
+#: ...", "use ... as my email" (a broader cue would pin more messages; here it only decides supersession).
+_CHANGE = re.compile(r"(?i)\b(?:change|move|switch|update|set|push)\s+(?:(?:the|my|our|your|it|that|this)\s+)?"
+                     r"(?:[\w-]+\s+){0,3}?to\b|\buse\b.{1,60}\b(?:as|for)\s+(?:my|the|our)\b|^\W*correction\b"
+                     r"|改到|改为|改成|换成|应该是")
 _HEADER = "Facts so far (slot: value (source message); superseded values after 'was'):"
 
 
@@ -114,9 +121,16 @@ class FactLedger(Layer):
             self.fctx.today = self.today
             self._reply(e.msg)
             facts = extract_facts(e.msg, e.task, self.fctx)
-            correction = e.pin == Pin.CORRECTION or bool(self._correction.search(e.msg.content[:300]))
-            for f in facts:
+            head = e.msg.content[:300]
+            correction = (e.pin == Pin.CORRECTION or bool(self._correction.search(head))
+                          or (e.msg.role == Role.USER and bool(_CHANGE.search(head))))
+            kept = [f for f in facts if f.origin != "negated"]
+            for f in kept:
                 self._put(f, correction)
+            for k, f in enumerate(facts):
+                if f.origin == "negated":
+                    self._negate(f, [g for g in facts[:k] if g.origin != "negated"][-1:]
+                                 or [g for g in facts[k + 1:] if g.origin != "negated"][:1])
             if e.msg.role == Role.ASSISTANT:
                 self._last_assistant = list(facts)
             elif e.msg.role == Role.USER:
@@ -148,6 +162,20 @@ class FactLedger(Layer):
             return
         key = _key(f)
         old = self.current.get(key)
+        if old is None and correction and f.kind:
+            # a correction whose value's slot is named otherwise ("actually, use alice.w@... as my email",
+            # 改成周三 after 订周二): it replaces the task's one current value of its kind, under that slot
+            same = [(k, c) for k, c in self.current.items()
+                    if k[0] == f.task and c.kind == f.kind and c.source != f.source and c.value != f.value]
+            if len(same) == 1:
+                k, c = same[0]
+                del self.current[k]
+                f = replace(f, slot=c.slot)
+                key = _key(f)
+                self.was[key] = [*self.was.pop(k, []), c.value]
+                self.current[key] = f
+                self._order = None
+                return
         if old is not None and old.value == f.value and f.status == "proposed" and old.status in ("stated", "confirmed"):
             return  # the assistant repeats what the user stated: it stays stated (an offer would not be shown)
         if old is not None and old.value != f.value:
@@ -161,6 +189,28 @@ class FactLedger(Layer):
                 if key in self.was:
                     self.was[alt] = self.was.pop(key)
         self.current[key] = f
+        self._order = None
+
+    def _negate(self, f: Fact, beside: list[Fact]) -> None:
+        """A value a message says is not the one ("I meant Wednesday, not Tuesday", 是周三不是周二): it
+        is no current value; a current value of the task equal to it (case aside) from an earlier
+        message is replaced by the message's value ``beside`` it (the one just before, else just
+        after), which then stands under the old slot's name with ``was`` the old value, or, with
+        none beside it, only leaves the ledger."""
+        self.facts.append(f)
+        new = beside[0] if beside else None
+        for key, cur in list(self.current.items()):
+            if key[0] != f.task or cur.source == f.source or cur.value.lower() != f.value.lower():
+                continue
+            del self.current[key]
+            if new is None:
+                continue
+            for k2, g in list(self.current.items()):
+                if g is new:
+                    del self.current[k2]
+            new = replace(new, slot=cur.slot)
+            self.was[_key(new)] = [*self.was.pop(key, []), cur.value]
+            self.current[_key(new)] = new
         self._order = None
 
     def was_of(self, f: Fact) -> list[str]:
