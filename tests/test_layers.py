@@ -534,3 +534,21 @@ def test_a_verifier_outside_any_manager_says_so():
 
     with pytest.raises(ConfigError, match="no layer of a ContextManager"):
         ContextVerifier().check()
+
+
+@pytest.mark.parametrize(("first", "then", "call"), [
+    ("I need a hotel in Cambridge from Tuesday for 3 nights.", "Sorry, I meant Wednesday, not Tuesday.", "Tuesday"),
+    ("帮我订周二晚上7点的餐厅，4个人。", "不对，是周三不是周二。", "周二"),
+])
+def test_a_booking_on_the_day_the_user_corrected_away_is_goal_drift(first, then, call):
+    """The denied day was read as one more day the user gave, and weekdays were never checked
+    (a new user's report); the corrected day itself is no finding."""
+    from ctxscore.verify import ContextVerifier
+
+    for day, drift in ((call, True), ("Wednesday" if call == "Tuesday" else "周三", False)):
+        cm = ContextManager(budget=3000, scorer="rules", layers=[ContextVerifier()])
+        cm.extend([{"role": "user", "content": first}, {"role": "user", "content": then},
+                   {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                       "name": "book", "arguments": json.dumps({"day": day}, ensure_ascii=False)}}]},
+                   {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'}])
+        assert any(f.kind == "goal_drift" for f in cm.build().findings) == drift, day

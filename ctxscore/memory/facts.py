@@ -73,6 +73,15 @@ _CJK_LEAD = re.compile(r"^(?:另外|还有|对了|其实|那么|那|就|请|把|
 #: Words right before a value that say it is not the one (a correction's "not Tuesday").
 _NEGATED = re.compile(r"(?i)(?:\bnot|\binstead of|\brather than|\bno longer)\s+(?:(?:on|at|for|in|the)\s+)?$"
                       r"|(?:不是|而不是|并非|不要)\s*$")
+
+
+def negated(text: str, value: str) -> bool:
+    """Whether the first occurrence of ``value`` in ``text`` follows words that say it is not the one
+    (:data:`_NEGATED`: "Wednesday, not Tuesday", "instead of 7pm", 是周三不是周二)."""
+    at = text.find(value)
+    return at > 0 and bool(_NEGATED.search(text[max(0, at - 40):at]))
+
+
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
 # The kind of entity, by the rule file's pattern name, when no word names it.
 _KIND = {

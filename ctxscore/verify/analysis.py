@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..memory import lexicon as lx
+from ..memory.facts import negated
 from ..messages import Message, Role
 from ..scoring.rules import RuleConfig, default_config, sentences
 from ..window.history import Entry
@@ -196,6 +197,10 @@ class Tracker:
     # -- user turns ---------------------------------------------------------------------------------
     def _user(self, e: Entry, t: TaskTrack, vals: list[Value]) -> None:
         mid, text = e.msg.id or "", e.msg.content
+        denied = [v for v in vals if v.group != "place" and negated(text, v.text)]
+        for v in denied:  # "I meant Wednesday, not Tuesday": Tuesday is corrected away, not stated
+            t.superseded.setdefault(v.group, set()).update(v.norms)
+        vals = [v for v in vals if v not in denied]
         if _CORRECTION.search(text[:300]):  # "actually, make it 3 people": one new value replaces the others
             for g in {v.group for v in vals} - {"place"}:  # a place has many roles (origin, destination)
                 new = [v for v in vals if v.group == g]
@@ -266,11 +271,11 @@ class Tracker:
         for v in vals:
             g = v.group
             stated = t.user.get(g)
-            if g not in DRIFT_GROUPS or not stated or v.norm.startswith("rel:") or BOUND_KEY.search(v.key):
+            if g not in DRIFT_GROUPS or not stated or BOUND_KEY.search(v.key):
                 continue
-            if g == "date" and any(n.startswith("rel:") for n in stated):
-                continue  # a relative date the verifier cannot resolve
             superseded = all(n in t.superseded.get(g, set()) for n in v.norms)
+            if not superseded and (v.norm.startswith("rel:") or (g == "date" and any(n.startswith("rel:") for n in stated))):
+                continue  # a relative date the verifier cannot resolve (unless it is one the user corrected away)
             if not superseded and any(n in stated or n in t.endorsed.get(g, {}) or self._from_tool(g, n) for n in v.norms):
                 continue  # the user's value, an offer the user took, or the state a tool reported
             if g == "place" and not superseded and _place_known(v.norm, stated, t.user_texts):
