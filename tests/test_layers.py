@@ -552,3 +552,16 @@ def test_a_booking_on_the_day_the_user_corrected_away_is_goal_drift(first, then,
                        "name": "book", "arguments": json.dumps({"day": day}, ensure_ascii=False)}}]},
                    {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'}])
         assert any(f.kind == "goal_drift" for f in cm.build().findings) == drift, day
+
+
+@pytest.mark.parametrize("change", ["不对，预算改成每晚700元以内。", "其实预算可以提高到每晚700元。", "改一下，每晚不超过700元。"])
+def test_a_chinese_budget_the_user_raised_no_longer_holds_the_agent(change):
+    """Three of four phrasings of a raised bound left the agent held to the old one: a 680元 offer was
+    'above the bound 500' (a new user's report); without the change it still is."""
+    from ctxscore.verify import ContextVerifier
+
+    for said, flagged in ((change, False), ("好的，谢谢。", True)):
+        cm = ContextManager(budget=3000, scorer="rules", layers=[ContextVerifier()])
+        cm.extend([{"role": "user", "content": "帮我找杭州的酒店，每晚不超过500元。"}, {"role": "assistant", "content": "好的。"},
+                   {"role": "user", "content": said}, {"role": "assistant", "content": "为您找到西湖酒店，每晚680元，要预订吗？"}])
+        assert any(f.kind == "constraint_contradicted" for f in cm.build().findings) == flagged, said

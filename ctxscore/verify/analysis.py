@@ -45,7 +45,7 @@ _PAST_ACTION = re.compile(r"(?i)\b(?:i'?ve|i have|has been|have been|is now|are 
                           r"(?:booked|reserved|cancell?ed|updated|changed|modified|refunded|processed|submitted|sent|"
                           r"upgraded|added|removed|returned|exchanged)\b|已(?:经)?(?:为您|帮您)?(?:预订|取消|修改|更新|退款|提交|改好)")
 _CORRECTION = re.compile(r"(?i)\b(?:actually|instead|change (?:it |that )?to|make it|i meant|rather|correction|"
-                         r"switch to|not anymore)\b|改成|改为|换成|更正|其实|不对")
+                         r"switch to|not anymore)\b|改成|改为|改到|换成|更正|其实|不对|改一下|提高到|放宽到|调整为|调到")
 _OFFER = lx.OFFER
 _CONFIRM_WORD = re.compile(r"(?i)\b(?:yes|yeah|yep|sure|ok(?:ay)?|confirm\w*|go ahead|proceed|please do|do it|correct|"
                            r"that'?s right|sounds good)\b|是的|确认|可以|好的|对|行|没问题|改吧|订吧|办吧")
@@ -409,7 +409,8 @@ def _restated_rules(rules: list[cons.Rule], new: list[cons.Rule], vals: list[Val
     the hotel budget to €240 per night"); without a new bound, the one number of a group the turn
     names ("actually, make it €240") becomes the bound of the earlier rule it restates, with the
     turn's sentence that holds it. A correction restates a rule when it is the only candidate and the
-    two share a content word or the correction has none ("make it €240"), or when it shares the most
+    two share a content word, the correction has none ("make it €240") or both bound an amount per the
+    same unit ("每晚 700元以内" after "每晚不超过500元"), or when it shares the most
     content words with it; another limit ("at most $60 for the dinner" beside "$500 for the flight")
     stays as it was."""
     out = list(rules)
@@ -458,6 +459,6 @@ def _restated(rules: list[cons.Rule], sentence: str, group: str, kind: str | Non
     words = _content_words(sentence)
     shared = [len(words & _content_words(r.sentence)) for r in cands]
     best = max(shared)
-    if len(cands) == 1:
-        return cands[0] if best or not words else None
+    if len(cands) == 1:  # the only bound of its kind per the same unit ("每晚 700元以内" after "每晚不超过500元")
+        return cands[0] if best or not words or per is not None else None
     return cands[shared.index(best)] if best and shared.count(best) == 1 else None
