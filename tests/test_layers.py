@@ -565,3 +565,22 @@ def test_a_chinese_budget_the_user_raised_no_longer_holds_the_agent(change):
         cm.extend([{"role": "user", "content": "帮我找杭州的酒店，每晚不超过500元。"}, {"role": "assistant", "content": "好的。"},
                    {"role": "user", "content": said}, {"role": "assistant", "content": "为您找到西湖酒店，每晚680元，要预订吗？"}])
         assert any(f.kind == "constraint_contradicted" for f in cm.build().findings) == flagged, said
+
+
+def test_what_an_acting_message_books_is_checked_against_the_users_bounds():
+    """"Hotel Roma has a room for $420 a night with a shared bathroom. I'll book it now." with the
+    booking call: only the missing confirmation was found, not the $420 against "under $300 a night"
+    nor the shared bathroom the user ruled out (a new user's report); as a plain offer both were."""
+    from ctxscore.verify import ContextVerifier
+
+    cm = ContextManager(budget=3000, scorer="rules", layers=[ContextVerifier()])
+    cm.extend([
+        {"role": "system", "content": "You are a travel agent. Never book without explicit user confirmation."},
+        {"role": "user", "content": "Find me a hotel in Rome under $300 a night. Don't book anything with shared bathrooms."},
+        {"role": "assistant", "content": "Hotel Roma has a room for $420 a night with a shared bathroom. I'll book it now.",
+         "tool_calls": [{"id": "b1", "type": "function",
+                         "function": {"name": "book_hotel", "arguments": '{"hotel": "Hotel Roma", "price": 420}'}}]}])
+    found = [f.message for f in cm.build().findings if f.kind == "constraint_contradicted"]
+    assert any("$420 is above the bound 300" in m for m in found), found
+    assert any("'shared'" in m for m in found), found
+    assert any("no user confirmation" in m for m in found), found

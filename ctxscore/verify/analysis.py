@@ -244,17 +244,23 @@ class Tracker:
             out += self._unconfirmed_write(t, mid, call.name)
             t.calls.append(call.name)
         proposal = bool(lx.PROPOSE.search(msg.content) or _OFFER.search(msg.content))
-        for sent in sentences(msg.content[:4000]):
+        sents = sentences(msg.content[:4000])
+        # a message that acts (a tool call that is an action, "I'll book it now") acts on what its other
+        # sentences describe: "Hotel Roma has a room for $420 a night ... I'll book it now" books the $420
+        acting = any(not _NOT_ACTION.search(c.name) for c in msg.tool_calls) or any(
+            lx.ACTION.search(x) and not lx.NEGATION.search(x) and not _CONDITIONAL.search(x) for x in sents)
+        for sent in sents:
             if lx.NEGATION.search(sent) or _CONDITIONAL.search(sent):
                 continue
             if lx.ACTION.search(sent):
                 sv = values_in(sent, self.config)
                 out += self._drift(t, mid, sv, tool=False)
                 out += self._contradicts(t, mid, sent, sv, severity=Severity.ERROR, what="the action")
-            elif proposal and not _ACKNOWLEDGED.search(sent) and (lx.PROPOSE.search(sent) or _OFFER.search(sent)
-                                                                   or values_in(sent, self.config)):
-                out += self._contradicts(t, mid, sent, values_in(sent, self.config), severity=Severity.WARNING,
-                                         what="the proposal")
+            elif (proposal or acting) and not _ACKNOWLEDGED.search(sent) and (
+                    lx.PROPOSE.search(sent) or _OFFER.search(sent) or values_in(sent, self.config)):
+                out += self._contradicts(t, mid, sent, values_in(sent, self.config),
+                                         severity=Severity.ERROR if acting else Severity.WARNING,
+                                         what="what the action books" if acting else "the proposal")
         concl = [v for sent in conclusion_sentences(msg.content) for v in values_in(sent, self.config)
                  if v.group == "money" or (v.group == "id" and not _COMPOUND.fullmatch(v.norm)
                                            and (re.search(r"[a-z@]", v.norm) or len(v.norm) >= 8))]
