@@ -24,7 +24,9 @@ preference. An affirmation of an assistant message that restates an item confirm
 (scenes_norm - 1))``; confirmation 1.0 confirmed by the user, 0.6 explicit statement, 0.4
 behaviour, 0.2 inferred. Promotion, one level per consolidation: a current-task item seen in two
 tasks -> session (else it expires with its task); session -> mid at ``mid`` (with at least
-``min_occurrences_mid`` occurrences); mid -> long at ``long``.
+``min_occurrences_mid`` occurrences in at least ``min_sessions_mid`` sessions, 2); mid -> long at
+``long`` (in at least ``min_sessions_long`` sessions, 3): one conversation, however often it says a
+preference, does not make it a stable one. Scenes count those with scene words (not ``general``).
 
 **Conflicts**: a statement that contradicts an active item (the opposite polarity, or another value of
 an exclusive attribute such as the seat) pages the item's evidence in from the store and reads it
@@ -355,9 +357,11 @@ class ProfileLayer(Layer):
             return "expired" if mine else it.time_level
         if it.promoted_at == self._token():
             return it.time_level  # one level per consolidation
-        if it.time_level == "session" and it.stability >= self.policy.mid and it.occurrences >= self.policy.min_occurrences_mid:
+        pol = self.policy
+        if (it.time_level == "session" and it.stability >= pol.mid and it.occurrences >= pol.min_occurrences_mid
+                and it.sessions >= pol.min_sessions_mid):
             return "mid"
-        if it.time_level == "mid" and it.stability >= self.policy.long:
+        if it.time_level == "mid" and it.stability >= pol.long and it.sessions >= pol.min_sessions_long:
             return "long"
         return it.time_level
 

@@ -72,7 +72,8 @@ _ARTICLE = re.compile(r"^(?:the|a|an|some|any|my|to|with|of|about|using|use|reco
 #: Kinds of situation, by the words of a task's first user message and its tool names.
 SCENES: dict[str, tuple[str, ...]] = {
     "travel": ("flight", "fly", "hotel", "train", "airline", "trip", "travel", "booking", "reservation", "taxi", "bus",
-               "car rental", "rental car", "机票", "航班", "酒店", "火车", "高铁", "旅行", "出行", "打车", "景点"),
+               "car rental", "rental car", "window seat", "aisle seat", "return flight", "boarding", "luggage",
+               "机票", "航班", "酒店", "火车", "高铁", "旅行", "出行", "打车", "景点", "靠窗", "座位"),
     "dining": ("restaurant", "food", "table", "dinner", "lunch", "eat", "cafe", "餐厅", "餐馆", "吃", "饭"),
     "shopping": ("order", "buy", "purchase", "phone", "laptop", "return", "refund", "exchange", "product", "delivery",
                  "订单", "买", "购买", "退货", "退款", "换货", "手机", "快递", "商品"),

@@ -36,6 +36,10 @@ class StabilityPolicy:
     mid: float = 1.5
     long: float = 2.5
     min_occurrences_mid: int = 2
+    #: Sessions with evidence an item needs to reach ``mid`` / ``long``: a preference said and confirmed
+    #: in one conversation is not yet a stable one, however often it was said there.
+    min_sessions_mid: int = 2
+    min_sessions_long: int = 3
 
     def __post_init__(self) -> None:
         if min(self.w_occurrences, self.w_duration, self.w_cross_scene, self.w_confirmation) < 0:
@@ -106,8 +110,14 @@ class ProfileItem:
 
     @property
     def scenes(self) -> list[str]:
-        """Distinct scenes it was seen in."""
-        return sorted({e.scene for e in self.evidence})
+        """Distinct scenes it was seen in (``general``, a text with no scene words, is none: a
+        preference first said with no context and repeated in a trip was not two scenes)."""
+        return sorted({e.scene for e in self.evidence} - {"general"})
+
+    @property
+    def sessions(self) -> int:
+        """Distinct sessions that support it."""
+        return len({e.session for e in self.evidence})
 
     @property
     def first_seen(self) -> float:
