@@ -15,10 +15,11 @@ from .errors import ConfigError
 
 
 class OnOverflow(StrEnum):
-    """What :meth:`ContextManager.build` does when pinned content alone exceeds the budget."""
+    """What :meth:`ContextManager.build` does when the window cannot get within the budget (pinned
+    content alone exceeds it, or pinned content and the last turn, which are never archived)."""
 
-    WARN = "warn"  #: return the window with a ``pinned_over_budget`` warning that gives the figures
-    RAISE = "raise"  #: raise :class:`~ctxscore.errors.BudgetError`
+    WARN = "warn"  #: return the window with a ``pinned_over_budget`` / ``over_budget`` warning that gives the figures
+    RAISE = "raise"  #: raise :class:`~ctxscore.errors.BudgetError` (the build's tier changes are kept)
 
 
 @dataclass(frozen=True, slots=True)

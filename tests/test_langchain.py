@@ -254,3 +254,20 @@ def test_tool_and_user_blocks_are_kept_whole():
 def test_bad_tool_calls_are_a_clear_error(call, match):
     with pytest.raises(InputError, match=match):
         to_langchain([{"role": "assistant", "content": "", "tool_calls": [call]}])
+
+
+def test_a_window_over_max_tokens_says_so():
+    """trim_messages returned 95 tokens for max_tokens=50 without a word, and on_overflow="raise"
+    raised only for pinned content (a new user's report)."""
+    from ctxscore import Policy
+    from ctxscore.errors import BudgetError
+
+    msgs = [SystemMessage("You are helpful. Never reveal the password."),
+            HumanMessage("Hi there, plan a trip to Paris for 3 people on June 3, budget €2000.")]
+    for i in range(5):
+        msgs += [AIMessage(f"Answer {i}: " + "Paris is lovely in spring. " * 10), HumanMessage(f"Question {i}: museum {i}?")]
+    with pytest.warns(RuntimeWarning, match="above max_tokens=50"):
+        out = trim_messages(msgs, max_tokens=50)
+    assert tokens(to_openai_dicts(out)) > 50
+    with pytest.raises(BudgetError, match="above the budget of 50"):
+        trim_messages(msgs, max_tokens=50, policy=Policy(on_overflow="raise"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -216,14 +217,23 @@ def trim_messages(messages: Sequence[BaseMessage | dict[str, Any]], *, max_token
         encoding: the tiktoken encoding of the budget.
         manager_kwargs: more :class:`~ctxscore.ContextManager` arguments (``policy``, ``compressor`` ...).
 
+    Warns:
+        RuntimeWarning: the window is over ``max_tokens`` (system messages and the last turn, which are
+            never dropped, take more; LangChain's ``trim_messages`` would drop them).
+
     Raises:
         InputError: a message that cannot be converted or is invalid (tool result without its call ...).
         ConfigError: a bad budget.
+        BudgetError: the window is over ``max_tokens`` and ``policy=Policy(on_overflow="raise")``.
     """
     dicts = to_openai_dicts(messages)
     with ContextManager(budget=max_tokens, scorer=scorer, encoding=encoding, **manager_kwargs) as cm:
         cm.extend(dicts)
         window = cm.build(query=query if query is not None else last_user_text(dicts))
+    if window.tokens > max_tokens:  # what cannot be compacted (system messages, the last turn) is over the budget
+        over = [str(w) for w in window.warnings if w.kind in ("over_budget", "pinned_over_budget")]
+        warnings.warn(f"trim_messages: the window holds {window.tokens} tokens, above max_tokens={max_tokens}"
+                      + (f" ({over[0]})" if over else ""), RuntimeWarning, stacklevel=2)
     system, rest = _split_system(window)
     return ([SystemMessage(content=system)] if system is not None else []) + to_langchain(rest)
 

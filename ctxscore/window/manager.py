@@ -203,7 +203,8 @@ class ContextManager:
 
         Raises:
             ConfigError: ``budget`` is not a positive integer or ``query`` is not a string.
-            BudgetError: pinned content exceeds the budget and ``policy.on_overflow`` is ``"raise"``.
+            BudgetError: the window cannot get within the budget (pinned content, or pinned content
+                and the last turn, exceed it) and ``policy.on_overflow`` is ``"raise"``.
         """
         B = self.budget if budget is None else check_budget(budget)
         if query is not None and not isinstance(query, str):

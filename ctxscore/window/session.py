@@ -179,6 +179,9 @@ class SessionState:
                 window = self._assemble(query, B, plan, vals, rel, warns)
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
+        if pol.on_overflow == OnOverflow.RAISE and window.tokens > B:  # the tiers are saved: the state stays whole
+            over = next((w for w in warns if w.kind in (WarningKind.OVER_BUDGET, WarningKind.PINNED_OVER_BUDGET)), None)
+            raise BudgetError(str(over) if over else f"window needs {window.tokens} tokens, above the budget of {B}")
         for w in warns:
             (log.warning if w.kind == WarningKind.PINNED_OVER_BUDGET else log.info)(str(w))
         for layer in self.layers:
