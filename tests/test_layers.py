@@ -603,3 +603,10 @@ def test_one_conversation_does_not_make_a_stable_preference():
         it = p.items["preference:seat:window seat"]
         levels.append(it.time_level)
     assert levels == ["session", "session"] and it.terms["cross_scene"] == 0.0  # "return" made it look like shopping
+
+
+@pytest.mark.parametrize("make", [lambda: FactLedger(share="0.1"), lambda: ProfileLayer("u", share=None),
+                                  lambda: ContextTypes(share=float("nan")), lambda: FactLedger(share=True)])
+def test_a_share_that_is_not_a_fraction_is_a_clear_error(make):
+    with pytest.raises(ConfigError, match=r"share must be a number in \(0, 1\]"):
+        make()

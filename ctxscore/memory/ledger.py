@@ -36,7 +36,7 @@ from ..messages import Message, Role
 from ..scoring.rules import typed_entity_spans
 from ..scoring.spans import UNNAMED_SLOT, facts_of
 from ..window.history import Entry, Pin
-from ..window.layers import Layer, LayerContext
+from ..window.layers import Layer, LayerContext, check_share
 from .facts import Extractor, Fact, FactContext, extract_facts, session_date, slot_key
 
 #: Default share of the budget the ledger may use.
@@ -81,11 +81,7 @@ class FactLedger(Layer):
     position = 40
 
     def __init__(self, share: float = DEFAULT_SHARE, extractor: Extractor | None = None) -> None:
-        if not 0 < share <= 1:
-            from ..errors import ConfigError
-
-            raise ConfigError(f"FactLedger share must be in (0, 1], got {share}")
-        self.share = share
+        self.share = check_share("FactLedger", share)
         self.extractor = extractor
         self.sections = (LedgerSection(self),)
         self._reset()

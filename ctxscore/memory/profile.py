@@ -53,7 +53,7 @@ from ..messages import Role
 from ..scoring.rules import extract_entities
 from ..store.base import RecordStore
 from ..window.history import Entry
-from ..window.layers import Layer, LayerContext
+from ..window.layers import Layer, LayerContext, check_share
 from . import lexicon as lx
 from .profile_conflicts import annotate, conflicting, resolve
 from .profile_extract import Statement, scene_of, statements, terms_in
@@ -121,11 +121,9 @@ class ProfileLayer(Layer):
                  share: float = DEFAULT_SHARE) -> None:
         if not isinstance(user_id, str) or not user_id.strip():
             raise ConfigError(f"ProfileLayer needs a non-empty user_id string, got {user_id!r}")
-        if not 0 < share <= 1:
-            raise ConfigError(f"ProfileLayer share must be in (0, 1], got {share}")
         self.user_id, self.scope = user_id, f"user:{user_id}"
         self.policy = policy or StabilityPolicy()
-        self.clock, self.share = clock, share
+        self.clock, self.share = clock, check_share("ProfileLayer", share)
         self.items: dict[str, ProfileItem] = {}
         self.people: dict[str, Person] = {}
         self.store: RecordStore | None = None

@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..messages import Message, Role
 from ..scoring.rules import sentences
 from ..window.history import Entry
-from ..window.layers import Layer, LayerContext
+from ..window.layers import Layer, LayerContext, check_share
 from . import lexicon as lx
 from .context_types import (
     HEAD_WEIGHT,
@@ -71,8 +71,6 @@ class ContextTypes(Layer):
 
     def __init__(self, head: TypeHead | str | None = "default", head_weight: float | None = None,
                  share: float = DEFAULT_SHARE) -> None:
-        if not 0 < share <= 1:
-            raise ConfigError(f"ContextTypes share must be in (0, 1], got {share}")
         if head_weight is not None and not 0 <= head_weight <= 1:
             raise ConfigError(f"ContextTypes head_weight must be in [0, 1], got {head_weight}")
         self.head = load_default_head() if head == "default" else head
@@ -81,7 +79,7 @@ class ContextTypes(Layer):
         if head_weight is None:
             head_weight = float(self.head.config.get("weight", HEAD_WEIGHT)) if self.head is not None else HEAD_WEIGHT
         self.head_weight = head_weight
-        self.share = share
+        self.share = check_share("ContextTypes", share)
         self.rules = RuleTypeClassifier()
         self.sections = (ConstraintSection(self), GoalSection(self))
         self._reset()

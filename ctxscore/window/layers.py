@@ -128,3 +128,14 @@ def claim_layers(layers: Sequence[Layer], owner: Any) -> None:
             setattr(layer, _OWNER, weakref.ref(owner) if owner is not None else None)
         except AttributeError:
             pass
+
+
+def check_share(owner: str, share: Any) -> float:
+    """A layer's share of the budget: a number in (0, 1].
+
+    Raises:
+        ConfigError: ``share`` is not a number (a string, ``None``, a bool) or is outside (0, 1].
+    """
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise ConfigError(f"{owner} share must be a number in (0, 1] (a fraction of the budget), got {share!r}")
+    return float(share)
