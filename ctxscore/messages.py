@@ -173,6 +173,8 @@ class Message:
         tool_calls: for assistant messages, the :class:`ToolCall` s (OpenAI-style dicts are accepted
             by the constructor and converted).
         parts: the content parts when the content was given as a list (empty for string content).
+        audio: an assistant message's ``audio`` reference as JSON, ``{"id": ...}`` only (what the next
+            request sends back after a model's audio reply), else ``None``.
 
     Use :meth:`from_dict` to build one from untrusted input (it validates); the constructor trusts
     its arguments. Change a field with :func:`dataclasses.replace`.
@@ -186,6 +188,7 @@ class Message:
     tool_call_id: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     parts: tuple[ContentPart, ...] = field(default=(), repr=False)
+    audio: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         calls = self.tool_calls
@@ -212,7 +215,8 @@ class Message:
             InputError: not an object; unknown role; content of the wrong type, empty in a system or
                 user message, above :data:`MAX_CONTENT_CHARS` or holding a lone surrogate; malformed
                 ``tool_calls`` (``function`` not an object, arguments not a string ...); a ``refusal``
-                that is not a string or not on an assistant message; a ``tool``
+                that is not a string or not on an assistant message; an ``audio`` that is not
+                ``{"id": str}`` on an assistant message; a ``tool``
                 message without ``tool_call_id``; a non-string ``name``; an ``id`` that is not a
                 non-empty string or an integer. The message names ``where`` (for example ``"line 12"``).
         """
@@ -272,8 +276,16 @@ class Message:
             if not isinstance(name, str):
                 raise InputError(f"{where}: 'name' must be a string, got {type(name).__name__}")
             _check_text(name, "name", where)
+        audio = data.get("audio")
+        if audio is not None:
+            if role != "assistant" or not isinstance(audio, dict) or not isinstance(audio.get("id"), str):
+                raise InputError(f"{where}: 'audio' must be an object {{'id': str}} on an assistant message (a model's "
+                                 f"audio reply), got {type(audio).__name__} on a {role} message")
+            _check_text(audio["id"], "the audio id", where)
+            audio = json.dumps({"id": audio["id"]}, ensure_ascii=False)  # what a request sends back (a resent answer
+            # also holds the audio's data, transcript and expiry, which the chat-completions request does not take)
         return cls(role=role, content=content, id=_message_id(data.get("id"), where), name=name,
-                   tool_call_id=tool_call_id, tool_calls=calls, parts=parts)
+                   tool_call_id=tool_call_id, tool_calls=calls, parts=parts, audio=audio)
 
     def text(self) -> str:
         """The text the scorer and the store see: content plus rendered tool calls.
@@ -318,6 +330,8 @@ class Message:
             out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.audio is not None:
+            out["audio"] = json.loads(self.audio)
         return out
 
     @property

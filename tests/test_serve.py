@@ -364,6 +364,19 @@ def test_empty_replies_and_refusals_are_recorded_and_the_conversation_goes_on(pr
     assert sent[4] == {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that request."}]}
 
 
+def test_an_audio_reply_reference_reaches_the_upstream(proxy, upstream):
+    """The next request after a model's audio reply sends its ``audio: {"id"}`` back (OpenAI continues
+    the audio conversation from it): the proxy dropped the field (a new user's report)."""
+    c = client_for(proxy, "audio")
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "audio": {"id": "audio_abc123"}},
+            {"role": "user", "content": "again"}]
+    reply = c.chat.completions.create(model="m", messages=msgs).choices[0].message
+    assert upstream.chat_requests()[-1]["messages"][1] == {"role": "assistant", "content": "", "audio": {"id": "audio_abc123"}}
+    c.chat.completions.create(model="m", messages=[*msgs, reply, {"role": "user", "content": "and now?"}])
+    assert stats(proxy, "audio")["sync_modes"] == {"append": 2}  # the stored reference matches the resent one
+    assert upstream.chat_requests()[-1]["messages"][1]["audio"] == {"id": "audio_abc123"}
+
+
 def test_tool_definitions_count_against_the_budget(upstream):
     tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": "does a thing " * 20,
                                                "parameters": {"type": "object", "properties": {}}}} for k in range(5)]

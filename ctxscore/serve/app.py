@@ -98,8 +98,9 @@ HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connect
 HOP_RESPONSE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding",
                                   "trailer", "upgrade", "date", "server"})
 #: The message fields of the chat-completions API that ctxscore keeps (others, like ``annotations``
-#: or ``audio`` of a resent answer, are dropped before syncing; a ``refusal`` becomes a content part).
-MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
+#: of a resent answer, are dropped before syncing; a ``refusal`` becomes a content part; of an
+#: ``audio`` object the ``id`` the request sends back).
+MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal", "audio")
 #: Proxy timings kept per session for the percentiles.
 TIMINGS_KEPT = 10_000
 
