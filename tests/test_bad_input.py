@@ -599,3 +599,19 @@ def test_catalogue_matches_the_tests():
         if len(cells) >= 5 and cells[0][:1] in "DCSM" and cells[0][1:].isdigit():
             rows[cells[0]] = re.match(r"\*\*(\w+)\*\*", cells[-1]).group(1)
     assert rows == REGISTERED
+
+
+def test_page_in_skipped_says_how_large_the_message_is():
+    """'could not be paged in within the page-in limit of 3000 tokens: the window holds 1617 of 3000'
+    read as if 1,383 free tokens were not enough for nothing in particular (a new user's report)."""
+    cm = rules_cm(budget=700)
+    cm.add({"role": "system", "content": "Follow the rules. " * 100})
+    cm.add({"role": "user", "content": "Here is the full report for ZEBRA-42: " + " ".join(
+        f"Item {i} of ZEBRA-42 costs {i} dollars and ships on day {i}." for i in range(60))})
+    for i in range(12):
+        cm.add({"role": "assistant", "content": f"Update {i}: noted."})
+        cm.add({"role": "user", "content": f"ok {i}"})
+    win = cm.build(query="what did the ZEBRA-42 report say?")
+    skipped = [w for w in win.warnings if w.kind == WarningKind.PAGE_IN_SKIPPED]
+    assert skipped and skipped[0].figures["smallest"] == cm.history.entries[1].tokens > 1000
+    assert f"the smallest of them holds {cm.history.entries[1].tokens} tokens" in str(skipped[0])

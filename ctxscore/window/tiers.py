@@ -611,16 +611,18 @@ def recency_relaxed(compacted: int, recent_turns: int, budget: int) -> WindowWar
         {"messages": compacted, "recent_turns": recent_turns, "budget": budget})
 
 
-def page_in_skipped(skipped: int, tokens: int, budget: int, limit: int) -> WindowWarning:
+def page_in_skipped(skipped: int, tokens: int, budget: int, limit: int, smallest: int | None = None) -> WindowWarning:
     """The warning that relevant stored messages could not be paged in within the page-in limit
     (``limit`` tokens), beside pinned content, the recent turns and the other page-ins (the forms
-    page-in tries: verbatim, the blocks the query names, for the best hit its structured form)."""
+    page-in tries: verbatim, the blocks the query names, for the best hit its structured form);
+    ``smallest``: tokens of the smallest of them verbatim, when known (what the room left lacked)."""
+    need = f"; the smallest of them holds {smallest} tokens" if smallest is not None else ""
     return WindowWarning(
         WarningKind.PAGE_IN_SKIPPED,
         f"{skipped} message(s) relevant to the query could not be paged in within the page-in limit of {limit} "
         f"tokens: the window holds {tokens} of {budget} (pinned content, the recent turns and what was paged "
-        "in); raise the budget or the policy's page_in_limit, or ask about one thing at a time",
-        {"skipped": skipped, "tokens": tokens, "budget": budget, "limit": limit})
+        f"in){need}; raise the budget or the policy's page_in_limit, or ask about one thing at a time",
+        {"skipped": skipped, "tokens": tokens, "budget": budget, "limit": limit, "smallest": smallest})
 
 
 def store_unavailable(what: str, error: Exception) -> WindowWarning:
@@ -648,7 +650,9 @@ def build_warnings(history: History, policy: Policy, budget: int, tokens: int, p
     if plan.fitted:
         out.append(last_fitted(history, plan.fitted, budget))
     if plan.unplaced:
-        out.append(page_in_skipped(len(plan.unplaced), tokens, budget, int(policy.page_in_limit * budget)))
+        sizes = [history.entries[history.ids[h]].tokens for h in plan.unplaced if h in history.ids]
+        out.append(page_in_skipped(len(plan.unplaced), tokens, budget, int(policy.page_in_limit * budget),
+                                   min(sizes) if sizes else None))
     return out
 
 
