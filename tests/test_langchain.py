@@ -271,3 +271,9 @@ def test_a_window_over_max_tokens_says_so():
     assert tokens(to_openai_dicts(out)) > 50
     with pytest.raises(BudgetError, match="above the budget of 50"):
         trim_messages(msgs, max_tokens=50, policy=Policy(on_overflow="raise"))
+
+
+def test_an_assistant_name_survives_both_ways():
+    ai = AIMessage("Checked.", name="planner")
+    d = to_openai_dicts([ai])[0]
+    assert d == {"role": "assistant", "content": "Checked.", "name": "planner"} and to_langchain([d])[0].name == "planner"

@@ -143,7 +143,7 @@ def to_openai_dicts(messages: Sequence[BaseMessage | dict[str, Any]]) -> list[di
             d["tool_call_id"] = m.tool_call_id
             if m.name:
                 d["name"] = m.name
-        elif m.name and role == "user":
+        elif m.name and role in ("user", "assistant"):
             d["name"] = m.name
         out.append(d)
     return out
@@ -196,7 +196,8 @@ def to_langchain(messages: Sequence[dict[str, Any]]) -> list[BaseMessage]:
                 if refusal:
                     extra["refusal"] = refusal
                     content = "\n".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
-            out.append(AIMessage(content=content, tool_calls=calls, invalid_tool_calls=invalid, additional_kwargs=extra))
+            out.append(AIMessage(content=content, tool_calls=calls, invalid_tool_calls=invalid, additional_kwargs=extra,
+                                 **({"name": d["name"]} if d.get("name") else {})))
         else:
             raise InputError(f"message {i}: unknown role {role!r}")
     return out
