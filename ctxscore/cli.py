@@ -158,7 +158,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     scorer = _scorer_arg(args.model)  # loaded once for every session
     rules = RuleConfig.load(args.rules) if args.rules else None
 
-    options = {"rules": rules, "compressor": comp, "layers": [comp.layer()] if comp is not None else []}
+    # each session gets its own summary layer (a layer holds one session's state)
+    options = {"rules": rules, "compressor": comp, "layers": (lambda: [comp.layer()]) if comp is not None else None}
     app = create_app(args.upstream, args.budget, scorer=scorer, store=args.store, redis=args.redis, policy=policy,
                      encoding=args.encoding, manager_options=options, upstream_api_key=key, timeout=args.timeout,
                      max_sessions=args.max_sessions, query_writer=writer,

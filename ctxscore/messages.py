@@ -137,6 +137,19 @@ def _tool_call(raw: Any, i: int, where: str) -> ToolCall:
     return ToolCall(id=cid, name=name, arguments=args)
 
 
+def _audio(audio: Any, role: str, where: str) -> str | None:
+    """An assistant message's ``audio`` as :attr:`Message.audio` keeps it: ``{"id"}`` as JSON, what a
+    request sends back (a resent answer also holds the audio's data, transcript and expiry, which the
+    chat-completions request does not take); ``None`` when absent."""
+    if audio is None:
+        return None
+    if role != "assistant" or not isinstance(audio, dict) or not isinstance(audio.get("id"), str):
+        raise InputError(f"{where}: 'audio' must be an object {{'id': str}} on an assistant message (a model's "
+                         f"audio reply), got {type(audio).__name__} on a {role} message")
+    _check_text(audio["id"], "the audio id", where)
+    return json.dumps({"id": audio["id"]}, ensure_ascii=False)
+
+
 def _content_parts(raw: list[Any], where: str) -> tuple[ContentPart, ...]:
     parts = []
     for i, p in enumerate(raw):
@@ -276,16 +289,8 @@ class Message:
             if not isinstance(name, str):
                 raise InputError(f"{where}: 'name' must be a string, got {type(name).__name__}")
             _check_text(name, "name", where)
-        audio = data.get("audio")
-        if audio is not None:
-            if role != "assistant" or not isinstance(audio, dict) or not isinstance(audio.get("id"), str):
-                raise InputError(f"{where}: 'audio' must be an object {{'id': str}} on an assistant message (a model's "
-                                 f"audio reply), got {type(audio).__name__} on a {role} message")
-            _check_text(audio["id"], "the audio id", where)
-            audio = json.dumps({"id": audio["id"]}, ensure_ascii=False)  # what a request sends back (a resent answer
-            # also holds the audio's data, transcript and expiry, which the chat-completions request does not take)
         return cls(role=role, content=content, id=_message_id(data.get("id"), where), name=name,
-                   tool_call_id=tool_call_id, tool_calls=calls, parts=parts, audio=audio)
+                   tool_call_id=tool_call_id, tool_calls=calls, parts=parts, audio=_audio(data.get("audio"), role, where))
 
     def text(self) -> str:
         """The text the scorer and the store see: content plus rendered tool calls.

@@ -516,6 +516,9 @@ def test_a_layer_serves_one_session_at_a_time():
     bob = ContextManager(budget=2000, scorer="rules", session_id="bob", layers=[ledger])
     bob.add({"role": "user", "content": "My booking reference number is BOB77XQ."})
     assert any("BOB77XQ" in line for line in ledger.lines()) and not any("ALC42QZ" in line for line in ledger.lines())
+    alice.close()  # closing the old manager again frees nothing that bob holds now
+    with pytest.raises(ConfigError, match="already serves session 'bob'"):
+        ContextManager(budget=2000, scorer="rules", session_id="carol", layers=[ledger])
 
 
 @pytest.mark.parametrize(("layers", "match"), [

@@ -675,3 +675,23 @@ def test_least_recently_used_sessions_are_closed_and_come_back_whole(upstream):
         s = stats(srv, "a")
     assert s["requests"] == 1 and s["messages"] == 4  # the resent history rebuilt the session
     assert upstream.chat_requests()[-1]["messages"][0] == {"role": "user", "content": "Hello #1 from a"}
+
+
+def test_each_session_gets_its_own_layers(upstream):
+    """manager_options={'layers': [...]} gave every session the same layer objects (one user's facts
+    in another's window; with the ownership check, a refused second session): layers come from a function."""
+    from ctxscore.errors import ConfigError
+    from ctxscore.memory.ledger import FactLedger
+
+    with pytest.raises(ConfigError, match="pass a function that makes them"):
+        create_app(upstream.url, 2000, scorer="rules", manager_options={"layers": [FactLedger()]})
+    app = create_app(upstream.url, 2000, scorer="rules", manager_options={"layers": lambda: [FactLedger()]})
+    with Background(app) as srv:
+        for sid in ("alice", "bob"):
+            client_for(srv, sid).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"My booking reference number is {sid.upper()}77XQ."}])
+        managers = {sid: app.state.proxy.sessions.get(sid).cm for sid in ("alice", "bob")}
+    ledgers = {sid: cm.state.layers[0] for sid, cm in managers.items()}
+    assert ledgers["alice"] is not ledgers["bob"]
+    values = {sid: {f.value for f in led.facts} for sid, led in ledgers.items()}
+    assert "ALICE77XQ" in values["alice"] - values["bob"] and "BOB77XQ" in values["bob"] - values["alice"]

@@ -68,11 +68,14 @@ def test_serve_with_the_llm_compressor():
             while not any(r["model"] == "summarizer" for r in f.chat_requests()) and time.monotonic() < deadline:
                 time.sleep(0.1)
             stats = httpx.get(url + "/v1/ctxscore/stats/cli").json()
+            # a second session gets its own summary layer (one shared layer refused every session after the first)
+            other = openai.OpenAI(base_url=url + "/v1", api_key="sk-x", default_headers={"X-Session-Id": "cli-2"})
+            other.chat.completions.create(model="agent", messages=[{"role": "user", "content": "hello"}])
         finally:
             proc.terminate()
             proc.wait(timeout=20)
         models = [r["model"] for r in f.chat_requests()]
-    assert models.count("agent") == 8 and "summarizer" in models  # the batches went to --llm-base-url (the upstream)
+    assert models.count("agent") == 9 and "summarizer" in models  # the batches went to --llm-base-url (the upstream)
     assert stats["requests"] == 8 and stats["sync_modes"] == {"append": 8}
 
 

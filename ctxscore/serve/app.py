@@ -1019,7 +1019,20 @@ def _is_server_url(store: Any) -> bool:
 
 def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextManager] | None,
               options: dict[str, Any], *, encoding: str, max_sessions: int, timeout: float) -> Sessions:
-    """The proxy's sessions for the ``store`` / ``redis`` arguments of :func:`create_app`."""
+    """The proxy's sessions for the ``store`` / ``redis`` arguments of :func:`create_app` (a callable
+    ``options["layers"]`` makes each session's layers)."""
+    layers = options.get("layers")
+    if layers and not callable(layers):
+        raise ConfigError("manager_options['layers'] would give every session the same layer objects, and a layer "
+                          "holds one session's state: pass a function that makes them, "
+                          "manager_options={'layers': lambda: [FactLedger()]}")
+    manager: Callable[..., ContextManager] = ContextManager
+    if callable(layers):
+        make_layers = options["layers"]
+
+        def manager(**kw: Any) -> ContextManager:
+            return ContextManager(**{**kw, "layers": make_layers()})
+
     if redis is not None:
         if not _is_server_url(store):
             raise ConfigError("redis (--redis) shares sessions between proxy processes and needs a server store: "
@@ -1035,7 +1048,7 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
 
         if isinstance(redis, str):  # a turn may wait for the model: its lock is renewed meanwhile
             redis = RedisHotState(redis, lock_wait_s=max(30.0, timeout + 10.0), renew_s=timeout + 60.0)
-        shared = SharedSessions(open_store(store, redis=redis), ContextManager, max_sessions=max_sessions,
+        shared = SharedSessions(open_store(store, redis=redis), manager, max_sessions=max_sessions,
                                 encoding=encoding, **options)
         return SharedProxySessions(shared, max_sessions)
     if manager_factory is not None:
@@ -1049,14 +1062,14 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
         server = store
 
         def on_server(sid: str) -> ContextManager:
-            return ContextManager(store=server, encoding=encoding, session_id=sid, **options)
+            return manager(store=server, encoding=encoding, session_id=sid, **options)
 
         sessions = Sessions(on_server, max_sessions, close_managers=False)
         sessions.close = _then(sessions.close, server.close)  # type: ignore[method-assign]
         return sessions
 
     def default_factory(sid: str) -> ContextManager:
-        return ContextManager(store=store, encoding=encoding, session_id=sid, **options)
+        return manager(store=store, encoding=encoding, session_id=sid, **options)
 
     return Sessions(default_factory, max_sessions)
 
@@ -1131,7 +1144,8 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
             the reply, and a process that never saw a session continues it from the store without
             re-scoring (:class:`SharedProxySessions`).
         manager_options: more :class:`~ctxscore.ContextManager` keyword arguments of every session
-            (``rules``, ``compressor``, ``layers`` ...).
+            (``rules``, ``compressor`` ...); ``layers`` as a function that makes one session's layers
+            (``lambda: [FactLedger()]``: a layer holds one session's state).
         warm: run :func:`warm_up` before returning, so that no request waits for the scorer's
             models or the tokenizers to load (with ``manager_factory``, whose managers may use any
             scorer, only the tokenizers are loaded).
@@ -1144,7 +1158,8 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
 
     Raises:
         ConfigError: a bad budget, upstream URL, count, store or Redis URL, ``redis`` without a
-            PostgreSQL store, or a missing extra (the message says which to install).
+            PostgreSQL store, ``layers`` that are not a function, or a missing extra (the message says
+            which to install).
         StoreError: the PostgreSQL store or Redis cannot be reached.
         ModelLoadError: the scorer (a packaged folder, or the installed default for ``"auto"``)
             cannot be loaded.

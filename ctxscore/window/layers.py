@@ -121,13 +121,21 @@ def check_layers(layers: Any) -> list[Layer]:
 
 def claim_layers(layers: Sequence[Layer], owner: Any) -> None:
     """Mark ``layers`` as serving ``owner`` (a session state, held weakly: a manager that is gone
-    frees them); ``owner=None`` frees them (:meth:`ctxscore.ContextManager.close`). A layer that
-    takes no attributes (``__slots__``) is not marked."""
+    frees them). A layer that takes no attributes (``__slots__``) is not marked."""
     for layer in layers:
         try:
-            setattr(layer, _OWNER, weakref.ref(owner) if owner is not None else None)
+            setattr(layer, _OWNER, weakref.ref(owner))
         except AttributeError:
             pass
+
+
+def free_layers(layers: Sequence[Layer], owner: Any) -> None:
+    """Free the ``layers`` that still serve ``owner`` (:meth:`ctxscore.ContextManager.close`); one another
+    manager took over since stays its (a second close of the first manager frees nothing)."""
+    for layer in layers:
+        ref = getattr(layer, _OWNER, None)
+        if ref is not None and ref() is owner:
+            setattr(layer, _OWNER, None)
 
 
 def check_share(owner: str, share: Any) -> float:

@@ -38,7 +38,7 @@ from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
 from .assemble import DEFAULT_SECTIONS, PostBuildHook, Section
 from .history import History
-from .layers import Layer, check_layers, claim_layers
+from .layers import Layer, check_layers, free_layers
 from .pagein import SEARCH_HITS, search
 from .result import ContextWindow, WindowWarning
 from .session import SessionState
@@ -259,7 +259,7 @@ class ContextManager:
     def close(self) -> None:
         """Close the store (a file-backed session can be resumed with the same arguments) and free
         the layers (another manager may take them over)."""
-        claim_layers(self.state.layers, None)
+        free_layers(self.state.layers, self.state)
         self.store.close()
 
     def __enter__(self) -> ContextManager:
