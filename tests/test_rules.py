@@ -283,7 +283,8 @@ def test_values_written_right_after_chinese_characters_are_found(text, want):
 @pytest.mark.parametrize(("text", "want"), [
     ("The cost will be 16.6 GBP and your reference number is QQ53PXEI .", {("money", "16.6 gbp"), ("id_mixed", "qq53pxei")}),
     ("The total cost will be 120.16GBP .", {("money", "120.16gbp")}),  # was the id 16GBP and the amount lost
-    ("A room is 95 pounds a night, 30 euros for breakfast.", {("money", "95 pounds"), ("money", "30 euros")}),
+    ("A room is 95 GBP a night, 30 euros for breakfast.", {("money", "95 gbp"), ("money", "30 euros")}),
+    ("The checked bag limit is 50 pounds.", {("count_noun", "50 pounds")}),  # a weight with its noun, not money
     ("That is 5000 yen or 40 yuan.", {("money", "5000 yen"), ("money", "40 yuan")}),
 ])
 def test_amounts_in_more_currencies(text, want):

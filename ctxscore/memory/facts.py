@@ -71,15 +71,21 @@ _CJK_TRAIL = re.compile(r"(?:是|为|在|改成|改为|换成|变成|改到|调�
 #: Words before a slot's name: its owner and fillers (我的航班 is the slot 航班).
 _CJK_LEAD = re.compile(r"^(?:另外|还有|对了|其实|那么|那|就|请|把|将|我们的|我的|您的|你的|他的|她的|我|您|你)+")
 #: Words right before a value that say it is not the one (a correction's "not Tuesday").
-_NEGATED = re.compile(r"(?i)(?:\bnot|\binstead of|\brather than|\bno longer)\s+(?:(?:on|at|for|in|the)\s+)?$"
-                      r"|(?:不是|而不是|并非|不要)\s*$")
+_NEGATED = re.compile(r"(?i)(?:(?<!why )\bnot|\binstead of|\brather than|\bno longer)\s+(?:(?:on|at|for|in|the)\s+)?$"
+                      r"|(?:(?<!是)不是|而不是|并非|不要)\s*$")
+#: The end of the sentence a value stands in (a question denies nothing: "Why not Tuesday?", 是不是周二？).
+_SENTENCE_END = re.compile(r"[.!?。！？\n]")
 
 
-def negated(text: str, value: str) -> bool:
-    """Whether the first occurrence of ``value`` in ``text`` follows words that say it is not the one
-    (:data:`_NEGATED`: "Wednesday, not Tuesday", "instead of 7pm", 是周三不是周二)."""
-    at = text.find(value)
-    return at > 0 and bool(_NEGATED.search(text[max(0, at - 40):at]))
+def negated(text: str, value: str, at: int | None = None) -> bool:
+    """Whether ``value`` (at ``at`` in ``text``, default its first occurrence) follows words that say
+    it is not the one (:data:`_NEGATED`: "Wednesday, not Tuesday", "instead of 7pm", 是周三不是周二),
+    in a sentence that is not a question."""
+    at = text.find(value) if at is None else at
+    if at <= 0 or not _NEGATED.search(text[max(0, at - 40):at]):
+        return False
+    end = _SENTENCE_END.search(text, at + len(value))
+    return end is None or end.group() not in "?？"
 
 
 _UNIT = re.compile(r"(?i)\d[\d,.]*\s?([a-z\u4e00-\u9fff]+)\s*$")
@@ -90,6 +96,11 @@ _KIND = {
     "number_unit": "quantity", "id_mixed": "id", "code3": "code", "long_number": "number", "snake_case": "name",
     "camel_case": "name", "dotted_call": "name", "quoted": "quoted", "proper_name": "name", "hash_tag": "tag",
 }
+
+def kind_label(kind: str) -> str:
+    """The slot a value of entity kind ``kind`` gets when no word names it (``date``, ``time``, ``money`` ...)."""
+    return _KIND.get(kind, kind)
+
 
 #: Chinese slot words and the English slot word each stands for, so that a slot named in one
 #: language and changed in the other is one slot of the ledger (:func:`slot_key`): "flight" on May 20,
@@ -323,10 +334,10 @@ def _text_facts(text: str, ctx: FactContext) -> list[tuple[str, str, str, str]]:
                 continue
             unit = _UNIT.search(value) if kind == "number_unit" else None
             train = kind == "id_mixed" and value.endswith("次")  # G1次, D2315次列车: a train number
-            negated = bool(_NEGATED.search(text[max(start, s - 40):s]))
+            denied = negated(text[start:], value, s - start)  # a cue after the sentence's previous value
             slot = ((unit.group(1).lower() if unit else None) or ("车次" if train else None)
-                    or (None if negated else _slot_name(text[start:s])) or _KIND.get(kind, kind))
-            out.append((slot, value, "negated" if negated else "text", kind))
+                    or (None if denied else _slot_name(text[start:s])) or kind_label(kind))
+            out.append((slot, value, "negated" if denied else "text", kind))
             start = max(start, e)
         if len(out) >= MAX_TEXT_FACTS:
             break

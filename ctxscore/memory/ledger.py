@@ -37,7 +37,7 @@ from ..scoring.rules import typed_entity_spans
 from ..scoring.spans import UNNAMED_SLOT, facts_of
 from ..window.history import Entry, Pin
 from ..window.layers import Layer, LayerContext, check_share
-from .facts import Extractor, Fact, FactContext, extract_facts, session_date, slot_key
+from .facts import Extractor, Fact, FactContext, extract_facts, kind_label, session_date, slot_key
 
 #: Default share of the budget the ledger may use.
 DEFAULT_SHARE = 0.1
@@ -50,10 +50,26 @@ _DENY = re.compile(r"(?i)^\s*(no\b|nope|not (that|this)|i don'?t (want|like)|don
 _CONFIRM_CHARS = 80
 #: Corrections the rule file's lexicon leaves to the ledger: "change the meeting to ...", "move it to
 #: ...", "use ... as my email" (a broader cue would pin more messages; here it only decides supersession).
-_CHANGE = re.compile(r"(?i)\b(?:change|move|switch|update|set|push)\s+(?:(?:the|my|our|your|it|that|this)\s+)?"
-                     r"(?:[\w-]+\s+){0,3}?to\b|\buse\b.{1,60}\b(?:as|for)\s+(?:my|the|our)\b|^\W*correction\b"
+_CHANGE = re.compile(r"(?i)\b(?:change|move|switch|update|push)\s+(?:(?:the|my|our|your|it|that|this)\s+)?"
+                     r"(?:[\w-]+\s+){0,3}?to\b|\buse\b.{1,60}\bas\s+(?:my|the|our)\b|^\W*correction\b"
                      r"|改到|改为|改成|换成|应该是")
+#: Entity kinds of which a correction that names no slot replaces the task's one current value
+#: (dates, times, an email): not amounts, counts or ids, of which a task holds several that mean
+#: different things (a parking fee beside a room rate, 3 days beside 4 people).
+_KIND_LINKED = frozenset({"email", "url", "date_words", "date_zh", "datetime_iso", "date_slash", "weekday", "time",
+                          "time_zh"})
+#: Words a slot read from a correction is made of when the correction names no slot ("I meant ...",
+#: "use ... as my email", 改成 ...): such a value takes the slot of the value of its kind it replaces.
+_UNNAMING = frozenset({"meant", "mean", "use", "actually", "instead", "make", "it", "change", "switch", "sorry",
+                       "correction", "no", "wait", "rather", "改成", "改为", "改到", "换成", "应该是", "是", "不对"})
 _HEADER = "Facts so far (slot: value (source message); superseded values after 'was'):"
+
+
+def _unnamed(f: Fact) -> bool:
+    """Whether ``f``'s slot names nothing: read from a correction's own words (:data:`_UNNAMING`), or
+    the entity kind's label."""
+    words = f.slot.lower().split()
+    return f.slot == kind_label(f.kind) or bool(words) and all(w in _UNNAMING for w in words)
 
 
 def _key(f: Fact) -> tuple[int, str]:
@@ -123,10 +139,9 @@ class FactLedger(Layer):
             kept = [f for f in facts if f.origin != "negated"]
             for f in kept:
                 self._put(f, correction)
-            for k, f in enumerate(facts):
+            for f in facts:
                 if f.origin == "negated":
-                    self._negate(f, [g for g in facts[:k] if g.origin != "negated"][-1:]
-                                 or [g for g in facts[k + 1:] if g.origin != "negated"][:1])
+                    self._negate(f, facts)
             if e.msg.role == Role.ASSISTANT:
                 self._last_assistant = list(facts)
             elif e.msg.role == Role.USER:
@@ -158,9 +173,9 @@ class FactLedger(Layer):
             return
         key = _key(f)
         old = self.current.get(key)
-        if old is None and correction and f.kind:
-            # a correction whose value's slot is named otherwise ("actually, use alice.w@... as my email",
-            # 改成周三 after 订周二): it replaces the task's one current value of its kind, under that slot
+        if old is None and correction and f.kind in _KIND_LINKED and _unnamed(f):
+            # a correction that names no slot ("actually, use alice.w@... as my email", 改成周三 after
+            # 订周二): it replaces the task's one current value of its kind, under that slot
             same = [(k, c) for k, c in self.current.items()
                     if k[0] == f.task and c.kind == f.kind and c.source != f.source and c.value != f.value]
             if len(same) == 1:
@@ -187,26 +202,34 @@ class FactLedger(Layer):
         self.current[key] = f
         self._order = None
 
-    def _negate(self, f: Fact, beside: list[Fact]) -> None:
+    def _negate(self, f: Fact, facts: Sequence[Fact]) -> None:
         """A value a message says is not the one ("I meant Wednesday, not Tuesday", 是周三不是周二): it
-        is no current value; a current value of the task equal to it (case aside) from an earlier
-        message is replaced by the message's value ``beside`` it (the one just before, else just
-        after), which then stands under the old slot's name with ``was`` the old value, or, with
-        none beside it, only leaves the ledger."""
+        is no current value; the task's current values equal to it (case aside) from earlier messages
+        leave the ledger, and the first is replaced by the message's value of the same kind beside it
+        (just before it in ``facts``, the message's facts in order, else just after), which then
+        stands under the old value's slot (and key) with ``was`` the old value and what either had
+        replaced."""
         self.facts.append(f)
-        new = beside[0] if beside else None
+        k = next(i for i, g in enumerate(facts) if g is f)
+        same = [g for g in facts if g.origin != "negated" and g.kind == f.kind]
+        new = next((g for g in reversed(same) if facts.index(g) < k), None) or next(
+            (g for g in same if facts.index(g) > k), None)
         for key, cur in list(self.current.items()):
             if key[0] != f.task or cur.source == f.source or cur.value.lower() != f.value.lower():
                 continue
             del self.current[key]
             if new is None:
                 continue
+            was = self.was.pop(key, [])
             for k2, g in list(self.current.items()):
-                if g is new:
+                if g is new:  # the value moves: it stood under its own slot until now
                     del self.current[k2]
-            new = replace(new, slot=cur.slot)
-            self.was[_key(new)] = [*self.was.pop(key, []), cur.value]
-            self.current[_key(new)] = new
+                    was += self.was.pop(k2, [])
+            moved = replace(new, slot=cur.slot)
+            target = _key(moved) if key == _key(cur) else _alt_key(moved)  # where the old value stood
+            self.was[target] = [*was, cur.value]
+            self.current[target] = moved
+            new = None  # one replacement; other current copies of the denied value only leave
         self._order = None
 
     def was_of(self, f: Fact) -> list[str]:

@@ -245,9 +245,9 @@ class Tracker:
             t.calls.append(call.name)
         proposal = bool(lx.PROPOSE.search(msg.content) or _OFFER.search(msg.content))
         sents = sentences(msg.content[:4000])
-        # a message that acts (a tool call that is an action, "I'll book it now") acts on what its other
+        # a message that acts (a call that writes, "I'll book it now"; not a search) acts on what its other
         # sentences describe: "Hotel Roma has a room for $420 a night ... I'll book it now" books the $420
-        acting = any(not _NOT_ACTION.search(c.name) for c in msg.tool_calls) or any(
+        acting = any(lx.WRITE_TOOL.search(c.name) and not _NON_WRITE.search(c.name) for c in msg.tool_calls) or any(
             lx.ACTION.search(x) and not lx.NEGATION.search(x) and not _CONDITIONAL.search(x) for x in sents)
         for sent in sents:
             if lx.NEGATION.search(sent) or _CONDITIONAL.search(sent):
@@ -415,8 +415,7 @@ def _restated_rules(rules: list[cons.Rule], new: list[cons.Rule], vals: list[Val
     the hotel budget to €240 per night"); without a new bound, the one number of a group the turn
     names ("actually, make it €240") becomes the bound of the earlier rule it restates, with the
     turn's sentence that holds it. A correction restates a rule when it is the only candidate and the
-    two share a content word, the correction has none ("make it €240") or both bound an amount per the
-    same unit ("每晚 700元以内" after "每晚不超过500元"), or when it shares the most
+    two share a content word or the correction has none ("make it €240", 预算改成每晚700元以内), or when it shares the most
     content words with it; another limit ("at most $60 for the dinner" beside "$500 for the flight")
     stays as it was."""
     out = list(rules)
@@ -442,6 +441,12 @@ _LIMIT_WORDS = frozenset("""actually make change changed instead rather please t
 person people day days room rooms ticket tickets most least more less than under over budget limit maximum minimum max
 min total cost costs price that this it its is are be to of at no not only""".split())
 _ZH_LIMIT_WORDS = frozenset(["每晚", "每人", "每天", "不超", "超过", "改成", "改为", "最多", "至少", "人均", "其实", "预算"])
+#: Chinese words a bound's correction is made of besides the bound (change verbs, fillers, limit and
+#: unit words), taken out of a run before its character pairs are read: "不对，预算改成每晚700元以内"
+#: names nothing the bound limits, so it restates the one bound of its kind.
+_ZH_FILLER = re.compile("|".join(sorted(
+    "不对 其实 预算 改成 改为 改到 改一下 一下 可以 提高到 提高 放宽到 放宽 调整为 调整 调到 以内 以下 每晚 每人 每天 "
+    "不超过 不能超过 别超过 超过 最多 至少 人均 元 块 吧 呢 啊 了 的 到 再".split(), key=len, reverse=True)))
 
 
 def _content_words(sentence: str) -> set[str]:
@@ -450,7 +455,8 @@ def _content_words(sentence: str) -> set[str]:
     low = sentence.lower()
     words = {w for w in re.findall(r"[a-z]{3,}", low) if w not in _LIMIT_WORDS}
     for run in re.findall(r"[\u4e00-\u9fff]+", sentence):
-        words |= {run[i:i + 2] for i in range(len(run) - 1)} - _ZH_LIMIT_WORDS
+        for part in _ZH_FILLER.split(run):
+            words |= {part[i:i + 2] for i in range(len(part) - 1)} - _ZH_LIMIT_WORDS
     return words
 
 
@@ -465,6 +471,6 @@ def _restated(rules: list[cons.Rule], sentence: str, group: str, kind: str | Non
     words = _content_words(sentence)
     shared = [len(words & _content_words(r.sentence)) for r in cands]
     best = max(shared)
-    if len(cands) == 1:  # the only bound of its kind per the same unit ("每晚 700元以内" after "每晚不超过500元")
-        return cands[0] if best or not words or per is not None else None
+    if len(cands) == 1:
+        return cands[0] if best or not words else None
     return cands[shared.index(best)] if best and shared.count(best) == 1 else None

@@ -43,7 +43,7 @@ from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from .history import ARCHIVED, CODE, TIERS, Form, History
 from .pagein import RECALLED_HEADER, PageInPlan, recalled_tag
 from .result import ContextWindow, Decision, SectionInfo, WindowWarning
-from .tiers import COLLAPSED_LINE_TOKENS, Forms, collapsed_line, stub_cap
+from .tiers import COLLAPSED_LINE_TOKENS, Forms, collapsed_line, last_excess, stub_cap
 from .value import ValueModel
 
 SECTION_POSITIONS = {
@@ -136,13 +136,15 @@ class BuildView:
 
     def layer_cap(self, share: float) -> int:
         """Tokens a layer's section may take in this build: ``share`` of the budget, and no more than
-        the budget leaves beside the pinned messages, the last unit verbatim, the stub note's one
+        the budget leaves beside the pinned messages, the last unit (verbatim, or a huge one at the
+        size the build cuts it to, :func:`~ctxscore.window.tiers.last_excess`), the stub note's one
         line, reply priming and the notes of the layers rendered before it (:meth:`spend`), so that an
         optional note gives way before the latest message is cut (a ledger's 138 tokens beside a
         1,340-token system prompt at 1,500 cut the user's question)."""
         h = self.history
         last = h.units[h.entries[-1].unit] if h.entries else []
-        newest = sum(h.entries[i].tokens for i in last if not h.entries[i].pinned)
+        # a huge last output counts as the build counts it: cut to the room the rest leaves (last_excess)
+        newest = sum(h.entries[i].tokens for i in last if not h.entries[i].pinned) - last_excess(h, self.budget, self.forms)
         stubs = COLLAPSED_LINE_TOKENS if h.stub_tokens else 0
         room = self.budget - REPLY_PRIMING_TOKENS - h.pinned_tokens - newest - stubs - self._layer_tokens
         return max(0, min(int(share * self.budget), room))
