@@ -313,3 +313,27 @@ def test_a_correction_replaces_the_value_it_names_or_denies(first, then, want):
     assert any(line.endswith(want) for line in lines), lines
     old = want.rsplit("was ", 1)[1].rstrip(")")
     assert not any(old in line.split(" (")[0] for line in lines), lines  # the old value is no current value
+
+
+@pytest.mark.parametrize(("turns", "current"), [
+    # "set ... to" and "use ... for" are no corrections, and a count does not replace another count
+    (["Book a table for 4 people on Friday.", "Also, set the reminder to 3 days before."], {"4 people", "Friday", "3 days"}),
+    (["The booking is for 2 adults.", "Use 3 rooms for the group."], {"2 adults", "3 rooms"}),
+    # a question denies nothing
+    (["The meeting is on Tuesday.", "Why not Tuesday and Thursday both?"], {"Tuesday", "Thursday"}),
+    # the denied value kept beside a newer one of its slot: the other stays, the replacement takes its place
+    (["My flight is on Tuesday.", "My flight is on Friday.", "Sorry, I meant Wednesday, not Tuesday."], {"Friday", "Wednesday"}),
+    # the value replacing a denied one is of its kind
+    (["Dinner on Tuesday at 6pm.", "Wednesday at 7pm works, not Tuesday."], {"Wednesday", "7pm"}),
+])
+def test_what_is_no_correction_leaves_the_values_current(turns, current):
+    """A reviewer's cases: each of these replaced or lost a value ("people: 3 days (m2; was 4 people)",
+    Friday gone, "dinner: 7pm (m2; was Tuesday)")."""
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+    for t in turns:
+        cm.extend([{"role": "user", "content": t}, {"role": "assistant", "content": "OK."}])
+    shown = {f.value for f in led.current.values()}
+    assert current <= shown, led.lines()
+    if "Tuesday" not in current:
+        assert "Tuesday" not in shown, led.lines()  # denied: no current value

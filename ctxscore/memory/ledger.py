@@ -72,6 +72,13 @@ def _unnamed(f: Fact) -> bool:
     return f.slot == kind_label(f.kind) or bool(words) and all(w in _UNNAMING for w in words)
 
 
+def _related(a: str, b: str) -> bool:
+    """Whether two slot keys name one thing at two lengths: the words of one are all in the other
+    (``check-in`` and ``check-in time``)."""
+    wa, wb = set(a.split()), set(b.split())
+    return bool(wa and wb) and (wa <= wb or wb <= wa)
+
+
 def _key(f: Fact) -> tuple[int, str]:
     """The ledger's key of a fact: its task and :func:`~ctxscore.memory.facts.slot_key` of its slot."""
     return f.task, slot_key(f.slot)
@@ -173,11 +180,14 @@ class FactLedger(Layer):
             return
         key = _key(f)
         old = self.current.get(key)
-        if old is None and correction and f.kind in _KIND_LINKED and _unnamed(f):
+        if old is None and correction and f.kind in _KIND_LINKED:
             # a correction that names no slot ("actually, use alice.w@... as my email", 改成周三 after
-            # 订周二): it replaces the task's one current value of its kind, under that slot
+            # 订周二) or a shorter or longer name of it (入住 for 入住时间): it replaces the task's one
+            # current value of its kind, under that slot
+            unnamed = _unnamed(f)
             same = [(k, c) for k, c in self.current.items()
-                    if k[0] == f.task and c.kind == f.kind and c.source != f.source and c.value != f.value]
+                    if k[0] == f.task and c.kind == f.kind and c.source != f.source and c.value != f.value
+                    and (unnamed or _related(key[1], k[1].split("#")[0]))]
             if len(same) == 1:
                 k, c = same[0]
                 del self.current[k]
