@@ -68,7 +68,7 @@ from .base import (
 )
 from .retrieval import Hit, RankedList, fuse, query_terms, stem_terms
 from .session_index import SessionIndex, index_fields, indexed_message
-from .sqlite import index_text
+from .sqlite import index_text, keyword_text
 from .stemming import porter_stem
 
 try:  # the extra `postgres`
@@ -319,7 +319,7 @@ class PostgresStore:
                 text, exact = _pg_text(rec.text)
                 context, _ = _pg_text(rec.context)
                 # the stems and document length of the head and tail of a long text (the keyword list
-                # counts terms in the whole text); itext, which kept that part, is no longer written
+                # counts terms in more of it, keyword_text); itext, which kept that part, is no longer written
                 ntok, stems, stems_ctx, stem_ntok = index_fields(index_text(text), context)
                 blob = None if rec.embedding is None else np.asarray(rec.embedding, dtype=np.float32).tobytes()
                 row = [session_id, mid, turn, msg.role, text, exact, None, context,
@@ -450,7 +450,7 @@ class PostgresStore:
                 index.reset()  # messages moved out: read the session again
             if rows:
                 index.epoch = rows[0][0]
-                new = [indexed_message(mid, turn, text, text, context, ntok,  # terms counted in the whole text
+                new = [indexed_message(mid, turn, text, keyword_text(text), context, ntok,  # the keyword list's part
                                        stems.split(), sctx.split(), sn,
                                        decode_embedding(blob, f"store {self.where}: session {session_id!r} "
                                                               f"message {mid!r} (turn {turn})"))

@@ -55,7 +55,7 @@ class IndexedMessage:
     Attributes:
         id, turn: the message id and turn.
         snippet: the first 120 characters of its text.
-        text_folded: its whole text, lower-cased (what the keyword list counts a term in).
+        text_folded: the part of its text the keyword list counts a term in, lower-cased (``keyword_text``).
         context_folded: its index context, lower-cased.
         ntok: document length of the keyword list (trigrams of indexed text + context).
         ascii_text: its whole text with ASCII letters lower-cased (the short-term list), or ``None``
@@ -91,9 +91,10 @@ def index_fields(indexed: str, context: str) -> tuple[int, list[str], list[str],
 def indexed_message(mid: str, turn: int, text: str, indexed: str, context: str, ntok: int, stems: Sequence[str],
                     stems_ctx: Sequence[str], stem_ntok: int, embedding: np.ndarray | None, *,
                     short_terms: bool = True) -> IndexedMessage:
-    """An :class:`IndexedMessage` from a stored row (``indexed``: the text the keyword list counts
-    terms in, the whole text; ``ntok`` and the stems come from the head and tail of a long one);
-    ``short_terms=False`` keeps no copy of the whole text (the store answers two-character terms)."""
+    """An :class:`IndexedMessage` from a stored row (``indexed``: the part of the text the keyword
+    list counts terms in, up to 64 KB of it; ``ntok`` and the stems come from the head and tail of a
+    long one); ``short_terms=False`` keeps no other copy of the text (the store answers two-character
+    terms)."""
     return IndexedMessage(mid, turn, text[:120], indexed.lower(), context.lower(), ntok,
                           text.translate(_ASCII_LOWER) if short_terms else None,
                           Counter(stems), Counter(stems_ctx), stem_ntok, embedding)

@@ -78,19 +78,29 @@ CREATE TABLE IF NOT EXISTS events(
 _COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
 #: The stem list and the keyword list's document lengths read at most the first ``INDEX_HEAD`` and
 #: last ``INDEX_TAIL`` characters of a message (a multi-KB tool dump: stemming all of it would cost
-#: about 0.13 ms a KB); the keyword list counts a term in the whole text, so an ID in the middle of
-#: a long log is found, and the two-character lists search all of it too.
+#: about 0.13 ms a KB); the keyword list counts a term in the first ``KEYWORD_HEAD`` and last
+#: ``KEYWORD_TAIL`` (an ID in the middle of a 30 KB log is found; a 200 KB dump is kept to 64 KB in
+#: memory), and the two-character lists search all of it.
 INDEX_HEAD = 10_000
 INDEX_TAIL = 2_000
+KEYWORD_HEAD = 60_000
+KEYWORD_TAIL = 4_000
 #: Sessions whose search index a store keeps in memory (least recently used dropped first).
 SESSION_INDEXES = 64
 
 
 def index_text(text: str) -> str:
-    """The part of a message's text the keyword and stem lists search (see :data:`INDEX_HEAD`)."""
+    """The part of a message's text the stem list reads (see :data:`INDEX_HEAD`)."""
     if len(text) <= INDEX_HEAD + INDEX_TAIL:
         return text
     return text[:INDEX_HEAD] + "\n" + text[-INDEX_TAIL:]
+
+
+def keyword_text(text: str) -> str:
+    """The part of a message's text the keyword list counts terms in (see :data:`KEYWORD_HEAD`)."""
+    if len(text) <= KEYWORD_HEAD + KEYWORD_TAIL:
+        return text
+    return text[:KEYWORD_HEAD] + "\n" + text[-KEYWORD_TAIL:]
 
 
 def _indexed(row: tuple[Any, ...], where: str, session_id: str) -> IndexedMessage:
@@ -102,8 +112,8 @@ def _indexed(row: tuple[Any, ...], where: str, session_id: str) -> IndexedMessag
     """
     _, mid, turn, text, context, blob = row
     embedding = decode_embedding(blob, f"store {where}: session {session_id!r} message {mid!r} (turn {turn})")
-    return indexed_message(mid, turn, text, text, context, *index_fields(index_text(text), context), embedding,
-                           short_terms=False)
+    return indexed_message(mid, turn, text, keyword_text(text), context, *index_fields(index_text(text), context),
+                           embedding, short_terms=False)
 
 
 class SQLiteStore:
