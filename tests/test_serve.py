@@ -695,3 +695,14 @@ def test_each_session_gets_its_own_layers(upstream):
     assert ledgers["alice"] is not ledgers["bob"]
     values = {sid: {f.value for f in led.facts} for sid, led in ledgers.items()}
     assert "ALICE77XQ" in values["alice"] - values["bob"] and "BOB77XQ" in values["bob"] - values["alice"]
+
+
+def test_a_streamed_audio_reply_is_recorded_with_its_id():
+    from ctxscore.serve.app import _Accumulator
+
+    acc = _Accumulator()
+    for chunk in ({"choices": [{"index": 0, "delta": {"role": "assistant", "audio": {"id": "audio_9", "data": "AAAA"}}}]},
+                  {"choices": [{"index": 0, "delta": {"audio": {"transcript": "hello"}}, "finish_reason": "stop"}]}):
+        acc.feed(b"data: " + json.dumps(chunk).encode() + b"\n")
+    assert acc.feed(b"data: [DONE]\n")
+    assert acc.message() == {"role": "assistant", "content": "", "audio": {"id": "audio_9"}}

@@ -381,6 +381,7 @@ class _Accumulator:
         self.content: list[str] = []
         self.refusal: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
+        self.audio_id: str | None = None  # a streamed audio reply's id (its data and transcript are not kept)
         self.done = False
         self.finished = False
 
@@ -410,6 +411,9 @@ class _Accumulator:
                     self.content.append(d["content"])
                 if isinstance(d.get("refusal"), str):
                     self.refusal.append(d["refusal"])
+                audio = d.get("audio")
+                if isinstance(audio, dict) and isinstance(audio.get("id"), str) and audio["id"]:
+                    self.audio_id = audio["id"]
                 for tc in d.get("tool_calls") or ():
                     c = self.calls.setdefault(int(tc.get("index", 0)),
                                               {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
@@ -425,6 +429,8 @@ class _Accumulator:
             msg["refusal"] = "".join(self.refusal)
         if self.calls:
             msg["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        if self.audio_id is not None:
+            msg["audio"] = {"id": self.audio_id}
         return msg
 
 
