@@ -313,3 +313,11 @@ def test_an_identifier_deep_in_a_long_log_is_paged_in(scorer):
     win = cm.build(query="What happened with transaction TX-88412-ZQ?")
     assert "TX-88412-ZQ" in str(win.messages) and win.tokens <= 3000
     assert cm.build(query="What happened with transaction TX-99999-QQ?").paged_in == []  # no such id: nothing
+
+
+def test_which_query_words_name_an_identifier():
+    from ctxscore.window.pagein import identifier_terms
+
+    words = ["happened", "tx-88412-zq", "ord-1039", "jd701813", "13912345678", "hat136", "2024-06-01", "12345",
+             "python3", "utf-8", "gpt-4o", "epoch3"]
+    assert identifier_terms(words) == ["tx-88412-zq", "ord-1039", "jd701813", "13912345678", "hat136"]

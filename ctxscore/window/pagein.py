@@ -204,9 +204,10 @@ def above_floor(hits: Sequence[Hit], policy: Policy, holds: Callable[[Hit], bool
             or (h.learned is not None and h.learned >= policy.page_in_rank_floor)]
 
 
-#: A query term that names an identifier: letters and digits together (``tx-88412-zq``, ``ord-1039``),
-#: or six digits or more (an order or a phone number).
-_IDENT = re.compile(r"(?=[^\d]*\d)(?=.*[^\W\d_])[\w-]{5,}|\d{6,}")
+#: A query term that names an identifier: letters and two digits or more together (``tx-88412-zq``,
+#: ``ord-1039``, ``hat136``; not ``python3``, ``utf-8`` or ``gpt-4o``), or six digits or more (an
+#: order or a phone number).
+_IDENT = re.compile(r"(?=(?:[^\d]*\d){2})(?=.*[^\W\d_])[\w-]{5,}|\d{6,}")
 
 
 def identifier_terms(terms: Sequence[str]) -> list[str]:
@@ -221,7 +222,8 @@ def _holds(history: History, hit_id: str, idents: Sequence[str]) -> bool:
     if i is None:
         return False
     text = history.entries[i].msg.text().lower()
-    return any(t in text for t in idents)
+    # whole: epoch3 is not in epoch30
+    return any(re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", text) for t in idents if t in text)
 
 
 def _evictable(history: History, values: np.ndarray, policy: Policy) -> list[tuple[int, list[int]]]:
