@@ -337,3 +337,24 @@ def test_what_is_no_correction_leaves_the_values_current(turns, current):
     assert current <= shown, led.lines()
     if "Tuesday" not in current:
         assert "Tuesday" not in shown, led.lines()  # denied: no current value
+
+
+def test_layer_notes_fit_beside_a_last_message_cut_to_the_budget():
+    """The last message (1,357 tokens at 800) is cut to the room left, but no cut goes below its
+    first and last blocks: the goal and ledger notes then pushed the window to 861 tokens."""
+    from ctxscore.memory.profile import ProfileLayer
+    from ctxscore.memory.typed_sections import ContextTypes
+    from ctxscore.verify import ContextVerifier
+
+    last = "Please consider: " + " ".join(f"point {i} about the trip itinerary details." for i in range(150))
+    led, prof = FactLedger(), ProfileLayer("u1")
+    cm = ContextManager(budget=800, scorer="rules",
+                        layers=[led, prof, ContextTypes(), ContextVerifier(ledger=led, profile=prof)])
+    cm.extend([{"role": "system", "content": "You are a travel agent."},
+               {"role": "user", "content": "Book a hotel in Paris for 2 nights from June 1, budget under €200 a night. "
+                                           "Never book without asking me."},
+               {"role": "assistant", "content": "Sure. Hotel Lumiere is €180 a night for June 1-3."},
+               {"role": "user", "content": "Actually make it 3 nights, not 2. My email is a@b.com."},
+               {"role": "user", "content": last}])
+    w = cm.build()
+    assert w.tokens <= 800 and not any(x.kind == "over_budget" for x in w.warnings)

@@ -143,8 +143,11 @@ class BuildView:
         1,340-token system prompt at 1,500 cut the user's question)."""
         h = self.history
         last = h.units[h.entries[-1].unit] if h.entries else []
-        # a huge last output counts as the build counts it: cut to the room the rest leaves (last_excess)
-        newest = sum(h.entries[i].tokens for i in last if not h.entries[i].pinned) - last_excess(h, self.budget, self.forms)
+        members = [i for i in last if not h.entries[i].pinned]
+        if any(i in self.overrides for i in members):  # the last unit as this build cut it
+            newest = sum(self.overrides[i].tokens if i in self.overrides else h.entries[i].tokens for i in members)
+        else:  # a huge last output counts as the build counts it before the cut (last_excess)
+            newest = sum(h.entries[i].tokens for i in members) - last_excess(h, self.budget, self.forms)
         stubs = COLLAPSED_LINE_TOKENS if h.stub_tokens else 0
         room = self.budget - REPLY_PRIMING_TOKENS - h.pinned_tokens - newest - stubs - self._layer_tokens
         return max(0, min(int(share * self.budget), room))
