@@ -613,3 +613,23 @@ def test_one_conversation_does_not_make_a_stable_preference():
 def test_a_share_that_is_not_a_fraction_is_a_clear_error(make):
     with pytest.raises(ConfigError, match=r"share must be a number in \(0, 1\]"):
         make()
+
+
+@pytest.mark.parametrize(("user", "call", "args", "flagged"), [
+    ("Find me a hotel in Paris for June 1-3, under €200 a night.", "book_hotel", {"hotel": "Ritz", "price_per_night": "€450"}, True),
+    ("Find me a hotel in Paris for June 1-3, under €200 a night.", "book_hotel", {"hotel": "Ritz", "nightly_rate": 450}, True),
+    ("Find me a hotel in Paris for June 1-3, under €200 a night.", "book_hotel", {"hotel": "Lumiere", "price_per_night": "€150"}, False),
+    ("Find me a hotel in Paris. No smoking rooms, and never book the Ritz.", "book_hotel", {"hotel": "Ritz"}, True),
+    ("Find me a hotel in Paris under €200 a night. Never book the Ritz.", "search_hotels",
+     {"city": "Paris", "max_price": "€450", "name": "Ritz"}, False),  # a search books nothing
+])
+def test_what_a_call_books_is_checked_against_the_users_rules(user, call, args, flagged):
+    """A new user's reports: a booking call's nightly price above the bound and a prohibition in a
+    sentence's second clause gave no finding; a search naming the prohibited hotel gave one."""
+    from ctxscore.verify import ContextVerifier
+
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ContextVerifier()])
+    cm.extend([{"role": "system", "content": "You are a hotel booking agent."}, {"role": "user", "content": user},
+               {"role": "assistant", "content": "", "tool_calls": [{"id": "c2", "type": "function", "function": {
+                   "name": call, "arguments": json.dumps(args)}}]}])
+    assert any(f.kind == "constraint_contradicted" for f in cm.build().findings) == flagged

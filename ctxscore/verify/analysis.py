@@ -240,7 +240,8 @@ class Tracker:
             cv = call_values(call, self.config)
             text = f"{call.name}({_short_args(call.arguments)})"
             out += self._drift(t, mid, cv, tool=True)
-            out += self._contradicts(t, mid, text, cv, severity=Severity.ERROR, what=f"the tool call {call.name}")
+            if not _NON_WRITE.search(call.name):  # a search naming the Ritz, or a max_price, does not book it
+                out += self._contradicts(t, mid, text, cv, severity=Severity.ERROR, what=f"the tool call {call.name}")
             out += self._unconfirmed_write(t, mid, call.name)
             t.calls.append(call.name)
         proposal = bool(lx.PROPOSE.search(msg.content) or _OFFER.search(msg.content))

@@ -150,13 +150,13 @@ def parse(sentence: str, source: str) -> list[Rule]:
     out = _bounds(sentence, source)
     if out:
         return out
-    m = _PROHIBIT.search(sentence)
-    if m:
+    terms: list[str] = []
+    for m in _PROHIBIT.finditer(sentence):  # each clause ("No smoking rooms, and never book the Ritz.")
         phrase = re.split(r"[,.;!?，。；！？、]" if not re.search(r"[\u4e00-\u9fff]", sentence[m.end():m.end() + 2])
                           else r"[,.;!?，。；！？]", sentence[m.end():])[0][:60]
-        terms = _terms(phrase)
-        if terms:
-            out.append(Rule("prohibit", sentence, source, terms=terms))
+        terms += [t for t in _terms(phrase) if t not in terms]
+    if terms:
+        out.append(Rule("prohibit", sentence, source, terms=tuple(terms)))
     return out
 
 
@@ -201,7 +201,7 @@ def broken(rule: Rule, text: str, values: list[vals.Value]) -> str | None:
         return f"names {hit!r}" if hit else None
     if rule.kind in ("max", "min") and rule.bound is not None:
         for v in values:
-            if v.group == rule.group and (not rule.per or _per_unit(text, v.text, rule.per)):
+            if v.group == rule.group and (not rule.per or _per_unit(text, v.text, rule.per) or _per_key(v.key, rule.per)):
                 x = float(v.norm)
                 if (rule.kind == "max" and x > rule.bound) or (rule.kind == "min" and x < rule.bound):
                     return f"{v.text} is {'above' if rule.kind == 'max' else 'below'} the bound {rule.bound:g}"
@@ -229,6 +229,14 @@ def _per_unit(text: str, value_text: str, per: str) -> bool:
         if m.start() <= 3 or re.match(r"[\u4e00-\u9fff]", m.group(0)):
             return _per_kind(m.group(0)) == per
     return False
+
+
+def _per_key(key: str, per: str) -> bool:
+    """A tool-call argument named per the rule's unit (``price_per_night``, ``nightly_rate``,
+    ``cost_per_person``) holds a value per that unit."""
+    words = re.sub(r"[_\W]+", " ", key).lower()
+    words = re.sub(r"\bnightly\b", "per night", re.sub(r"\bdaily\b", "per day", words))
+    return any(_per_kind(m.group(0)) == per for m in _PER.finditer(words))
 
 
 def _anchored_times(rule: Rule, text: str, values: list[vals.Value]) -> list[vals.Value]:

@@ -54,7 +54,7 @@ _NOT_GOAL_KEY = re.compile(r"(?i)birth|dob|born|expir|created|updated|modified|t
 _KEY_GROUPS = (
     ("date", re.compile(r"(?i)date|day|check_?in|check_?out|^when$|日期")),
     ("time", re.compile(r"(?i)time|hour|时间")),
-    ("money", re.compile(r"(?i)price|amount|cost|total|fare|budget|fee|refund|价格|金额|预算")),
+    ("money", re.compile(r"(?i)price|amount|cost|total|fare|budget|fee|refund|(?:^|_)rate$|价格|金额|预算")),
     ("people", re.compile(r"(?i)passengers?|people|guests?|party|adults?|travell?ers|num_|number_of|count|tickets?|seats?|人数")),
     ("place", re.compile(r"(?i)^(?:to|from|origin|destination|dest|city|location|where|departure|arrival|source|target)"
                          r"(?:_city|_airport|_location)?$|目的地|出发地|城市")),
