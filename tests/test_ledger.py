@@ -301,6 +301,9 @@ def test_values_of_one_message_do_not_supersede_one_another():
     ("My email is alice@example.com.", "Actually use alice.w@work.example.org as my email.",
      "email: alice.w@work.example.org (m2; was alice@example.com)"),
     ("入住时间是6月1日。", "入住改到6月3日吧。", "入住时间: 6月3日 (m2; was 6月1日)"),
+    ("帮我订一家上海的酒店，6月1日入住，住两晚。", "入住改到6月3日吧", ": 6月3日 (m2; was 6月1日)"),
+    ("Schedule the meeting on Tuesday at 3pm.", "Sorry, change the meeting to 4:30pm.", "time: 4:30pm (m2; was 3pm)"),
+    ("帮我订周二的会议室，周二下午。", "不对，是周三不是周二", ": 周三 (m2; was 周二)"),
 ])
 def test_a_correction_replaces_the_value_it_names_or_denies(first, then, want):
     """Corrections a new user tried: the negated value ("not Tuesday") stayed a current fact and

@@ -72,6 +72,16 @@ def _unnamed(f: Fact) -> bool:
     return f.slot == kind_label(f.kind) or bool(words) and all(w in _UNNAMING for w in words)
 
 
+#: Entity kinds by what they are: a date and a weekday are both the day of something.
+_FAMILY = {"date_words": "date", "date_zh": "date", "datetime_iso": "date", "date_slash": "date", "weekday": "date",
+           "time": "time", "time_zh": "time"}
+
+
+def _family(kind: str) -> str:
+    """What a value of entity kind ``kind`` is (:data:`_FAMILY`; the kind itself otherwise)."""
+    return _FAMILY.get(kind, kind)
+
+
 def _related(a: str, b: str) -> bool:
     """Whether two slot keys name one thing at two lengths: the words of one are all in the other
     (``check-in`` and ``check-in time``)."""
@@ -180,20 +190,24 @@ class FactLedger(Layer):
             return
         key = _key(f)
         old = self.current.get(key)
-        if old is None and correction and f.kind in _KIND_LINKED:
+        other_kind = old is not None and bool(old.kind and f.kind) and _family(old.kind) != _family(f.kind)
+        if (old is None or other_kind) and correction and f.kind in _KIND_LINKED:
             # a correction that names no slot ("actually, use alice.w@... as my email", 改成周三 after
-            # 订周二) or a shorter or longer name of it (入住 for 入住时间): it replaces the task's one
-            # current value of its kind, under that slot
-            unnamed = _unnamed(f)
-            same = [(k, c) for k, c in self.current.items()
-                    if k[0] == f.task and c.kind == f.kind and c.source != f.source and c.value != f.value
-                    and (unnamed or _related(key[1], k[1].split("#")[0]))]
+            # 订周二), a shorter or longer name of it (入住 for 入住时间), or a slot whose value is of
+            # another kind ("change the meeting to 4:30pm" after "the meeting on Tuesday at 3pm"): it
+            # replaces the task's one current value of its kind, under that value's slot
+            fam = [(k, c) for k, c in self.current.items()
+                   if k[0] == f.task and _family(c.kind) == _family(f.kind) and c.source != f.source and c.value != f.value]
+            related = [(k, c) for k, c in fam if _related(key[1], k[1].split("#")[0])]
+            # the task's one value of the kind, when nothing names another; else the one whose slot it names
+            loose = len(fam) == 1 and (_unnamed(f) or other_kind or fam[0][1].slot == kind_label(fam[0][1].kind))
+            same = fam if loose else related
             if len(same) == 1:
                 k, c = same[0]
                 del self.current[k]
                 f = replace(f, slot=c.slot)
                 key = _key(f)
-                self.was[key] = [*self.was.pop(k, []), c.value]
+                self.was[key] = list(dict.fromkeys([*self.was.pop(k, []), c.value]))
                 self.current[key] = f
                 self._order = None
                 return
@@ -201,8 +215,11 @@ class FactLedger(Layer):
             return  # the assistant repeats what the user stated: it stays stated (an offer would not be shown)
         if old is not None and old.value != f.value:
             state_update = f.origin == old.origin and f.origin in ("call", "json")
-            if old.source != f.source and (correction or old.status in ("proposed", "denied") or state_update):
-                self.was.setdefault(key, []).append(old.value)
+            if (old.source != f.source and not other_kind
+                    and (correction or old.status in ("proposed", "denied") or state_update)):
+                was = self.was.setdefault(key, [])
+                if old.value not in was[-1:]:
+                    was.append(old.value)
             else:  # another value of the same kind (or of the same message: two flights of one offer, the
                 # two ends of "10:00-22:00"): both stay current (the old one with what it replaced)
                 alt = _alt_key(old)
@@ -237,7 +254,7 @@ class FactLedger(Layer):
                     was += self.was.pop(k2, [])
             moved = replace(new, slot=cur.slot)
             target = _key(moved) if key == _key(cur) else _alt_key(moved)  # where the old value stood
-            self.was[target] = [*was, cur.value]
+            self.was[target] = list(dict.fromkeys([*was, cur.value]))
             self.current[target] = moved
             new = None  # one replacement; other current copies of the denied value only leave
         self._order = None
