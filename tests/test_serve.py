@@ -695,6 +695,16 @@ def test_each_session_gets_its_own_layers(upstream):
     assert ledgers["alice"] is not ledgers["bob"]
     values = {sid: {f.value for f in led.facts} for sid, led in ledgers.items()}
     assert "ALICE77XQ" in values["alice"] - values["bob"] and "BOB77XQ" in values["bob"] - values["alice"]
+    with pytest.raises(ConfigError, match="must make a new list of layers"):
+        create_app(upstream.url, 2000, scorer="rules", manager_options={"layers": FactLedger})  # the class
+    shared = FactLedger()  # a factory that hands out one ledger: the second session cannot be opened, and says so
+    with Background(create_app(upstream.url, 2000, scorer="rules", manager_options={"layers": lambda: [shared]})) as srv:
+        ok = httpx.post(srv.url + "/v1/chat/completions", headers={"x-session-id": "one"},
+                        json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        bad = httpx.post(srv.url + "/v1/chat/completions", headers={"x-session-id": "two"},
+                         json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert ok.status_code == 200 and bad.status_code == 500
+    assert "cannot be opened" in bad.json()["error"]["message"] and "already serves session" in bad.json()["error"]["message"]
 
 
 def test_a_streamed_audio_reply_is_recorded_with_its_id():

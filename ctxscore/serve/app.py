@@ -87,6 +87,7 @@ from ..config import Policy, check_budget  # noqa: E402
 from ..errors import ConfigError, CtxScoreError, InputError, StoreError  # noqa: E402
 from ..messages import Message, last_user_text  # noqa: E402
 from ..tokens import REPLY_PRIMING_TOKENS  # noqa: E402
+from ..window.layers import check_layers  # noqa: E402
 from ..window.manager import ContextManager  # noqa: E402
 
 log = logging.getLogger("ctxscore.serve")
@@ -614,7 +615,13 @@ class Proxy:
             return _too_deep()
         if not sid.strip() or len(sid) > 256:
             return JSONResponse(error_body(f"{self.session_header} must be 1-256 characters"), status_code=400)
-        sess = self.sessions.kept(sid) or await self._open(sid)
+        try:
+            sess = self.sessions.kept(sid) or await self._open(sid)
+        except StoreError as exc:  # the session's store is busy or away: retry
+            return JSONResponse(error_body(str(exc), kind="store_unavailable"), status_code=503)
+        except CtxScoreError as exc:  # the session's manager cannot be made (its options, its layers)
+            return JSONResponse(error_body(f"session {sid!r} cannot be opened: {exc}", kind="server_error"),
+                                status_code=500)
         try:
             await sess.lock.acquire()
         except BaseException:
@@ -1035,6 +1042,12 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
     manager: Callable[..., ContextManager] = ContextManager
     if callable(layers):
         make_layers = options["layers"]
+        try:  # one set made now, so that a factory that gives no layers fails here, not at a request
+            check_layers(make_layers())
+        except ConfigError as exc:
+            raise ConfigError(f"manager_options['layers'] must make a new list of layers at each call: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the user's factory: any failure is a configuration error
+            raise ConfigError(f"manager_options['layers'] failed: {type(exc).__name__}: {exc}") from None
 
         def manager(**kw: Any) -> ContextManager:
             return ContextManager(**{**kw, "layers": make_layers()})
