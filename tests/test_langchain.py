@@ -201,10 +201,14 @@ def test_layers_are_made_per_thread():
     from ctxscore.errors import ConfigError
     from ctxscore.memory.ledger import FactLedger
 
-    with pytest.raises(ConfigError, match="manager_factory"):
+    with pytest.raises(ConfigError, match="a function that makes each thread's"):
         ContextMiddleware(budget=2000, scorer="rules", layers=[FactLedger()])
+    with pytest.raises(ConfigError, match="would be ignored"):
+        ContextMiddleware(layers=lambda: [FactLedger()], manager_factory=lambda sid: ContextManager(session_id=sid))
     mw = ContextMiddleware(manager_factory=lambda sid: ContextManager(budget=2000, scorer="rules", session_id=sid,
                                                                       layers=[FactLedger()]))
+    assert mw.manager("alice").state.layers[0] is not mw.manager("bob").state.layers[0]
+    mw = ContextMiddleware(budget=2000, scorer="rules", layers=lambda: [FactLedger()])
     assert mw.manager("alice").state.layers[0] is not mw.manager("bob").state.layers[0]
 
 
@@ -231,6 +235,9 @@ def test_an_edited_tool_call_keeps_its_edit():
     assert to_openai_dicts([ai])[0]["tool_calls"][0]["function"]["arguments"] == '{"people":  2}'  # byte-exact
     ai.tool_calls = [{"name": "book", "args": {"people": 4}, "id": "c1", "type": "tool_call"}]
     assert json.loads(to_openai_dicts([ai])[0]["tool_calls"][0]["function"]["arguments"]) == {"people": 4}
+    stale = {"tool_calls": [{"id": "c2", "type": "function", "function": {"name": "pay", "arguments": '{"confirm": 1}'}}]}
+    ai = AIMessage(content="", additional_kwargs=stale, tool_calls=[{"name": "pay", "args": {"confirm": True}, "id": "c2"}])
+    assert to_openai_dicts([ai])[0]["tool_calls"][0]["function"]["arguments"] == '{"confirm": true}'  # True is not 1
 
 
 def test_tool_and_user_blocks_are_kept_whole():

@@ -92,13 +92,14 @@ def _raw_arguments(msg: AIMessage) -> dict[str, str]:
 
 def _arguments(raw: str | None, args: Any) -> str:
     """A call's argument string: the provider's own (byte-exact) while it still says what
-    ``tool_calls[i]["args"]`` says, else ``args`` as JSON (a call edited after the model made it,
-    as LangChain's human-in-the-loop middleware edits ``tool_calls`` and leaves the raw ones)."""
+    ``tool_calls[i]["args"]`` says (as JSON: ``true`` is not ``1``), else ``args`` as JSON (a call
+    edited after the model made it, as LangChain's human-in-the-loop middleware edits ``tool_calls``
+    and leaves the raw ones)."""
     if raw is not None:
         try:
-            if json.loads(raw) == args:
+            if json.dumps(json.loads(raw), sort_keys=True) == json.dumps(args, sort_keys=True):
                 return raw
-        except ValueError:
+        except (ValueError, TypeError):
             pass
     return json.dumps(args if args is not None else {}, ensure_ascii=False)
 
@@ -288,12 +289,12 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
         manager_factory: ``factory(session_id) -> ContextManager``, replacing ``budget`` / ``scorer`` /
             ``manager_kwargs`` (a store file, an LLM compressor ...).
         session_id: ``fn(request) -> str``; default: the LangGraph thread id, else ``"default"``.
-        manager_kwargs: more :class:`~ctxscore.ContextManager` arguments (not ``layers``: a layer holds
-            one session's state; make them in ``manager_factory``, one set per session).
+        manager_kwargs: more :class:`~ctxscore.ContextManager` arguments; ``layers`` as a function that
+            makes one thread's layers (``lambda: [FactLedger()]``: a layer holds one session's state).
 
     Raises:
         ImportError: the ``langchain`` package (v1) is not installed.
-        ConfigError: ``layers`` given without ``manager_factory``.
+        ConfigError: ``layers`` given as a list (not a function), or beside ``manager_factory``.
 
     Attributes:
         last_window: the last :class:`~ctxscore.ContextWindow` built (for inspection).
@@ -305,15 +306,17 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
         if _MIDDLEWARE_ERROR is not None:
             raise ImportError("ContextMiddleware needs LangChain v1 agents: pip install 'ctxscore[langchain]' "
                               "(in a checkout: pip install -e '.[langchain]')") from _MIDDLEWARE_ERROR
-        if manager_kwargs.get("layers") and manager_factory is None:
-            raise ConfigError("ContextMiddleware(layers=...) would give every thread the same layer objects, and "
+        layers = manager_kwargs.pop("layers", None)
+        if layers and (manager_factory is not None or not callable(layers)):
+            raise ConfigError("ContextMiddleware(layers=[...]) would give every thread the same layer objects, and "
                               "a layer holds one session's state (a ledger would show one user's facts to another): "
-                              "pass manager_factory=lambda sid: ContextManager(budget=..., session_id=sid, "
-                              "layers=[FactLedger(), ...]) so that each session gets its own")
+                              "pass layers=lambda: [FactLedger(), ...] (a function that makes each thread's), or make "
+                              "them in manager_factory" + (" (a factory is given: layers= would be ignored)"
+                                                          if manager_factory is not None else ""))
         super().__init__()
         self.budget = budget
-        self._factory = manager_factory or (lambda sid: ContextManager(budget=budget, scorer=scorer, session_id=sid,
-                                                                       **manager_kwargs))
+        self._factory = manager_factory or (lambda sid: ContextManager(
+            budget=budget, scorer=scorer, session_id=sid, **manager_kwargs, **({"layers": layers()} if layers else {})))
         self._session_id = session_id or _thread_id
         self._managers: dict[str, ContextManager] = {}
         self._lock = threading.Lock()
