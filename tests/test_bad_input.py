@@ -615,3 +615,15 @@ def test_page_in_skipped_says_how_large_the_message_is():
     skipped = [w for w in win.warnings if w.kind == WarningKind.PAGE_IN_SKIPPED]
     assert skipped and skipped[0].figures["smallest"] == cm.history.entries[1].tokens > 1000
     assert f"the smallest of them holds {cm.history.entries[1].tokens} tokens" in str(skipped[0])
+
+
+def test_a_closed_manager_says_its_store_is_closed(tmp_path):
+    """add() after close() raised sqlite3.ProgrammingError (a new user's report)."""
+    from ctxscore.errors import StoreError
+
+    cm = rules_cm(budget=2000, store=str(tmp_path / "s.db"))
+    cm.add({"role": "user", "content": "hi"})
+    cm.close()
+    cm.close()  # a second close does nothing
+    with pytest.raises(StoreError, match="the store was closed"):
+        cm.add({"role": "user", "content": "again"})

@@ -137,6 +137,7 @@ class SQLiteStore:
         self.path = None if path in (None, ":memory:") else Path(path)
         self._lock = threading.RLock()
         self._indexes: OrderedDict[str, SessionIndex] = OrderedDict()  # session -> its search index (LRU)
+        self._closed = False
         self._last_turn: dict[str, int] = {}  # session -> last turn this connection wrote or read
         self._data_version: int | None = None  # PRAGMA data_version when _last_turn was last known exact
         where = self.path or ":memory:"
@@ -183,6 +184,9 @@ class SQLiteStore:
     def _guard(self, what: str, transaction: bool = False) -> Iterator[sqlite3.Connection]:
         """Run one operation under the lock; map ``sqlite3`` errors to :class:`StoreError` and roll back."""
         with self._lock:
+            if self._closed:
+                raise StoreError(f"store {self.path or ':memory:'}: cannot {what}: the store was closed "
+                                 "(ContextManager.close); open it again, e.g. a new ContextManager with the same store")
             try:
                 if transaction:
                     self._db.execute("BEGIN IMMEDIATE")
@@ -441,6 +445,7 @@ class SQLiteStore:
             finally:
                 self._db.close()
                 self._indexes.clear()
+                self._closed = True
 
     def __enter__(self) -> SQLiteStore:
         return self
