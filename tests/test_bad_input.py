@@ -627,3 +627,10 @@ def test_a_closed_manager_says_its_store_is_closed(tmp_path):
     cm.close()  # a second close does nothing
     with pytest.raises(StoreError, match="the store was closed"):
         cm.add({"role": "user", "content": "again"})
+
+
+def test_a_number_too_long_to_read_says_what_to_do():
+    from ctxscore.serve.app import _read_chat_body
+
+    _, problem = _read_chat_body(b'{"model": "m", "n": ' + b"1" * 5001 + b', "messages": [{"role": "user", "content": "hi"}]}')
+    assert problem.status_code == 400 and b"send it as a string" in problem.body and b"set_int_max_str_digits" not in problem.body

@@ -947,7 +947,9 @@ def _read_chat_body(raw: bytes) -> tuple[dict[str, Any], Response | None]:
         try:  # what orjson refuses and the json module reads (integers over 64 bits, lone surrogates)
             body = json.loads(raw, parse_constant=_non_finite, parse_float=_finite_float)
         except ValueError as exc:
-            return {}, JSONResponse(error_body(f"the request body is not JSON ({exc})"), status_code=400)
+            why = ("a number has more digits than Python reads (4,300): send it as a string"
+                   if "integer string conversion" in str(exc) else str(exc))
+            return {}, JSONResponse(error_body(f"the request body is not JSON ({why})"), status_code=400)
         except RecursionError:  # orjson stops at 1,024 levels, the json module at the stack's depth
             return {}, _too_deep()
         if _nested_deeper(body, MAX_JSON_DEPTH):  # before the recursive surrogate search below

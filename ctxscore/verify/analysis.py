@@ -292,7 +292,7 @@ class Tracker:
             out.append(Finding(
                 FindingKind.GOAL_DRIFT, Severity.ERROR if tool else Severity.WARNING,
                 f"{'tool call' if tool else 'stated action'} uses {g} {v.text!r}, {how} (the user said "
-                f"{', '.join(sorted(stated))})", (mid, src), Action.ASK_USER,
+                f"{', '.join(sorted(n.removeprefix('rel:') for n in stated))})", (mid, src), Action.ASK_USER,
                 details={"group": g, "value": v.text, "norm": v.norm, "user_values": sorted(stated)}))
         return out
 
