@@ -210,8 +210,10 @@ class SessionState:
         history fits below the first threshold; a compaction pass at the high-water mark (counting
         the last unit ``excess`` tokens smaller); else compressed forms prepared a few at a time,
         and, far under the low-water mark after a compaction at a much smaller budget, the newest
-        compacted units back verbatim (that budget is kept in memory only: a resumed session or
-        another proxy worker does not restore)."""
+        compacted units back verbatim (that budget is kept in memory only: a resumed or rebased
+        session, or another proxy worker, whose stored tiers leave the window under
+        :data:`~ctxscore.window.tiers.RESTORE_BELOW` of the budget restores too; a compaction at
+        this budget leaves it near the low-water mark, above that)."""
         pol, h = self.policy, self.history
         occ = tiers.occupancy(h.msg_tokens - excess, h.stub_tokens, pol, B) + reserved
         if h.total_tokens + REPLY_PRIMING_TOKENS + reserved <= pol.t_compact * B:
@@ -220,8 +222,8 @@ class SessionState:
         if occ >= pol.t_archive * B and self.stuck != (len(h), B):
             return self._compact(vals, B, reserved, excess)  # computes the forms it needs that are not ready
         back: list[int] = []
-        if (occ < tiers.RESTORE_BELOW * B and h.n_compacted and self.compacted_at is not None
-                and B * pol.low_water > self.compacted_at * pol.t_archive):
+        if (occ < tiers.RESTORE_BELOW * B and h.n_compacted
+                and (self.compacted_at is None or B * pol.low_water > self.compacted_at * pol.t_archive)):
             # compacted for a budget so much smaller that what set it off is under the low-water
             # mark now: the newest compacted units come back verbatim up to that mark (never at
             # the budget of the compaction itself, which would undo it and redo it turn after turn)
