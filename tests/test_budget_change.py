@@ -79,3 +79,19 @@ def test_a_recent_tool_result_larger_than_the_low_water_mark_comes_back_too():
     assert again.tokens >= 0.9 * fresh.tokens and again.tokens <= 0.8 * 2000
     assert [d.tier for d in again.decisions][-3:] == ["verbatim"] * 3  # the last test run and its call
     assert "FAILED test_11" in "".join(m["content"] or "" for m in again.messages)
+
+
+def test_a_resumed_session_left_small_by_a_smaller_budget_comes_back(tmp_path):
+    """The budget of the last compaction lives in memory: a session resumed from its store (or
+    rebased by the proxy, when a client resends the same history) kept the small window's tiers for
+    good (the proxy: 316 tokens after one request with large tools, where a fresh session sends 1,173)."""
+    db = str(tmp_path / "s.db")
+    cm = ContextManager(budget=4000, scorer="rules", store=db, session_id="s")
+    for m in support_chat(50):
+        cm.add(m)
+    whole = cm.build()
+    assert cm.build(budget=300).tokens < 0.2 * whole.tokens
+    cm.close()
+    again = ContextManager(budget=4000, scorer="rules", store=db, session_id="s")
+    assert again.build().tokens > 0.8 * whole.tokens
+    again.close()
