@@ -285,10 +285,14 @@ def test_values_written_right_after_chinese_characters_are_found(text, want):
     ("The total cost will be 120.16GBP .", {("money", "120.16gbp")}),  # was the id 16GBP and the amount lost
     ("A room is 95 GBP a night, 30 euros for breakfast.", {("money", "95 gbp"), ("money", "30 euros")}),
     ("The checked bag limit is 50 pounds.", {("count_noun", "50 pounds")}),  # a weight with its noun, not money
+    ("订周五晚上7点4个人的位子。", {("date_zh", "周五"), ("time_zh", "晚上7点"), ("number_unit", "4个")}),  # was 晚上7点4
+    ("Actually Wednesday.", {("weekday", "wednesday")}),  # was the name "Actually Wednesday"
+    ("On Thursday we fly with United Airlines.", {("weekday", "thursday"), ("proper_name", "united airlines")}),
     ("That is 5000 yen or 40 yuan.", {("money", "5000 yen"), ("money", "40 yuan")}),
 ])
 def test_amounts_in_more_currencies(text, want):
-    # MultiWOZ states prices as "16.6 GBP": no entity held the amount, so a summary could drop it
+    # MultiWOZ states prices as "16.6 GBP": no entity held the amount, so a summary could drop it;
+    # a time's minutes are not the count after them, and a sentence's first word and a weekday are no name
     from ctxscore.scoring.rules import typed_values
 
     assert typed_values(text) == want
