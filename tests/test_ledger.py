@@ -361,3 +361,18 @@ def test_layer_notes_fit_beside_a_last_message_cut_to_the_budget():
                {"role": "user", "content": last}])
     w = cm.build()
     assert w.tokens <= 800 and not any(x.kind == "over_budget" for x in w.warnings)
+
+
+def test_going_back_and_saying_a_correction_again():
+    """Back to an earlier value (还是周二吧) left two days current; the same correction said again
+    added a second slot `meant: June 2` (a new user's report)."""
+    for turns, want in (
+        (["帮我订周二的会议室。", "不对，改成周三。", "不对，改成周四。", "不对，还是周二吧。"], ["帮我订: 周二 (m6; was 周三, 周四)"]),
+        (["Check in on June 1.", "Sorry, I meant June 2, not June 1.", "Sorry, I meant June 2, not June 1."],
+         ["date: June 2 (m2; was June 1)"]),
+    ):
+        led = FactLedger()
+        cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+        for t in turns:
+            cm.extend([{"role": "user", "content": t}, {"role": "assistant", "content": "OK."}])
+        assert led.lines() == want

@@ -61,7 +61,7 @@ _KIND_LINKED = frozenset({"email", "url", "date_words", "date_zh", "datetime_iso
 #: Words a slot read from a correction is made of when the correction names no slot ("I meant ...",
 #: "use ... as my email", 改成 ...): such a value takes the slot of the value of its kind it replaces.
 _UNNAMING = frozenset({"meant", "mean", "use", "actually", "instead", "make", "it", "change", "switch", "sorry",
-                       "correction", "no", "wait", "rather", "改成", "改为", "改到", "换成", "应该是", "是", "不对"})
+                       "correction", "no", "wait", "rather", "改成", "改为", "改到", "换成", "应该是", "是", "不对", "还是"})
 _HEADER = "Facts so far (slot: value (source message); superseded values after 'was'):"
 
 
@@ -196,6 +196,9 @@ class FactLedger(Layer):
             # 订周二), a shorter or longer name of it (入住 for 入住时间), or a slot whose value is of
             # another kind ("change the meeting to 4:30pm" after "the meeting on Tuesday at 3pm"): it
             # replaces the task's one current value of its kind, under that value's slot
+            if _unnamed(f) and any(k[0] == f.task and _family(c.kind) == _family(f.kind) and c.value == f.value
+                                   for k, c in self.current.items()):
+                return  # the correction said again ("I meant June 2" once more): the value is current already
             fam = [(k, c) for k, c in self.current.items()
                    if k[0] == f.task and _family(c.kind) == _family(f.kind) and c.source != f.source and c.value != f.value]
             related = [(k, c) for k, c in fam if _related(key[1], k[1].split("#")[0])]
@@ -207,7 +210,7 @@ class FactLedger(Layer):
                 del self.current[k]
                 f = replace(f, slot=c.slot)
                 key = _key(f)
-                self.was[key] = list(dict.fromkeys([*self.was.pop(k, []), c.value]))
+                self.was[key] = [v for v in dict.fromkeys([*self.was.pop(k, []), c.value]) if v != f.value]
                 self.current[key] = f
                 self._order = None
                 return
