@@ -291,6 +291,15 @@ def test_values_of_one_message_do_not_supersede_one_another():
     assert any("May 23 (m3; was" in line for line in led.lines())  # a correction still replaces
 
 
+def ledger_of(turns: list[str]) -> FactLedger:
+    """The ledger of a rules session of user ``turns``, each answered "OK."."""
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+    for t in turns:
+        cm.extend([{"role": "user", "content": t}, {"role": "assistant", "content": "OK."}])
+    return led
+
+
 @pytest.mark.parametrize(("first", "then", "want"), [
     ("I need a hotel in Cambridge from Tuesday for 3 nights.", "Sorry, I meant Wednesday, not Tuesday.",
      ": Wednesday (m2; was Tuesday)"),
@@ -332,10 +341,7 @@ def test_a_correction_replaces_the_value_it_names_or_denies(first, then, want):
 def test_what_is_no_correction_leaves_the_values_current(turns, current):
     """A reviewer's cases: each of these replaced or lost a value ("people: 3 days (m2; was 4 people)",
     Friday gone, "dinner: 7pm (m2; was Tuesday)")."""
-    led = FactLedger()
-    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
-    for t in turns:
-        cm.extend([{"role": "user", "content": t}, {"role": "assistant", "content": "OK."}])
+    led = ledger_of(turns)
     shown = {f.value for f in led.current.values()}
     assert current <= shown, led.lines()
     if "Tuesday" not in current:
@@ -371,8 +377,4 @@ def test_going_back_and_saying_a_correction_again():
         (["Check in on June 1.", "Sorry, I meant June 2, not June 1.", "Sorry, I meant June 2, not June 1."],
          ["date: June 2 (m2; was June 1)"]),
     ):
-        led = FactLedger()
-        cm = ContextManager(budget=4000, scorer="rules", layers=[led])
-        for t in turns:
-            cm.extend([{"role": "user", "content": t}, {"role": "assistant", "content": "OK."}])
-        assert led.lines() == want
+        assert ledger_of(turns).lines() == want

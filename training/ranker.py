@@ -193,11 +193,12 @@ def offtopic_pool(sessions: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
     """Domain -> the distinct probe questions of its sessions' key facts, in a fixed order."""
     out: dict[str, dict[str, None]] = {}
     for s in sessions:
-        if domain(s) is None:
+        d = domain(s)
+        if d is None:
             continue
         for f in s["key_facts"]:
             if f.get("probe"):
-                out.setdefault(domain(s), {})[f["probe"]] = None
+                out.setdefault(d, {})[f["probe"]] = None
     return {d: list(ps) for d, ps in out.items()}
 
 

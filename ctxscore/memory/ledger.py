@@ -196,23 +196,17 @@ class FactLedger(Layer):
             # 订周二), a shorter or longer name of it (入住 for 入住时间), or a slot whose value is of
             # another kind ("change the meeting to 4:30pm" after "the meeting on Tuesday at 3pm"): it
             # replaces the task's one current value of its kind, under that value's slot
-            if _unnamed(f) and any(k[0] == f.task and _family(c.kind) == _family(f.kind) and c.value == f.value
-                                   for k, c in self.current.items()):
+            unnamed = _unnamed(f)
+            kin = [(k, c) for k, c in self.current.items() if k[0] == f.task and _family(c.kind) == _family(f.kind)]
+            if unnamed and any(c.value == f.value for _, c in kin):
                 return  # the correction said again ("I meant June 2" once more): the value is current already
-            fam = [(k, c) for k, c in self.current.items()
-                   if k[0] == f.task and _family(c.kind) == _family(f.kind) and c.source != f.source and c.value != f.value]
+            fam = [(k, c) for k, c in kin if c.source != f.source and c.value != f.value]
             related = [(k, c) for k, c in fam if _related(key[1], k[1].split("#")[0])]
             # the task's one value of the kind, when nothing names another; else the one whose slot it names
-            loose = len(fam) == 1 and (_unnamed(f) or other_kind or fam[0][1].slot == kind_label(fam[0][1].kind))
+            loose = len(fam) == 1 and (unnamed or other_kind or fam[0][1].slot == kind_label(fam[0][1].kind))
             same = fam if loose else related
             if len(same) == 1:
-                k, c = same[0]
-                del self.current[k]
-                f = replace(f, slot=c.slot)
-                key = _key(f)
-                self.was[key] = [v for v in dict.fromkeys([*self.was.pop(k, []), c.value]) if v != f.value]
-                self.current[key] = f
-                self._order = None
+                self._take_place(*same[0], f)
                 return
         if old is not None and old.value == f.value and f.status == "proposed" and old.status in ("stated", "confirmed"):
             return  # the assistant repeats what the user stated: it stays stated (an offer would not be shown)
@@ -241,25 +235,35 @@ class FactLedger(Layer):
         replaced."""
         self.facts.append(f)
         k = next(i for i, g in enumerate(facts) if g is f)
-        same = [g for g in facts if g.origin != "negated" and g.kind == f.kind]
-        new = next((g for g in reversed(same) if facts.index(g) < k), None) or next(
-            (g for g in same if facts.index(g) > k), None)
+
+        def kin(gs: Sequence[Fact]) -> list[Fact]:
+            return [g for g in gs if g.origin != "negated" and g.kind == f.kind]
+
+        new = next(iter(kin(facts[:k])[::-1] or kin(facts[k + 1:])), None)
         for key, cur in list(self.current.items()):
             if key[0] != f.task or cur.source == f.source or cur.value.lower() != f.value.lower():
                 continue
-            del self.current[key]
-            if new is None:
+            if new is None:  # other current copies of the denied value only leave
+                del self.current[key]
                 continue
-            was = self.was.pop(key, [])
+            was: list[str] = []
             for k2, g in list(self.current.items()):
                 if g is new:  # the value moves: it stood under its own slot until now
                     del self.current[k2]
                     was += self.was.pop(k2, [])
-            moved = replace(new, slot=cur.slot)
-            target = _key(moved) if key == _key(cur) else _alt_key(moved)  # where the old value stood
-            self.was[target] = list(dict.fromkeys([*was, cur.value]))
-            self.current[target] = moved
-            new = None  # one replacement; other current copies of the denied value only leave
+            self._take_place(key, cur, new, was)
+            new = None  # one replacement
+        self._order = None
+
+    def _take_place(self, key: tuple[int, str], cur: Fact, new: Fact, was: Sequence[str] = ()) -> None:
+        """Current value ``cur`` (under ``key``) is replaced by ``new``, which takes its slot and its
+        place (its slot's key, or the key beside a newer value where ``cur`` stood), with ``was`` the
+        values ``cur`` had replaced, ``was`` and ``cur``'s value (each once, not ``new``'s)."""
+        del self.current[key]
+        moved = replace(new, slot=cur.slot)
+        target = _key(moved) if key == _key(cur) else _alt_key(moved)
+        self.was[target] = [v for v in dict.fromkeys([*self.was.pop(key, []), *was, cur.value]) if v != moved.value]
+        self.current[target] = moved
         self._order = None
 
     def was_of(self, f: Fact) -> list[str]:

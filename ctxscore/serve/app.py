@@ -1043,7 +1043,7 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
                           "manager_options={'layers': lambda: [FactLedger()]}")
     manager: Callable[..., ContextManager] = ContextManager
     if callable(layers):
-        make_layers = options["layers"]
+        make_layers: Callable[[], Any] = layers
         try:  # one set made now, so that a factory that gives no layers fails here, not at a request
             check_layers(make_layers())
         except ConfigError as exc:

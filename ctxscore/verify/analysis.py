@@ -56,6 +56,11 @@ _CONDITIONAL = re.compile(r"(?i)\b(?:if|unless|once|after (?:you|we|the)|approva
 _ACKNOWLEDGED = re.compile(r"(?i)budget|exceed|over|above|超出|超过|预算|排除|不符合")
 _IMPERATIVE = re.compile(r"(?i)^\s*(?:please|go ahead|let'?s|can you|could you|i want you to)\b|吧[。！!]?\s*$|^(?:请|帮我|麻烦|你)")
 _NON_WRITE = re.compile(r"(?i)human|agent|think|calculat|search|get_|find|list|lookup|check|verify|read")
+
+
+def _writes(name: str) -> bool:
+    """Whether a tool of this name changes something (books, cancels, pays), not one that only reads."""
+    return bool(lx.WRITE_TOOL.search(name)) and not _NON_WRITE.search(name)
 _CONCLUSION = re.compile(r"(?i)\b(?:your|the) (?:reference|confirmation|reservation|booking|order|ticket|refund|total|"
                          r"balance|tracking|return|exchange)\b|单号|订单号|总共|合计|退款|金额|共计")
 
@@ -248,7 +253,7 @@ class Tracker:
         sents = sentences(msg.content[:4000])
         # a message that acts (a call that writes, "I'll book it now"; not a search) acts on what its other
         # sentences describe: "Hotel Roma has a room for $420 a night ... I'll book it now" books the $420
-        acting = any(lx.WRITE_TOOL.search(c.name) and not _NON_WRITE.search(c.name) for c in msg.tool_calls) or any(
+        acting = any(_writes(c.name) for c in msg.tool_calls) or any(
             lx.ACTION.search(x) and not lx.NEGATION.search(x) and not _CONDITIONAL.search(x) for x in sents)
         for sent in sents:
             if lx.NEGATION.search(sent) or _CONDITIONAL.search(sent):
@@ -317,7 +322,7 @@ class Tracker:
 
     def _unconfirmed_write(self, t: TaskTrack, mid: str, name: str) -> list[Finding]:
         rules = [r for r in (*self.system_rules, *t.rules) if r.kind == "confirm"]
-        if not rules or not lx.WRITE_TOOL.search(name) or _NON_WRITE.search(name):
+        if not rules or not _writes(name):
             return []
         last = t.last_user
         if last is not None and len(last.content) <= 400 and (_CONFIRM_WORD.search(last.content)

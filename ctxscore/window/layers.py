@@ -100,9 +100,10 @@ def check_layers(layers: Any) -> list[Layer]:
     out = list(layers)
     seen: set[int] = set()
     for i, layer in enumerate(out):
-        name = getattr(layer, "__name__", None) if isinstance(layer, type) else type(layer).__name__
         if isinstance(layer, type):
-            raise ConfigError(f"layers[{i}] is the class {name}, not a layer: pass an instance, e.g. {name}()")
+            raise ConfigError(f"layers[{i}] is the class {layer.__name__}, not a layer: pass an instance, "
+                              f"e.g. {layer.__name__}()")
+        name = type(layer).__name__
         missing = [h for h in LAYER_HOOKS if not hasattr(layer, h)]
         if missing:
             raise ConfigError(f"layers[{i}] ({name}) is not a layer: it has no {', '.join(missing)}; "
