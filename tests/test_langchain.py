@@ -284,3 +284,57 @@ def test_an_assistant_name_survives_both_ways():
     ai = AIMessage("Checked.", name="planner")
     d = to_openai_dicts([ai])[0]
     assert d == {"role": "assistant", "content": "Checked.", "name": "planner"} and to_langchain([d])[0].name == "planner"
+
+
+THINKING = {"type": "thinking", "thinking": "The user wants the parcel tracked first.", "signature": "EqQBCkYIBxgC"}
+
+
+def test_messages_kept_verbatim_are_the_callers_own_objects():
+    """The window came back as new LangChain messages made from chat-completions dicts, so a kept
+    message lost its id, a ToolMessage its status and an AIMessage its thinking blocks (which
+    Anthropic's API asks for back in a tool-using turn). A message the window keeps verbatim is now
+    the caller's object; a compressed tool result keeps its original's status."""
+    log = "\n".join(f"2026-12-01 10:{i:02d}:00 INFO worker {i} polled queue q{i} ok" for i in range(60))
+    msgs = [SystemMessage("You are a deploy agent."), HumanMessage("Deploy release 42 to staging.", id="h1"),
+            AIMessage(content=[THINKING, {"type": "text", "text": "Deploying."}], id="a1",
+                      tool_calls=[{"name": "deploy", "args": {"release": 42}, "id": "c1"}]),
+            ToolMessage(log + "\nERROR deploy failed: permission denied on /srv/app/releases/42", tool_call_id="c1",
+                        status="error", id="t1", artifact={"exit": 1})]
+    for i in range(6):
+        msgs += [AIMessage(f"Step {i}: " + "I am checking the permissions of the release folder. " * 4, id=f"b{i}"),
+                 HumanMessage(f"Go on with step {i + 1}.", id=f"h{i + 2}")]
+    whole = trim_messages(msgs, max_tokens=8000)
+    assert all(a is b for a, b in zip(whole[1:], msgs[1:], strict=True))  # every message kept: the same objects
+    assert whole[2].content[0] == THINKING and whole[3].status == "error" and whole[3].artifact == {"exit": 1}
+    compressed = []
+    for budget in range(1000, 2100, 100):
+        for m in trim_messages(msgs, max_tokens=budget):
+            if isinstance(m, ToolMessage):
+                assert m.status == "error"
+                if m is not msgs[3]:
+                    compressed.append(m)
+    assert compressed and all(m.id is None and len(m.content) < len(msgs[3].content) for m in compressed)
+
+
+def test_the_agent_model_gets_its_thinking_blocks_back():
+    pytest.importorskip("langchain")
+    from langchain.agents import create_agent
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    @tool
+    def track(parcel: str) -> str:
+        """Track a parcel."""
+        return f"{parcel}: in transit via Leeds, arrives Friday 14:00."
+
+    model = Fake(responses=[AIMessage(content=[THINKING, {"type": "text", "text": "Tracking."}], id="ai-1",
+                                      tool_calls=[{"name": "track", "args": {"parcel": "PX-0001"}, "id": "c1"}]),
+                            AIMessage("It arrives Friday at 14:00.")])
+    model.seen = []
+    agent = create_agent(model, tools=[track], system_prompt=SYSTEM, middleware=[ContextMiddleware(budget=2000, scorer="rules")],
+                         checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [HumanMessage("Where is parcel PX-0001?")]}, {"configurable": {"thread_id": "t"}})
+    assert out["messages"][-1].content == "It arrives Friday at 14:00."
+    call = [m for m in model.seen[-1] if isinstance(m, AIMessage)]
+    assert len(call) == 1 and call[0].id == "ai-1" and call[0].content[0] == THINKING
+    assert isinstance(model.seen[-1][-1], ToolMessage) and model.seen[-1][-1].id == out["messages"][2].id

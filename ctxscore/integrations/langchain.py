@@ -227,6 +227,11 @@ def trim_messages(messages: Sequence[BaseMessage | dict[str, Any]], *, max_token
         InputError: a message that cannot be converted or is invalid (tool result without its call ...).
         ConfigError: a bad budget.
         BudgetError: the window is over ``max_tokens`` and ``policy=Policy(on_overflow="raise")``.
+
+    Returns:
+        the window: a joined system message first (when there is one), then each message the window
+        keeps verbatim as the caller's own object (its id, status, reasoning blocks kept) and new
+        messages for compressed ones, summaries and notes.
     """
     dicts = to_openai_dicts(messages)
     with ContextManager(budget=max_tokens, scorer=scorer, encoding=encoding, **manager_kwargs) as cm:
@@ -237,7 +242,42 @@ def trim_messages(messages: Sequence[BaseMessage | dict[str, Any]], *, max_token
         warnings.warn(f"trim_messages: the window holds {window.tokens} tokens, above max_tokens={max_tokens}"
                       + (f" ({over[0]})" if over else ""), RuntimeWarning, stacklevel=2)
     system, rest = _split_system(window)
-    return ([SystemMessage(content=system)] if system is not None else []) + to_langchain(rest)
+    return ([SystemMessage(content=system)] if system is not None else []) + _with_originals(rest, list(messages), dicts)
+
+
+def _key(d: dict[str, Any]) -> str:
+    """A message dict as canonical JSON (what two equal dicts share)."""
+    return json.dumps(d, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _with_originals(window: Sequence[dict[str, Any]], originals: Sequence[Any],
+                    dicts: Sequence[dict[str, Any]]) -> list[BaseMessage]:
+    """The window's messages as LangChain messages, each message the window kept verbatim as the
+    caller's own object.
+
+    ``originals[i]`` converts to ``dicts[i]``. A window message equal to the next unused one of them
+    (in order) is that original object, with what the conversion to chat-completions dicts leaves
+    out: its id, a ``ToolMessage``'s ``status`` and ``artifact``, an ``AIMessage``'s reasoning or
+    thinking blocks (Anthropic's API asks for the thinking blocks of a tool-using turn back), its
+    metadata. Compressed messages, summaries and notes are new messages (:func:`to_langchain`); a
+    compressed tool result keeps its original's ``status``. The window's token count does not include
+    what only the originals hold (reasoning blocks).
+    """
+    out = to_langchain(window)
+    index: dict[str, list[int]] = {}
+    for i, d in enumerate(dicts):
+        index.setdefault(_key(d), []).append(i)
+    status = {m.tool_call_id: m.status for m in originals if isinstance(m, ToolMessage)}
+    after = 0  # originals before this position are used or passed
+    for k, d in enumerate(window):
+        hit = next((i for i in index.get(_key(d), ()) if i >= after), None)
+        if hit is not None:
+            after = hit + 1
+            if isinstance(originals[hit], BaseMessage):  # an OpenAI dict given to trim_messages stays converted
+                out[k] = originals[hit]
+        elif isinstance(out[k], ToolMessage) and status.get(out[k].tool_call_id) not in (None, "success"):
+            out[k].status = status[out[k].tool_call_id]
+    return out
 
 
 def _split_system(window: Any) -> tuple[str | None, list[dict[str, Any]]]:
@@ -279,7 +319,8 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
     ``create_agent(model, tools, middleware=[ContextMiddleware(budget=8000)])``. The agent's state
     keeps every message; before each model call the state's messages (with the system prompt) are
     synced into the session's :class:`~ctxscore.ContextManager` (only new ones are scored) and the
-    model is called with the window built for the last user message. The window's system messages
+    model is called with the window built for the last user message; a message the window keeps
+    verbatim is the state's own object (id, ``status``, thinking blocks kept). The window's system messages
     ahead of the conversation (the system prompt, the layers' notes, the archive note) become the
     request's system message.
 
@@ -339,7 +380,7 @@ class ContextMiddleware(_MiddlewareBase):  # type: ignore[misc,valid-type]
         self.last_window = window
         system, rest = _split_system(window)
         return request.override(system_message=SystemMessage(content=system) if system is not None else None,
-                                messages=to_langchain(rest))
+                                messages=_with_originals(rest, list(request.messages), dicts[len(head):]))
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         """Call the model with the window instead of the full history."""
