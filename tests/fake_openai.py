@@ -227,6 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
             msg["refusal"] = reply["refusal"]
         if reply.get("tool_calls"):
             msg["tool_calls"] = reply["tool_calls"]
+        msg.update(reply.get("message_fields") or {})  # a provider's own fields (OpenRouter's reasoning_details)
         out: dict[str, Any] = {
             "id": "chatcmpl-fake", "object": "chat.completion", "created": CREATED,
             "model": body.get("model", "fake-model"),

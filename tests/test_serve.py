@@ -716,3 +716,40 @@ def test_a_streamed_audio_reply_is_recorded_with_its_id():
         acc.feed(b"data: " + json.dumps(chunk).encode() + b"\n")
     assert acc.feed(b"data: [DONE]\n")
     assert acc.message() == {"role": "assistant", "content": "", "audio": {"id": "audio_9"}}
+
+
+def test_a_providers_own_message_fields_reach_it_again():
+    """OpenRouter answers a reasoning model's tool call with ``reasoning_details`` (signed thoughts) and
+    asks for them back with the call's results (Gemini 3 refuses the turn without them): the proxy
+    dropped every field outside the chat-completions format. A message the window keeps verbatim
+    now carries the client's other fields; a resent answer's ``annotations`` stay out."""
+    details = [{"type": "reasoning.encrypted", "data": "c2lnbmVkLXRob3VnaHRz", "id": "r1", "format": "google-gemini-v1"}]
+
+    def model(body: dict) -> dict:
+        if body["messages"][-1]["role"] == "user":
+            return {"content": None, "message_fields": {"reasoning_details": details},
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "wx", "arguments": '{"city": "Oslo"}'}}]}
+        return {"content": "It is 4C in Oslo.", "message_fields": {"annotations": [{"type": "url_citation"}]}}
+
+    with FakeOpenAI(model) as up, Background(create_app(up.url, 3000, scorer="rules")) as srv:
+        url, head = srv.url + "/v1/chat/completions", {"X-Session-Id": "s"}
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Weather in Oslo?"}]
+        reply = httpx.post(url, json={"model": "m", "messages": msgs}, headers=head).json()["choices"][0]["message"]
+        assert reply["reasoning_details"] == details
+        msgs += [reply, {"role": "tool", "tool_call_id": "c1", "content": "4C, light snow"}]
+        answer = httpx.post(url, json={"model": "m", "messages": msgs}, headers=head).json()["choices"][0]["message"]
+        sent = up.chat_requests()[-1]["messages"]
+        assert sent[2] == {"role": "assistant", "content": "", "reasoning_details": details, "tool_calls": reply["tool_calls"]}
+        msgs += [answer, {"role": "user", "content": "And tomorrow?"}]
+        httpx.post(url, json={"model": "m", "messages": msgs}, headers=head)
+        sent = up.chat_requests()[-1]["messages"]
+        assert sent[2]["reasoning_details"] == details and sent[4] == {"role": "assistant", "content": "It is 4C in Oslo."}
+        assert stats(srv, "s")["sync_modes"] == {"append": 3}
+        # a message the window does not keep verbatim carries none of them
+        long = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Plan the day."},
+                {"role": "assistant", "content": "Step one of the plan: " + "walk along the harbour and look at the boats. " * 60,
+                 "reasoning_details": details}, {"role": "user", "content": "Shorter please."}]
+    with FakeOpenAI(model) as up, Background(create_app(up.url, 300, scorer="rules")) as srv:
+        httpx.post(srv.url + "/v1/chat/completions", json={"model": "m", "messages": long})
+        sent = up.chat_requests()[-1]["messages"]
+        assert len(sent) == 4 and sent[2]["content"] != long[2]["content"] and "reasoning_details" not in sent[2]

@@ -98,10 +98,14 @@ HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connect
 #: Response headers never passed back (hop-by-hop, or no longer true of the body sent).
 HOP_RESPONSE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding",
                                   "trailer", "upgrade", "date", "server"})
-#: The message fields of the chat-completions API that ctxscore keeps (others, like ``annotations``
-#: of a resent answer, are dropped before syncing; a ``refusal`` becomes a content part; of an
-#: ``audio`` object the ``id`` the request sends back).
+#: The message fields of the chat-completions API that ctxscore keeps (others are dropped before
+#: syncing, and a message forwarded verbatim gets them back: :func:`with_client_fields`; a
+#: ``refusal`` becomes a content part; of an ``audio`` object the ``id`` the request sends back).
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal", "audio")
+#: Fields of a resent answer that the chat-completions response has and no request takes: never
+#: forwarded (``function_call`` only as null; a legacy call is refused).
+OUTPUT_ONLY_FIELDS = ("annotations", "function_call")
+_KNOWN_FIELDS = frozenset(MESSAGE_FIELDS + OUTPUT_ONLY_FIELDS)
 #: Proxy timings kept per session for the percentiles.
 TIMINGS_KEPT = 10_000
 
@@ -147,6 +151,44 @@ def normalize_message(m: Any, i: int) -> dict[str, Any]:
     if out.get("tool_calls") == []:
         del out["tool_calls"]
     return out
+
+
+def client_fields(m: Any) -> dict[str, Any] | None:
+    """A client's message fields outside :data:`MESSAGE_FIELDS` (and :data:`OUTPUT_ONLY_FIELDS`) that
+    are not null, such as OpenRouter's ``reasoning_details`` (a reasoning model's signed thoughts, which
+    a tool-using turn must send back), else ``None``."""
+    if not isinstance(m, dict) or m.keys() <= _KNOWN_FIELDS:
+        return None
+    extra = {k: v for k, v in m.items() if k not in _KNOWN_FIELDS and v is not None}
+    return extra or None
+
+
+def with_client_fields(window: list[dict[str, Any]], kept: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The window with each message it keeps verbatim carrying the client's other fields again.
+
+    Args:
+        window: the window's message dicts (not changed).
+        kept: ``(verbatim dict, client fields)`` of the history's messages that had such fields, in
+            conversation order; a window dict equal to the next one's verbatim dict (in order) is that
+            message, and gets its fields back. A compressed message, a summary or a note gets none.
+
+    Returns:
+        a new list (new dicts where fields were added).
+    """
+    out, k = list(window), 0
+    at: dict[tuple[str, str], list[int]] = {}  # (role, text) -> window positions: a message missing costs no scan
+    for j, d in enumerate(out):
+        at.setdefault(_text_key(d), []).append(j)
+    for form, extra in kept:
+        hit = next((j for j in at.get(_text_key(form), ()) if j >= k and out[j] == form), None)
+        if hit is not None:
+            out[hit], k = {**out[hit], **extra}, hit + 1
+    return out
+
+
+def _text_key(d: dict[str, Any]) -> tuple[str, str]:
+    c = d.get("content")
+    return d.get("role", ""), c if isinstance(c, str) else f"{type(c).__name__}:{len(c) if isinstance(c, list) else 0}"
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -212,6 +254,9 @@ class _Session:
         #: The dicts as the client (or the upstream, for replies) sent them, one per ``known`` dict:
         #: a resent message equal to its raw dict is not normalized again.
         self.raw: list[Any] = []
+        #: ``(index, verbatim dict, client fields)`` of the ``raw`` dicts with fields outside the
+        #: chat-completions format (:func:`client_fields`), given back where the window keeps them.
+        self.extra: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
         #: Requests holding or waiting for this session (it is never closed while any does).
         self.users = 0
 
@@ -560,8 +605,10 @@ class Proxy:
         msgs = [*known[:p], *(normalize_message(m, i) for i, m in enumerate(messages[p:], p))] if p else [
             normalize_message(m, i) for i, m in enumerate(messages)]
         mode = cm.sync(msgs, verified=_verified(cm, known, sess.known_last, msgs)).mode
+        extra = [x for x in sess.extra if x[0] < p] + _extra_fields(messages, msgs, p)
         if mode != "trimmed":
             sess.known, sess.known_last, sess.raw = msgs, cm.history.entries[-1].msg if len(cm) else None, messages
+            sess.extra = extra
         sess.stats.modes[mode] += 1
         if mode == "trimmed":
             received = sum(cm.counter.count_message(Message.from_dict(m)) for m in msgs) + REPLY_PRIMING_TOKENS
@@ -572,7 +619,8 @@ class Proxy:
             query = self.query_writer.expand(query)
         reserve = self.tools_tokens(cm, tools)
         window = cm.build(query=query, budget=max(1, self.budget - reserve))
-        return window.messages, received, window.tokens, sorted({str(w.kind) for w in window.warnings})
+        forward = with_client_fields(window.messages, [(f, e) for _, f, e in extra]) if extra else window.messages
+        return forward, received, window.tokens, sorted({str(w.kind) for w in window.warnings})
 
     async def record(self, sess: _Session, message: dict[str, Any], finished: bool = True) -> None:
         """Add the assistant's reply to the session, an empty one too when the answer finished (the
@@ -589,6 +637,7 @@ class Proxy:
             log.warning("session %s: the reply was not recorded (%s)", sess.id, exc)
             return
         if known is not None:
+            sess.extra += _extra_fields([message], [msg], 0, len(known))
             sess.known, sess.known_last, sess.raw = [*known, msg], stored, [*sess.raw, message]
 
     # ------------------------------------------------------------------ the routes
@@ -888,6 +937,18 @@ def _dump_json(value: Any) -> bytes:
         return orjson.dumps(value)
     except TypeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _extra_fields(messages: list[Any], msgs: list[dict[str, Any]], start: int,
+                  offset: int = 0) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    """``(index, verbatim dict, client fields)`` of ``messages[start:]`` holding fields outside the
+    chat-completions format; ``msgs`` are their normalized dicts, ``offset`` is added to each index."""
+    out = []
+    for i in range(start, len(messages)):
+        extra = client_fields(messages[i])
+        if extra is not None:
+            out.append((i + offset, Message.from_dict(msgs[i]).to_openai(), extra))
+    return out
 
 
 def _raw_prefix(messages: list[Any], raw: list[Any]) -> int:
