@@ -1,5 +1,7 @@
 """Page-in plans its room as the window counts it, so what it plans is what the window shows."""
 
+import json
+
 import pytest
 
 from ctxscore import ContextManager, Policy
@@ -321,3 +323,49 @@ def test_which_query_words_name_an_identifier():
     words = ["happened", "tx-88412-zq", "ord-1039", "jd701813", "13912345678", "hat136", "2024-06-01", "12345",
              "python3", "utf-8", "gpt-4o", "epoch3"]
     assert identifier_terms(words) == ["tx-88412-zq", "ord-1039", "jd701813", "13912345678", "hat136"]
+
+
+def _repeating_agent(scorer: str) -> ContextManager:
+    """A coding agent that says the same sentence after each of 20 failing test runs."""
+    cm = ContextManager(budget=1500, scorer=scorer)
+    cm.extend([{"role": "system", "content": "You are a coding agent."},
+               {"role": "user", "content": "Fix the ISO week parsing bug."}])
+    for k in range(20):
+        cm.extend([{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{k}", "type": "function", "function": {
+                       "name": "bash", "arguments": json.dumps({"command": "pytest -q"})}}]},
+                   {"role": "tool", "tool_call_id": f"c{k}", "name": "bash",
+                    "content": f"FAILED tests/test_iso.py::test_week[{k}] - AssertionError\n" + "E  assert 1 == 2\n" * 30},
+                   {"role": "assistant", "content": "Still failing; the week-to-date conversion is off by one around "
+                                                    "year boundaries. Week 1 is the week with the first Thursday."}])
+    return cm
+
+
+def test_identical_messages_are_paged_in_once():
+    """Twelve identical "Still failing; ..." quotes filled a page-in (a new user's report): a hit that
+    repeats a better hit's text, or a message verbatim in the window, takes no slot."""
+    cm = _repeating_agent("rules")
+    w = cm.build(query="why was the week conversion failing?")
+    assert w.paged_in  # something still comes back ...
+    shown = json.dumps(w.messages)
+    assert shown.count("Still failing; the week-to-date") == 1  # ... but the sentence once: the recent copy
+    texts = [cm.history.entries[cm.history.ids[i]].msg.content for i in w.paged_in]
+    assert len(texts) == len(set(texts))
+
+
+def test_a_query_that_names_nothing_pages_in_nothing():
+    """The proxy asks with the last user message: "Yes please." paged in 10 restaurant searches by
+    embedding similarity alone (a new user's report, the packaged scorer)."""
+    cm = ContextManager(budget=1200, scorer="auto")
+    cm.extend([{"role": "system", "content": "You are a travel assistant."},
+               {"role": "user", "content": "My wife is vegetarian and I have a peanut allergy, so no peanuts in any meal."},
+               {"role": "assistant", "content": "Noted: vegetarian meals and no peanuts."}])
+    for i in range(25):
+        cm.extend([{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                       "name": "search_restaurants", "arguments": json.dumps({"city": "Barcelona", "page": i})}}]},
+                   {"role": "tool", "tool_call_id": f"c{i}", "name": "search_restaurants",
+                    "content": json.dumps([{"name": f"Bar Mut {j}", "cuisine": "tapas", "rating": 4.1} for j in range(8)])},
+                   {"role": "assistant", "content": "Here are 8 places in that area."},
+                   {"role": "user", "content": ["Hmm, keep looking.", "Next area.", "Does any have a terrace?"][i % 3]}])
+    for query in ("Yes please.", "ok", "What is it?"):
+        assert cm.build(query=query).paged_in == []
+    assert cm.build(query="Which meals must avoid peanuts?").paged_in  # a question that names something still pages in

@@ -39,7 +39,7 @@ from . import ingest, tiers
 from .assemble import DEFAULT_SECTIONS, PostBuildHook, Section
 from .history import History
 from .layers import Layer, check_layers, free_layers
-from .pagein import SEARCH_HITS, search
+from .pagein import SEARCH_HITS, names_anything, search
 from .result import ContextWindow, WindowWarning
 from .session import SessionState
 from .sync import SyncResult, is_append, plan_sync, prefix_history
@@ -213,7 +213,8 @@ class ContextManager:
             warns: list[WindowWarning] = []
             try:
                 self.state.catch_up()
-                hits = search(self.store, self.session_id, self.scorer, query, SEARCH_HITS) if query and self._may_page(B) else []
+                hits = (search(self.store, self.session_id, self.scorer, query, SEARCH_HITS)
+                        if query and self._may_page(B) and names_anything(query) else [])
             except StoreError as exc:  # build from memory
                 warns.append(tiers.store_unavailable("be read", exc))
                 hits = []

@@ -48,7 +48,7 @@ from ..config import Policy
 from ..messages import Message, Role, Tier
 from ..scoring.ranker import RERANK_POOL
 from ..store.base import Store
-from ..store.retrieval import Hit
+from ..store.retrieval import Hit, query_terms
 from ..tokens import TOKENS_PER_MESSAGE
 from .history import CODE, Form, History
 from .tiers import Forms, collapsed_line, occupancy
@@ -216,6 +216,33 @@ def identifier_terms(terms: Sequence[str]) -> list[str]:
     return [t for t in terms if _IDENT.fullmatch(t)]
 
 
+#: Entries at the end of the history that a hit is compared with for a copy (:func:`_copies`).
+COPIES_LOOKBACK = 40
+
+
+def _copies(history: History) -> Callable[[int], bool]:
+    """``copy(i)``: whether entry ``i``'s text repeats a better hit's asked before (the first of them
+    wins) or a message verbatim among the last :data:`COPIES_LOOKBACK` entries. An agent that says
+    "Still failing; ..." after every test run had 12 identical quotes paged in for one question,
+    which left no room for the run that showed the first error. Messages without text (a tool call)
+    are never copies."""
+    entries = history.entries
+    seen = {(e.msg.role, e.msg.content) for e in entries[-COPIES_LOOKBACK:]
+            if e.tier == Tier.VERBATIM and isinstance(e.msg.content, str) and e.msg.content}
+
+    def copy(i: int) -> bool:
+        msg = entries[i].msg
+        if not isinstance(msg.content, str) or not msg.content:
+            return False
+        key = (msg.role, msg.content)
+        if key in seen:
+            return True
+        seen.add(key)
+        return False
+
+    return copy
+
+
 def _holds(history: History, hit_id: str, idents: Sequence[str]) -> bool:
     """Whether the message of ``hit_id`` holds one of the identifiers ``idents`` (case-folded)."""
     i = history.ids.get(hit_id)
@@ -353,9 +380,10 @@ class _Planner:
     def plan(self, hits: list[Hit]) -> PageInPlan:
         entries, ids = self.h.entries, self.h.ids
         cands: list[tuple[str, int]] = []  # (hit id, entry to show)
+        copies = _copies(self.h)
         for h in hits:
             i = ids.get(h.id)
-            if i is None:
+            if i is None or copies(i):
                 continue
             if entries[i].successor is not None:  # what replaced a hit is never evicted to make room
                 self.keep.add(entries[entries[i].successor].unit)  # type: ignore[index]
@@ -600,6 +628,21 @@ def _date_source(history: History, i: int) -> int | None:
         return None
     u = history.entries[j].unit
     return None if all(history.entries[k].tier == Tier.VERBATIM for k in history.units[u]) else u
+
+
+#: Letters outside ASCII that are not CJK (Cyrillic, Hangul, Arabic ...): a query in such a script has
+#: no keyword terms (:func:`~ctxscore.store.retrieval.query_terms`) and is searched by embedding.
+_OTHER_LETTER = re.compile(r"[^\W\d_A-Za-z\u3400-\u9fff\uf900-\ufaff]")
+
+
+def names_anything(query: str) -> bool:
+    """Whether a query can page anything in: it has a keyword term
+    (:func:`~ctxscore.store.retrieval.query_terms`; stop words such as "yes", "please", "ok" are
+    none), or letters of a script the keyword search does not split (searched by embedding alone).
+    The proxy and the middleware ask with the last user message: "Yes please." paged in 10 messages
+    of restaurant searches by embedding similarity alone."""
+    fts, short = query_terms(query)
+    return bool(fts or short) or _OTHER_LETTER.search(query) is not None
 
 
 def search(store: Store, session_id: str, scorer: Any, query: str, k: int) -> list[Hit]:
