@@ -369,6 +369,32 @@ def test_layer_notes_fit_beside_a_last_message_cut_to_the_budget():
     assert w.tokens <= 800 and not any(x.kind == "over_budget" for x in w.warnings)
 
 
+@pytest.mark.parametrize("budget", [700, 1000, 1200])
+def test_the_ledger_gives_way_to_recent_turns_beside_a_cut_tool_output(budget):
+    """A 14-row search result cut to fit, after short turns that are all recent: the ledger's note took
+    its share beside them and the window went over the budget (738 at 700, 1,264 at 1,200; a new
+    user's report). The note now shrinks or goes when a rendering is over the budget."""
+    rows = [{"flight": f"EI{500 + i}", "airline": "Aer Lingus", "from": "DUB", "to": "BCN", "date": "2025-06-12",
+             "depart": f"{6 + i:02d}:05", "fare_eur": 100 + 17 * i, "baggage": "1 checked bag 23kg"} for i in range(14)]
+    msgs = [{"role": "system", "content": "You are a travel booking assistant."},
+            {"role": "user", "content": "Plan a trip from Dublin to Barcelona, June 12 to June 19, for 2 people."},
+            {"role": "assistant", "content": "Sure."},
+            {"role": "user", "content": "I'm a Gold member, my member number is WC-88213-GLD."},
+            {"role": "assistant", "content": "Thanks, noted Gold membership WC-88213-GLD; the 10% Gold discount applies to hotels."},
+            {"role": "user", "content": "Send all confirmations to john.keane+trips@gmail.com please."},
+            {"role": "assistant", "content": "Will do, confirmations go to john.keane+trips@gmail.com."},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "search_flights", "arguments": '{"to": "BCN"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "name": "search_flights", "content": json.dumps(rows, indent=1)}]
+    plain = ContextManager(budget=budget, scorer="rules")
+    plain.extend(msgs)
+    cm = ContextManager(budget=budget, scorer="rules", layers=[FactLedger()])
+    cm.extend(msgs)
+    w = cm.build()
+    assert w.tokens <= budget and not any(x.kind == "over_budget" for x in w.warnings)
+    assert w.messages[-1] == plain.build().messages[-1]  # the output is cut no shorter than without the ledger
+
+
 def test_going_back_and_saying_a_correction_again():
     """Back to an earlier value (还是周二吧) left two days current; the same correction said again
     added a second slot `meant: June 2` (a new user's report)."""

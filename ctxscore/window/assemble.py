@@ -107,6 +107,9 @@ class BuildView:
     recalled_at: int | None = None
     _note: tuple[dict[str, Any], int] | None = field(default=None, init=False, repr=False)
     _layer_tokens: int = field(default=0, init=False, repr=False)  # what the layers' notes took so far (spend)
+    #: What the layers' notes may take together in this build (``None``: no limit beyond
+    #: :meth:`layer_cap`'s); a build sets it when its window is over the budget at the end.
+    layer_room: int | None = field(default=None, init=False, repr=False)
 
     def recalled_text(self) -> str | None:
         """The content of the recalled note (:class:`RecalledSection`), or ``None`` when nothing is quoted."""
@@ -140,7 +143,8 @@ class BuildView:
         size the build cuts it to, :func:`~ctxscore.window.tiers.last_excess`), the stub note's one
         line, reply priming and the notes of the layers rendered before it (:meth:`spend`), so that an
         optional note gives way before the latest message is cut (a ledger's 138 tokens beside a
-        1,340-token system prompt at 1,500 cut the user's question)."""
+        1,340-token system prompt at 1,500 cut the user's question); within :attr:`layer_room` when a
+        build set it (its window was over the budget: the recent turns beside a cut last output)."""
         h = self.history
         last = h.units[h.entries[-1].unit] if h.entries else []
         members = [i for i in last if not h.entries[i].pinned]
@@ -150,12 +154,19 @@ class BuildView:
             newest = sum(h.entries[i].tokens for i in members) - last_excess(h, self.budget, self.forms)
         stubs = COLLAPSED_LINE_TOKENS if h.stub_tokens else 0
         room = self.budget - REPLY_PRIMING_TOKENS - h.pinned_tokens - newest - stubs - self._layer_tokens
+        if self.layer_room is not None:
+            room = min(room, self.layer_room - self._layer_tokens)
         return max(0, min(int(share * self.budget), room))
 
     def spend(self, tokens: int) -> None:
         """Count ``tokens`` of a layer's note rendered in this view (the room :meth:`layer_cap` gives
         the layers rendered after it shrinks by them)."""
         self._layer_tokens += tokens
+
+    @property
+    def layers_spent(self) -> int:
+        """Tokens the layers' notes took in this view so far (:meth:`spend`)."""
+        return self._layer_tokens
 
     def note(self, lines: Sequence[str]) -> tuple[dict[str, Any], int]:
         """A system note holding ``lines`` and its tokens."""

@@ -177,6 +177,10 @@ class SessionState:
             if fitted:  # the last message alone is larger than the room left: its blocks that fit
                 plan = replace(plan, fitted=fitted)
                 window = self._assemble(query, B, plan, vals, rel, warns)
+        spent = self.view.layers_spent if self.view is not None else 0
+        if window.tokens > B and spent:  # the layers' notes give way last: the recent turns beside a cut
+            window = self._assemble(query, B, plan, vals, rel, warns,  # last output left them less room than
+                                    layer_room=max(0, spent - (window.tokens - B)))  # layer_cap counts
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
         if pol.on_overflow == OnOverflow.RAISE and window.tokens > B:  # the tiers are saved: the state stays whole
@@ -334,9 +338,10 @@ class SessionState:
                 warns.append(tiers.store_unavailable("record tiers", exc))
 
     def _assemble(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
-                  warns: list[WindowWarning]) -> ContextWindow:
+                  warns: list[WindowWarning], layer_room: int | None = None) -> ContextWindow:
         view = self.view = make_view(self.history, self.forms, self.counter, self.policy, B, query, plan, vals,
                                      self.stub_budget, self.recalled)
+        view.layer_room = layer_room
         window = assemble(view, self.sections, self.values, vals, rel, warns)
         self.recalled = view.recalled_anchor()
         for hook in self.hooks:
