@@ -171,16 +171,7 @@ class SessionState:
                 return self.build(query, B, hits, warns, retry=retry - 1)
         if plan.shown and h.n_compacted:
             window, plan = self._whole_history(query, B, plan, vals, rel, warns, window, reserved)
-        pinned = h.pinned_tokens + REPLY_PRIMING_TOKENS + reserved
-        if window.tokens > B and pinned <= B:
-            fitted = self._fit_last(window.tokens - B, _terms(query))
-            if fitted:  # the last message alone is larger than the room left: its blocks that fit
-                plan = replace(plan, fitted=fitted)
-                window = self._assemble(query, B, plan, vals, rel, warns)
-        spent = self.view.layers_spent if self.view is not None else 0
-        if window.tokens > B and spent:  # the layers' notes give way last: the recent turns beside a cut
-            window = self._assemble(query, B, plan, vals, rel, warns,  # last output left them less room than
-                                    layer_room=max(0, spent - (window.tokens - B)))  # layer_cap counts
+        window, plan = self._fit_end(query, B, plan, vals, rel, warns, window, reserved)
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
         if pol.on_overflow == OnOverflow.RAISE and window.tokens > B:  # the tiers are saved: the state stays whole
@@ -191,6 +182,22 @@ class SessionState:
         for layer in self.layers:
             layer.after_build(window, self.view)
         return window
+
+    def _fit_end(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
+                 warns: list[WindowWarning], window: ContextWindow, reserved: int) -> tuple[ContextWindow, PageInPlan]:
+        """The window and plan of a build still over ``B`` at its end: the last message cut to its blocks
+        that fit (when pinned content fits), then the layers' notes within what is left (the recent turns
+        beside a cut last output leave them less room than :meth:`BuildView.layer_cap
+        <ctxscore.window.assemble.BuildView.layer_cap>` counts)."""
+        if window.tokens > B and self.history.pinned_tokens + REPLY_PRIMING_TOKENS + reserved <= B:
+            fitted = self._fit_last(window.tokens - B, _terms(query))
+            if fitted:  # the last message alone is larger than the room left: its blocks that fit
+                plan = replace(plan, fitted=fitted)
+                window = self._assemble(query, B, plan, vals, rel, warns)
+        spent = self.view.layers_spent if self.view is not None else 0
+        if window.tokens > B and spent:
+            window = self._assemble(query, B, plan, vals, rel, warns, layer_room=max(0, spent - (window.tokens - B)))
+        return window, plan
 
     def _whole_history(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
                        warns: list[WindowWarning], window: ContextWindow,
