@@ -561,6 +561,28 @@ def test_a_booking_on_the_day_the_user_corrected_away_is_goal_drift(first, then,
         assert all("rel:" not in f.message for f in found)  # the user's days as they said them
 
 
+@pytest.mark.parametrize(("first", "change"), [
+    ("Book me a hotel in Chengdu, check in June 12, check out June 16.", "Actually change the check-in to June 14."),
+    ("帮我订成都的酒店，6月12日入住，住到6月16日。", "入住日期改成6月14日，我们先在重庆玩两天。"),
+])
+def test_a_corrected_check_in_leaves_the_check_out_the_user_still_holds(first, change):
+    """The new check-in replaced every date the user had given: booking June 14 to June 16 after
+    "change the check-in to June 14" was goal drift on the check-out, "a value the user corrected
+    since" (a new user's report); the June 12 the user replaced still is."""
+    from ctxscore.verify import ContextVerifier
+
+    for checkin, drift in (("2025-06-14", []), ("2025-06-12", ["06-12"])):
+        cm = ContextManager(budget=4000, scorer="rules", layers=[ContextVerifier()])
+        cm.extend([{"role": "user", "content": first}, {"role": "assistant", "content": "OK."},
+                   {"role": "user", "content": change}, {"role": "assistant", "content": "Done."},
+                   {"role": "user", "content": "Yes, please confirm the booking."},
+                   {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                       "name": "book_hotel", "arguments": json.dumps({"checkin": checkin, "checkout": "2025-06-16"})}}]},
+                   {"role": "tool", "tool_call_id": "c1", "content": '{"ok": true}'}])
+        found = [f.details["norm"] for f in cm.build().findings if f.kind == "goal_drift"]
+        assert found == drift, checkin
+
+
 @pytest.mark.parametrize("change", ["不对，预算改成每晚700元以内。", "其实预算可以提高到每晚700元。", "改一下，每晚不超过700元。"])
 def test_a_chinese_budget_the_user_raised_no_longer_holds_the_agent(change):
     """Three of four phrasings of a raised bound left the agent held to the old one: a 680元 offer was

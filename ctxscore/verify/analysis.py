@@ -7,7 +7,8 @@ it arrives:
 
 - **goal drift**: an action (a tool call, or "I'll book / I have booked ..." in text) uses a date,
   time, place or party size that no user turn of the task gave while the user gave another one (or
-  that the user corrected since);
+  that the user corrected since: a correction replaces the user's one value of its group, or, of
+  several, the one it names, "change the check-in to June 14" beside a check-out date);
 - **constraint contradicted**: an action or a proposal breaks a hard constraint of the system or of the
   task (a prohibited term, a money or count bound, a time bound; a write tool call without a user
   confirmation when a constraint requires one);
@@ -29,6 +30,7 @@ from ..memory import lexicon as lx
 from ..memory.facts import negated
 from ..messages import Message, Role
 from ..scoring.rules import RuleConfig, default_config, sentences
+from ..store.stemming import porter_stem
 from ..window.history import Entry
 from . import constraints as cons
 from .findings import Action, Finding, FindingKind, Severity
@@ -132,6 +134,8 @@ class TaskTrack:
 
     user: dict[str, dict[str, str]] = field(default_factory=dict)  # group -> norm -> id of the user message
     superseded: dict[str, set[str]] = field(default_factory=dict)  # group -> norms the user corrected
+    # group -> norm -> (user message, value text, the words naming it: _value_names): the value a norm reads
+    held: dict[str, dict[str, tuple[str, str, frozenset[str]]]] = field(default_factory=dict)
     endorsed: dict[str, dict[str, str]] = field(default_factory=dict)  # offers the user accepted
     user_texts: list[str] = field(default_factory=list)
     rules: list[cons.Rule] = field(default_factory=list)
@@ -206,17 +210,19 @@ class Tracker:
         for v in denied:  # "I meant Wednesday, not Tuesday": Tuesday is corrected away, not stated
             t.superseded.setdefault(v.group, set()).update(v.norms)
         vals = [v for v in vals if v not in denied]
-        if _CORRECTION.search(text[:300]):  # "actually, make it 3 people": one new value replaces the others
+        if _CORRECTION.search(text[:300]):  # "actually, make it 3 people": one new value replaces the one it restates
             for g in {v.group for v in vals} - {"place"}:  # a place has many roles (origin, destination)
                 new = [v for v in vals if v.group == g]
                 if len(new) == 1:
-                    t.superseded.setdefault(g, set()).update(n for n in t.user.get(g, {}) if n not in new[0].norms)
+                    t.superseded.setdefault(g, set()).update(_replaced(t, g, new[0], text))
+        names = _value_names(text, vals)
         for v in vals:
             for n in v.norms:
                 self.session_user.setdefault((v.group, n), mid)
                 if v.group == "time" and _bound_clause(text, v.text):
                     continue  # "leave after 18:00" bounds the time (a constraint), it does not name one
                 t.user.setdefault(v.group, {})[n] = mid
+                t.held.setdefault(v.group, {})[n] = (mid, v.text, names[v])
                 t.superseded.get(v.group, set()).discard(n)
         t.user_texts.append(text.lower()[:2000])
         if t.offer is not None and len(text) < 200 and lx.AFFIRM.search(text):
@@ -388,6 +394,68 @@ def _bound_clause(text: str, value_text: str) -> bool:
     """The value stands in a clause that bounds it ("after 18:00", "6点之前")."""
     i = text.find(value_text)
     return i >= 0 and bool(_BOUND_WORDS.search(text[max(0, i - 20): i + len(value_text) + 4]))
+
+
+#: Words that name no value: articles, pronouns, prepositions, fillers, change and correction words
+#: ("actually, change the check-in to June 14" names the check-in, nothing else).
+_UNNAMING = frozenset("""a an the it its my our your me us i we you this that these those please and or but to from on
+at in into for of by with as is are be was were will would can could want need like make change changed move switch
+set update actually instead rather meant mean sorry correction wait no not yes ok okay so just also then now""".split())
+_PARTICLE = re.compile(r"\b(check|pick|drop|sign|log|take)[\s-]+(in|out|up|off)\b")  # check-in: one word, checkin
+_CLAUSE_END = re.compile(r"[,;:.!?，。；：！？、\n]")
+_NAME_BEFORE, _NAME_AFTER = 20, 8  # characters of a value's clause read for its name, before and after it
+
+
+def _name_words(text: str) -> frozenset[str]:
+    """The words of ``text`` that can name a value: the stems of its English words less
+    :data:`_UNNAMING` (``check in`` and ``check-in`` read as one word, ``checkin``), and the character
+    pairs of its Chinese runs (入住, 退房)."""
+    low = _PARTICLE.sub(r"\1\2", text.lower())
+    words = {porter_stem(w) for w in re.findall(r"[a-z]+", low) if w not in _UNNAMING}
+    for run in re.findall(r"[\u4e00-\u9fff]+", low):
+        words |= {run[i:i + 2] for i in range(len(run) - 1)}
+    return frozenset(words)
+
+
+def _value_names(text: str, vals: list[Value]) -> dict[Value, frozenset[str]]:
+    """The words naming each value of ``vals`` in ``text`` (:func:`_name_words`): those of its clause
+    before it, after the value before it ("check in June 12, check out June 16": ``checkin``, then
+    ``checkout``; "住到6月16日"), and after it when no other value follows in the clause
+    ("6月12日入住")."""
+    spots = sorted(((text.find(v.text), v) for v in vals if v.text and v.text in text), key=lambda x: x[0])
+    out = dict.fromkeys(vals, frozenset())
+    for i, (at, v) in enumerate(spots):
+        end = at + len(v.text)
+        start = spots[i - 1][0] + len(spots[i - 1][1].text) if i else 0
+        before = _CLAUSE_END.split(text[start:at])[-1]
+        if len(before) > _NAME_BEFORE:  # the last characters, from a word's start
+            before = re.sub(r"^[A-Za-z]+", "", before[-_NAME_BEFORE:])
+        after = _CLAUSE_END.split(text[end:])[0]
+        if i + 1 < len(spots) and end + len(after) > spots[i + 1][0]:
+            after = ""  # the words before the next value name that one
+        out[v] = _name_words(before) | _name_words(after[:_NAME_AFTER])
+    return out
+
+
+def _replaced(t: TaskTrack, group: str, new: Value, text: str) -> set[str]:
+    """The norms of ``group`` that the correction ``text``, giving ``new``, replaces: the user's one
+    current value of the group; of several (a check-in and a check-out date), the one whose name
+    (:func:`_value_names`) the correction's clause shares the most words with ("change the check-in
+    to June 14"), and none when no name, or more than one, does best (a value the user still holds is
+    not corrected away)."""
+    gone = t.superseded.get(group, set())
+    held: dict[tuple[str, str, frozenset[str]], set[str]] = {}
+    for n, key in t.held.get(group, {}).items():
+        if n not in gone and n not in new.norms:
+            held.setdefault(key, set()).add(n)
+    if len(held) <= 1:
+        return set().union(*held.values())
+    clause = next((c for c in _CLAUSE_END.split(text) if new.text in c), text)
+    words = _name_words(clause)
+    shared = {key: len(key[2] & words) for key in held}
+    best = max(shared.values())
+    top = [key for key, k in shared.items() if k == best]
+    return held[top[0]] if best and len(top) == 1 else set()
 
 
 def _place_known(place: str, stated: dict[str, str], texts: list[str]) -> bool:
