@@ -259,6 +259,10 @@ def test_cli_profile_and_verify(tmp_path, capsys):
     "I like the sound of that one.",
     "No, I don't want to reserve it just yet.",
     "and what I'm trying to accomplish with the command below.",
+    # no allergy and no booking ruled out for good: a step of the task, a negation, someone else's
+    "Never mind.", "I never got the email.", "不要紧。", "Don't book it yet.", "Don't book anything before Friday.",
+    "先别订，我再想想。", "不要订太贵的。", "I'm not allergic to anything.", "I have no allergies.", "我不过敏。",
+    "My son is allergic to peanuts.", "Is it safe if you're allergic to nuts?",
 ])
 def test_profile_extraction_skips_non_statements(text):
     from ctxscore.memory.profile_extract import statements  # noqa: PLC0415
@@ -270,11 +274,28 @@ def test_profile_extraction_skips_non_statements(text):
     ("我们都喜欢吃辣的", ("preference", "food", "吃辣的", 1)),
     ("I'm vegetarian and I love Italian food.", ("preference", "diet", "vegetarian", 1)),
     ("不能超过三千元，不要靠窗的座位。", ("preference", "seat", "window seat", -1)),
+    ("I'm allergic to peanuts, shellfish and eggs.", ("preference", "allergy", "egg", -1)),
+    ("我对花生和虾过敏。", ("preference", "allergy", "虾", -1)),
+    ("Please don't ever book the Hilton again.", ("preference", "general", "hilton", -1)),
 ])
 def test_profile_extraction_keeps_statements(text, key):
     from ctxscore.memory.profile_extract import statements  # noqa: PLC0415
 
     assert key in [(s.profile_type, s.attribute, s.subject, s.polarity) for s in statements(text)]
+
+
+def test_allergies_and_ruled_out_bookings_are_profile_items():
+    """A severe peanut allergy, "Never book Ryanair for us" and 也不要订东方航空 gave no item, only the
+    vegetarian diet, the aisle seat and 不吃辣 did (a new user's report): an allergy was read only as
+    "allergic to", and an airline is no known attribute, so "never book" it was left as a bare prohibition."""
+    p = _profiled("Never book Ryanair for us, I had a terrible experience with them last year.", "Understood.",
+                  "I have a severe peanut allergy, so no peanuts in any meal.", "Noted.",
+                  "I'm vegetarian.", "Noted.", "我不吃辣，也不要订东方航空。", "好的。")
+    assert set(p.items) == {"preference:general:-ryanair", "preference:allergy:-peanut", "preference:diet:vegetarian",
+                            "preference:food:-辣", "preference:general:-东方航空"}
+    peanut = p.items["preference:allergy:-peanut"]
+    assert peanut.describe() == "preference/allergy: avoid peanut" and peanut.scope == "general"
+    assert p.items["preference:general:-ryanair"].scope == "general"  # "never": beyond this session
 
 
 def test_context_type_weak_labels_and_rules_on_handmade_gold():

@@ -47,6 +47,18 @@ PREF_NEG = _rx(r"\b(?:i (?:really )?(?:don'?t|do not|never) (?:like|want|eat|dri
                r"(?:don'?t|do not|never) (?:recommend|suggest|offer|show|give)(?: me)?|no more)\s+|"
                r"我(?:很|比较|特别|一直|最近|平时)?(?:不喜欢|不爱|讨厌|不想用|不想要|不吃|不喝|受够了|对)|"
                r"(?:不要|别)(?:再)?(?:给我)?(?:推荐|介绍|发)")
+#: The user's own allergy: "I'm allergic to peanuts" (the allergens in ``what``), "I have a severe
+#: peanut allergy" (``thing``), 我对花生过敏 / 我有点花粉过敏 (``zwhat``).
+ALLERGY = _rx(r"\b(?:i'?m|i am|we'?re|we are)\s+(?:(?:very|severely|seriously|highly|extremely|deathly|mildly|slightly|"
+              r"also|really)\s+)*allergic to\s+(?P<what>[^.;:!?]+)|\b(?:i|we)(?: have| have got|'ve got|'ve)\s+"
+              r"(?:an?\s+)?(?:(?:severe|serious|bad|mild|slight|life-threatening|deadly|strong)\s+)*"
+              r"(?P<thing>[a-z][a-z ,-]{0,40}?)\s+allerg(?:y|ies)\b|"
+              r"我(?:们)?(?:有点|有|对)?(?P<zwhat>[\u4e00-\u9fff、和]{1,8}?)(?:严重|有点|很|特别|非常)?过敏")
+#: The user rules out what to book ("Never book Ryanair", "don't put us on EasyJet", 也不要订东方航空, 别坐国航):
+#: the object follows the cue.
+AVOID_BOOKING = _rx(r"\b(?:never|don'?t|do not)\s+(?:ever\s+)?(?:book|reserve|fly|put (?:me|us) on)\s+"
+                    r"(?:(?:with|on|us|me)\s+){0,2}|(?:不要|别|千万别|千万不要|绝对不要|不准|不许)(?:再)?(?:给|帮|为)?(?:我们|我)?"
+                    r"(?:预订|预定|订|乘坐|坐|入住|住)")
 #: The statement holds for now / this time only (a current-task scope).
 TEMPORARY = _rx(r"\b(?:for now|this time|right now|at the moment|currently|these days|lately|for this (?:trip|order|"
                 r"purchase|task|booking)|just this once|today)\b|最近|这次|这一次|本次|暂时|目前|当前|现在先")

@@ -4,7 +4,9 @@
 
 - ``preference``: likes and dislikes ("I prefer window seats", "don't recommend Apple", 我不吃辣), with
   the attribute they are about (:data:`ATTRIBUTES`: brand, seat, cabin, food, music ...), the subject
-  (``apple``, ``window seat``) and a polarity (+1 likes, -1 avoids);
+  (``apple``, ``window seat``) and a polarity (+1 likes, -1 avoids); the user's allergies, avoidances
+  of attribute ``allergy`` held in general ("I have a severe peanut allergy", 我对花生过敏); and what the
+  user rules out booking by name ("Never book Ryanair for us", 也不要订东方航空; not "don't book it yet");
 - ``basic`` (age, city, occupation, membership), ``ability`` ("I'm new to Python"), ``goal`` (a goal of
   the user's life, not of the task: "I'm trying to lose weight"), ``decision`` (a decision style: "I
   always pick the cheapest"), ``relationship`` (who a person is to the user: "my wife Anna");
@@ -163,14 +165,80 @@ def _attribute(phrase: str) -> tuple[str, str]:
     return "general", normalise(phrase)
 
 
-def _preferences(sent: str) -> list[Statement]:
+#: Where a list of allergens ends ("allergic to peanuts, so no peanuts in any meal").
+_ALLERGENS_END = re.compile(r"(?i)\b(?:so|because|but|since|which|that|please|if|when|though|although|except|in|on|at|"
+                            r"for|with|from|too|as well|now)\b|[，。；：,]\s*(?:so|but|and|i|we|please)\b")
+_ALLERGEN_SPLIT = re.compile(r"(?i)\s*(?:,|\band\b|\bor\b|&|、|和|及|跟)\s*")
+#: Words before "allergy" and Chinese phrases before 过敏 that name no allergen ("I have no allergies",
+#: "I have food allergies", 我是过敏体质, 我有些过敏).
+_NO_ALLERGEN = re.compile(r"(?i)^(?:no|any|some|many|several|few|food|seasonal|multiple|other|bad|mild|severe|a few|"
+                          r"the|an?)$|^(?:是|也|都|会|还|就|容易|没|点|些|一点|有些)")
+
+
+def _singular(phrase: str) -> str:
+    """``peanuts`` -> ``peanut``, ``strawberries`` -> ``strawberry`` (the last word); ``shellfish``,
+    ``citrus`` and Chinese stay."""
+    if re.search(r"[^a-z]", phrase[-1:]) or re.search(r"(?:ss|us|is)$", phrase):
+        return phrase
+    return re.sub(r"ies$", "y", phrase) if phrase.endswith("ies") and len(phrase) > 4 else phrase.removesuffix("s")
+
+
+def _allergies(sent: str) -> list[Statement]:
+    """The user's allergies (:data:`lexicon.ALLERGY <ctxscore.memory.lexicon.ALLERGY>`): one avoidance
+    per allergen, attribute ``allergy``, held in general (an allergy is no passing taste)."""
+    out: list[Statement] = []
+    for m in lx.ALLERGY.finditer(sent):
+        said = m.group("what") or m.group("thing") or m.group("zwhat") or ""
+        if m.group("zwhat") and _OTHER_PERSON.search(said):
+            continue  # 我不过敏, 我老婆对花生过敏: no allergy of the user's
+        for part in _ALLERGEN_SPLIT.split(_ALLERGENS_END.split(said, maxsplit=1)[0]):
+            part = _ARTICLE.sub("", part.strip(" -")).strip()
+            if not part or len(part.split()) > 3 or _NO_ALLERGEN.search(part):
+                continue
+            subj = _singular(normalise(part))
+            if not any(s.subject == subj for s in out):
+                out.append(Statement("preference", "allergy", subj, -1, sent[:240], general=True))
+    return out
+
+
+#: A name a booking avoidance is about: capitalised words ("Ryanair", "British Airways", "the Hilton"),
+#: or a Chinese name of an airline or a hotel (东方航空, 国航, 如家酒店).
+_NAMED = re.compile(r"^[A-Z][\w'&.-]*(?:\s+[A-Z][\w'&.-]*)*|^(?![这那哪此该])[\u4e00-\u9fff]{1,8}?"
+                    r"(?:航空公司|航空|航|酒店|宾馆|饭店|旅馆|民宿|客栈)(?=的|$)")
+_NOT_NAMED = re.compile(r"(?i)^(?:i|anything|anyone|anywhere|something|everything|nothing|yet|now|today|tomorrow|"
+                        r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|may|"
+                        r"june|july|august|september|october|november|december)\b")
+
+
+def _avoided_bookings(sent: str, cues: dict[str, bool]) -> list[Statement]:
+    """What the user rules out booking (:data:`lexicon.AVOID_BOOKING
+    <ctxscore.memory.lexicon.AVOID_BOOKING>`) when the sentence names it ("Never book Ryanair for us",
+    也不要订东方航空): an avoidance of its attribute (``brand``, ``lodging`` ...; ``general`` for a
+    name of no known attribute, an airline or "the Hilton", as "I never fly Ryanair" is). An object
+    that names nothing ("don't book it yet", "don't book anything before Friday", 先别订, 不要订太贵的)
+    is a step of the task, not the user's."""
     out = []
+    for m in lx.AVOID_BOOKING.finditer(sent):
+        phrase = _object(sent[m.end():])
+        name = None if _DEICTIC.match(phrase) else _NAMED.match(phrase)
+        if name is None or _NOT_NAMED.match(name.group(0)):
+            continue
+        attr, subj = _attribute(name.group(0))
+        out.append(Statement("preference", attr, subj, -1, sent[:240], **cues))
+    return out
+
+
+def _preferences(sent: str) -> list[Statement]:
     cues = dict(temporary=bool(lx.TEMPORARY.search(sent)), general=bool(lx.GENERAL.search(sent)),
                 change=bool(lx.CHANGE.search(sent)))
+    out = _allergies(sent)
+    allergies = [m.span() for m in lx.ALLERGY.finditer(sent)]
     for rx, pol in ((lx.PREF_NEG, -1), (lx.PREF_POS, 1)):
         for m in rx.finditer(sent):
             if _OTHER_PERSON.search(m.groupdict().get("gap") or ""):
                 continue  # 我老婆喜欢 ...: someone else's taste
+            if any(a <= m.start() < b for a, b in allergies):
+                continue  # "I'm allergic to", 我对 ... 过敏: an allergy, read by _allergies
             phrase = _object(sent[m.end():])
             if not phrase or _DEICTIC.match(phrase) or (len(phrase) < 2 and not re.match(r"[\u4e00-\u9fff]", phrase)):
                 continue
@@ -184,6 +252,7 @@ def _preferences(sent: str) -> list[Statement]:
         if exclusive(attr) and not any(s.subject == subj for s in out):
             out.append(Statement("preference", attr, subj, 1, sent[:240], temporary=not cues["general"],
                                  general=cues["general"], change=cues["change"]))
+    out += [s for s in _avoided_bookings(sent, cues) if not any(o.subject == s.subject for o in out)]
     if not out:  # a bare term with an avoidance ("No red-eye flights, please") is a preference too
         for m in lx.PROHIBITION.finditer(sent):
             phrase = _object(sent[m.end():])
