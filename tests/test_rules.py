@@ -296,3 +296,35 @@ def test_amounts_in_more_currencies(text, want):
     from ctxscore.scoring.rules import typed_values
 
     assert typed_values(text) == want
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("Don't touch src/legacy/ at all.", ("Don't touch src/legacy/ at all.",)),
+    ("Fix the parser. Don't use match statements, we target 3.9.", ("Don't use match statements, we target 3.9.",)),
+    ("Keep every changelog line under 80 characters.", ("Keep every changelog line under 80 characters.",)),
+    ("Avoid Ryanair, please.", ("Avoid Ryanair, please.",)),
+    ("Please, don't add any insurance.", ("Please, don't add any insurance.",)),
+    ("I don't know yet.", ()),
+    ("Don't worry about it.", ()),
+    ("The cat sleeps under the table.", ()),
+])
+def test_imperative_prohibitions_and_number_bounds_are_hard_constraints(text, want):
+    """ "Do not touch src/legacy/" was pinned and "Don't touch src/legacy/" archived (a new user's report)."""
+    from ctxscore.scoring.rules import hard_constraints
+
+    assert hard_constraints(text) == want
+
+
+def test_a_dont_rule_stays_in_the_window():
+    from ctxscore import ContextManager
+
+    cm = ContextManager(budget=1000, scorer="rules")
+    cm.extend([{"role": "system", "content": "You are a coding agent."},
+               {"role": "user", "content": "Fix the failing date parser tests."},
+               {"role": "user", "content": "Don't touch src/legacy/ at all."}])
+    for i in range(8):
+        cm.extend([{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                       "name": "bash", "arguments": '{"command": "pytest -q"}'}}]},
+                   {"role": "tool", "tool_call_id": f"c{i}", "content": f"run {i}: " + "E   AssertionError: week 1 != 2\n" * 20},
+                   {"role": "user", "content": f"Go on with attempt {i + 1}."}])
+    assert "Don't touch src/legacy/ at all." in [m["content"] for m in cm.build().messages]

@@ -551,15 +551,29 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
 
 
+#: Forbidding and bounding forms the keyword list cannot hold without matching everyday speech: a
+#: sentence that opens with "Don't <verb>" or "Avoid" (not "I don't know", "don't worry"), and a
+#: bound on a number ("under 80 characters", "below $1,000", "less than 3 hours"). In the train, dev
+#: and eval sessions they add 12 user sentences to the keywords' (a new user's "Don't touch
+#: src/legacy/" was archived where "Do not touch src/legacy/" was pinned).
+_FORBID_OR_BOUND = re.compile(
+    r"(?:^|[\n.!?;:]\s*)(?:(?:please|and|but|also|so|oh|ok|okay)[ ,]+)?"
+    r"(?:don[’']?t\s+(?!(?:worry|know|mind|care|bother|hesitate|think|understand|see|have|need|want|like|get|really)\b)"
+    r"\w|avoid\s+\w)"
+    r"|\b(?:under|below|less than|fewer than|within)\s+[$€£¥]?\d", re.IGNORECASE)
+
+
 def hard_constraints(text: str, config: RuleConfig | None = None) -> tuple[str, ...]:
     """The sentences of ``text`` that forbid, require or bound (the rule file's ``hard_constraint``
-    keywords: never, must, at most, no more than, budget, deadline, 不要, 必须, 禁止, 不超过, 只能 ...),
-    byte-exact as they occur in ``text``; empty when the rule file has no such group."""
+    keywords: never, must, at most, no more than, budget, deadline, 不要, 必须, 禁止, 不超过, 只能 ...,
+    and :data:`_FORBID_OR_BOUND`: "Don't touch ...", "Avoid ...", "under 80 characters"), byte-exact
+    as they occur in ``text``; only :data:`_FORBID_OR_BOUND` when the rule file has no such group."""
     cfg = config or default_config()
     rx = cfg.keyword_regexes.get("hard_constraint")
-    if rx is None or not rx.search(text):
+    has_kw = rx is not None and rx.search(text) is not None
+    if not has_kw and _FORBID_OR_BOUND.search(text) is None:
         return ()
-    return tuple(s for s in sentences(text) if rx.search(s))
+    return tuple(s for s in sentences(text) if (has_kw and rx.search(s)) or _FORBID_OR_BOUND.search(s))  # type: ignore[union-attr]
 
 
 def extract_entities(text: str, config: RuleConfig | None = None) -> list[str]:
