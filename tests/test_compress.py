@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ctxscore.compress import (
     aggressive_compress,
     archive_stub,
@@ -81,6 +83,22 @@ def test_archive_stub_format():
         "[archived m12: Please book the flight to Seattle on May …]"
     zh = archive_stub("m3", "请你帮我订一间酒店要求价格不超过五百元不要靠近机场谢谢你")
     assert zh.startswith("[archived m3: 请你帮我订") and zh.endswith(" …]")
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("Refund issued: amount $1,250.00 on card ending 4417 for order 99812345 today",
+     "[archived m4: Refund issued: amount …]"),  # was "$1": another amount
+    ("message 4973: order ID-4417-XYZ-99 shipped to warehouse number twelve in the north",
+     "[archived m4: message 4973: order …]"),  # was "ID-4": another order
+    ("https://example.com/a/very/long/url/that/keeps/going/and/going/on",
+     "[archived m4: https://example.com/a/ve…]"),  # one long word: cut, and it reads as cut
+    ("请你帮我订一间酒店要求价格不超过五百元不要靠近机场谢谢你请你帮我订一间酒店要求价格不超过五百元不要靠近机场谢谢你",
+     "[archived m4: 请你帮我订一间酒店要求价格不超过五百元不要靠近机 …]"),  # Chinese: cut by characters, as before
+])
+def test_an_archive_stub_never_splits_a_value(text, want):
+    """A 5,000-message file showed 20 stubs reading "order ID-4 …", a different real order (a new
+    user's report): the stub's cut fell inside a value."""
+    assert archive_stub("m4", text) == want
 
 
 def test_the_structured_summary_of_code_keeps_whole_lines_with_their_indentation():

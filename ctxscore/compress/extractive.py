@@ -329,15 +329,29 @@ def _holding(sents: list[str], wanted: Sequence[str]) -> set[int]:
 def archive_stub(message_id: str, text: str, words: int = 8) -> str:
     """One-line stub for an archived message: ``[archived <id>: <first words> …]``.
 
-    ``words`` counts whitespace-separated words; for text without spaces (Chinese) the first
-    ``3 * words`` characters are used.
+    ``words`` counts whitespace-separated words; when they run past ``6 * words`` characters (long
+    words, text without spaces such as Chinese) the first ``3 * words`` characters are used, cut
+    before the word or number they would split (``$1,250.00`` never shows as ``$1``, ``ID-4417`` as
+    ``ID-4``); a single word longer than that ends in ``…`` with no space, so it reads as cut.
     """
     flat = " ".join(text.split())
     parts = flat.split(" ")
     head = " ".join(parts[:words]) if len(parts) > 1 else flat
     if len(head) > 6 * words:
-        head = head[: 3 * words]
+        n = 3 * words
+        cut = head[:n]
+        if _STUB_TOKEN.match(head, n - 1) and _STUB_TOKEN.match(head, n):  # a word or value split
+            start = _STUB_TAIL.search(cut).start()  # type: ignore[union-attr]
+            if start == 0:
+                return f"[archived {message_id}: {cut}…]"
+            cut = cut[:start]
+        head = cut.rstrip()
     return f"[archived {message_id}: {head} …]"
+
+
+#: A character of a word or value that a stub must not split (not a space, CJK text or CJK punctuation).
+_STUB_TOKEN = re.compile(r"[^\s\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
+_STUB_TAIL = re.compile(r"[^\s\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]*$")
 
 
 class ExtractiveCompressor:
