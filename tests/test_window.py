@@ -252,3 +252,20 @@ def test_stub_lines_may_not_take_more_than_the_low_water_mark():
         Policy(stub_fraction=1.0)
     assert Policy(stub_fraction=0.6).stub_fraction == 0.6
     assert Policy(stub_fraction=0.7, low_water=0.7, t_archive=0.8).stub_fraction == 0.7
+
+
+def test_a_huge_recent_turns_setting_is_all_the_turns():
+    """``Policy(recent_turns=10**12)`` at a tight budget relaxed recency one turn at a time and never
+    finished (a new user's report): more turns than the session has are all of them."""
+    from ctxscore import ContextManager, Policy
+
+    msgs = [{"role": "system", "content": "Be brief."}]
+    for i in range(6):
+        msgs += [{"role": "user", "content": f"Question {i} about the weather in city number {i}?"},
+                 {"role": "assistant", "content": f"Answer {i}: it is sunny and 2{i} degrees in city number {i}."}]
+    huge = ContextManager(budget=60, scorer="rules", policy=Policy(recent_turns=10**12))
+    huge.extend(msgs)
+    w = huge.build()  # before the fix: never returned
+    some = ContextManager(budget=60, scorer="rules", policy=Policy(recent_turns=6))
+    some.extend(msgs)
+    assert w.messages == some.build().messages
