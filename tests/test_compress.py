@@ -136,3 +136,127 @@ def test_prose_with_a_fenced_command_is_summarised_as_prose_and_code_as_whole_li
     assert code_like(dense)
     form = structured_summary(dense)
     assert form.split("\n") == dense.split("\n")[:3]  # whole lines with their indentation, not sentences
+
+
+# A patch that replaces one line by three: the removed line holds key spans ("1:3"), the last added
+# line none. Both forms kept the removed line and dropped the added one, so the form read as a patch
+# that deletes the line; the compressed form also stripped the indentation of the context lines.
+ISO_DIFF = '''diff --git a/src/dlite/parser/iso.py b/src/dlite/parser/iso.py
+index 3e1f0a2..8c44d91 100644
+--- a/src/dlite/parser/iso.py
++++ b/src/dlite/parser/iso.py
+@@ -138,7 +138,9 @@ class IsoParser:
+     def _parse_week(self, token):
+-        week = int(token[1:3])
++        if token.startswith("W"):
++            token = token[1:]
++        week = int(token[:2])
+         if not 1 <= week <= 53:
+             raise ValueError(f"invalid ISO week: {week}")
+         return week
+
+Applied patch OK.'''
+
+# The output of `git diff` in a mini-SWE-agent trajectory (django__django-14915): two files, one hunk
+# adding a method, one adding a test.
+DJANGO_DIFF = '''<returncode>0</returncode>
+<output>
+diff --git a/django/forms/models.py b/django/forms/models.py
+index 5dcf923c12..7effb202e3 100644
+--- a/django/forms/models.py
++++ b/django/forms/models.py
+@@ -1166,6 +1166,9 @@ class ModelChoiceIteratorValue:
+     def __str__(self):
+         return str(self.value)
+\x20
++    def __hash__(self):
++        return hash(self.value)
++
+     def __eq__(self, other):
+         if isinstance(other, ModelChoiceIteratorValue):
+             other = other.value
+diff --git a/tests/model_forms/test_modelchoicefield.py b/tests/model_forms/test_modelchoicefield.py
+index 2a0c05d803..f6d82a8132 100644
+--- a/tests/model_forms/test_modelchoicefield.py
++++ b/tests/model_forms/test_modelchoicefield.py
+@@ -373,3 +373,13 @@ class ModelChoiceFieldTests(TestCase):
+         )
+         with self.assertNumQueries(2):
+             template.render(Context({'form': CategoriesForm()}))
++
++    def test_model_choice_iterator_value_hashable(self):
++        field = forms.ModelChoiceField(Category.objects.all())
++        iterator = iter(field.choices)
++        next(iterator)  # Skip empty label
++        value, label = next(iterator)
++        # Ensure it can be used as a dict key
++        d = {value: 'test'}
++        self.assertEqual(d[value], 'test')
++        self.assertEqual(d[value.value], 'test')
+</output>'''
+
+
+def _change_groups(diff: str) -> list[list[str]]:
+    """The runs of removed and added lines of a hunk (``---`` / ``+++`` file lines left out)."""
+    groups: list[list[str]] = [[]]
+    for line in diff.split("\n"):
+        if line[:1] in ("-", "+") and not line.startswith(("--- ", "+++ ")):
+            groups[-1].append(line)
+        elif groups[-1]:
+            groups.append([])
+    return [g for g in groups if g]
+
+
+def _assert_keeps_the_hunks(diff: str, form: str) -> None:
+    """Whole lines of ``diff``, byte-exact, ``…`` between them where lines were left out; the file
+    and hunk headers; and no removed line without the added lines that replace it."""
+    original = diff.split("\n")
+    lines = form.split("\n")
+    kept = [line for line in lines if line != "…"]
+    assert all(line in original for line in kept)  # indentation and all
+    at = [original.index(line) for line in kept]
+    assert at == sorted(at)
+    for a, b in zip(lines, lines[1:], strict=False):
+        if a != "…" and b != "…":  # adjacent in the form: adjacent in the diff, blank lines aside
+            gap = original[original.index(a) + 1:original.index(b)]
+            assert not any(g.strip() for g in gap), (a, b)
+    heads = [line for line in original if line.startswith(("diff --git ", "--- ", "+++ ", "@@ "))]
+    assert all(h in kept for h in heads)
+    for group in _change_groups(diff):
+        if any(line in kept for line in group if line[0] == "-"):
+            assert all(line in kept for line in group if line[0] == "+"), group
+
+
+def test_a_diff_keeps_the_added_lines_that_replace_a_kept_removed_line():
+    for tier in ("structured", "compressed"):
+        res = compress(ISO_DIFF, tier)
+        assert res.tier == tier, res
+        _assert_keeps_the_hunks(ISO_DIFF, res.text)
+        assert "-        week = int(token[1:3])\n+        if token" in res.text
+        assert "+        week = int(token[:2])\n         if not 1 <= week <= 53:" in res.text
+        assert "…" in res.text  # the method's def line was left out
+
+
+def test_the_forms_of_a_git_diff_output_keep_whole_lines_and_mark_gaps():
+    for tier in ("compressed", "structured"):
+        res = compress(DJANGO_DIFF, tier)
+        assert res.tier == tier and len(res.text) < len(DJANGO_DIFF), res
+        _assert_keeps_the_hunks(DJANGO_DIFF, res.text)
+        assert "+        return hash(self.value)" in res.text  # not "+ return hash(self.value)"
+    for form in (structured_summary(DJANGO_DIFF), aggressive_compress(DJANGO_DIFF)):  # the raw forms too
+        _assert_keeps_the_hunks(DJANGO_DIFF, form)
+
+
+def test_the_compressed_form_of_code_keeps_whole_lines_with_their_indentation():
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "ctxscore" / "window" / "history.py").read_text(encoding="utf-8")
+    start = src.index("    def release_instructions")
+    text = src[start:start + 2400]
+    res = compress(text, "compressed")
+    assert res.tier == "compressed", res
+    original = text.split("\n")
+    lines = [line for line in res.text.split("\n") if line != "…"]
+    indent = "    "  # the indentation the kept lines share is left out, as in the structured form
+    assert all(indent + line in original for line in lines)
+    assert any(line.startswith("        ") for line in lines) and "…" in res.text

@@ -87,13 +87,14 @@ _HUNK_HEAD = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _FILE_HEAD = re.compile(r"diff |index |--- |\+\+\+ |new file|deleted file|similarity |rename |old mode|new mode|Binary files")
 
 
-def _diff_ends(part: str, heads: Sequence[int]) -> list[tuple[int, int]]:
+def _diff_ends(part: str, heads: Sequence[int], kinds: dict[int, str] | None = None) -> list[tuple[int, int]]:
     """``(start, end)`` of each run of unified diff in ``part``, from one of its ``diff --git`` or
     ``@@`` lines (``heads``, their offsets in order):
     file headers, then hunks, each as long as its header's line counts say (context and removed lines
     count against the old file, context and added lines against the new; an empty line is a context
     line whose space a tool stripped). A line that fits neither ends the run, and so does a line
-    after a hunk's last one that starts no header or hunk (prose or a list after the diff)."""
+    after a hunk's last one that starts no header or hunk (prose or a list after the diff).
+    ``kinds``, when given, gets the kind of each line of the runs by its offset (:func:`diff_lines`)."""
     out: list[tuple[int, int]] = []
     for start in heads:
         if out and start < out[-1][1]:
@@ -118,9 +119,23 @@ def _diff_ends(part: str, heads: Sequence[int]) -> list[tuple[int, int]]:
                 new -= 1  # type: ignore[operator]
             elif line[:1] != "\\":  # "\ No newline at end of file" counts for neither
                 break
+            if kinds is not None:
+                kinds[i] = "@" if head else "F" if old is None else line[:1] or " "
             i = end + 1
         out.append((start, min(i, len(part))))
     return out
+
+
+def diff_lines(text: str) -> dict[int, str]:
+    """The lines of unified diff in ``text`` (the runs :func:`split_blocks` keeps whole), by the
+    offset where each starts: ``F`` a file header line (``diff --git``, ``index``, ``---``, ``+++``,
+    ``new file mode`` ...), ``@`` a hunk header, then by their first character ``" "`` (context, an
+    empty line too), ``-``, ``+`` and ``\\``. Empty for text with no ``@@ `` (one substring search)."""
+    if "@@ " not in text:
+        return {}
+    kinds: dict[int, str] = {}
+    _diff_ends(text, [m.start() for m in _HUNK.finditer(text)], kinds)
+    return kinds
 
 
 def _paragraphs(text: str, lo: int, hi: int) -> Iterable[tuple[int, int, str]]:

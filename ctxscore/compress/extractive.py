@@ -10,6 +10,11 @@
   negation, and the last sentence; drops exploration.
 - :func:`archive_stub` (tier ``archived``): ``[archived <id>: <first words> …]``.
 
+Code (:func:`code_like`) and unified diffs get whole lines in both forms, byte-exact with their
+indentation and ``…`` where lines were left out (code its sentences instead when the lines cost much
+more, :data:`CODE_FORM_SHARE`); a diff keeps its file and hunk headers, and a change whose removed
+line it keeps keeps the added lines that replace it, so the form never reads as another patch.
+
 The first two take the key spans the verifier will ask for (``keep``; :class:`ExtractiveCompressor`
 passes them, see :func:`~ctxscore.compress.base.compress_verified`) and keep each byte-exact: a
 sentence that holds (part of) a key span is kept whole, and leading filler is removed only where it
@@ -24,6 +29,7 @@ but never "Okayama"). :class:`ExtractiveCompressor` is the default :class:`~ctxs
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -32,6 +38,7 @@ from typing import Any
 from ..messages import Tier
 from ..scoring.rules import RuleConfig, default_config, entity_spans
 from .base import CompressionResult, compress_verified
+from .blocks import diff_lines
 from .verify import key_spans, negation_matches, occurrences, scan_negations
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])|\n+")
@@ -171,8 +178,8 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
         text: the message content.
         config: rule file for entity patterns and keywords (default: the packaged one).
         spans: the text's entity spans if already computed (:func:`ctxscore.rules.entity_spans`).
-        keep: key spans (substrings of ``text``) the summary must hold byte-exact (the sentences
-            holding them are kept whole); spans that do not occur in ``text`` are ignored.
+        keep: key spans (substrings of ``text``) the summary must hold byte-exact (the sentences, or
+            lines of code, holding them are kept whole); spans that do not occur in ``text`` are ignored.
 
     Returns:
         For JSON content, ``key=value`` lines of its non-empty leaves (nested keys joined with ``.``;
@@ -180,7 +187,9 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
         an earlier line's values as ``path: same as <earlier path>``); otherwise the
         sentences that carry an entity, a decision / confirmation / constraint word, a negation or a
         ``keep`` span, one per line with leading filler ("Sure, ...", "好的，") removed where it
-        holds no key span. Empty if nothing qualifies.
+        holds no key span; for a unified diff, and for code (:func:`code_like`) while it costs at
+        most :data:`CODE_FORM_SHARE` times the sentences, the lines that hold them instead, whole
+        (:func:`_code_lines`). Empty if nothing qualifies.
     """
     cfg = config or default_config()
     data = _parse_json(text)
@@ -194,9 +203,12 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
     keep_rx = [kw[g] for g in ("decision", "confirmation", "constraint", "hard_constraint") if g in kw]
     starts = [s for s, _ in (entity_spans(text, cfg) if spans is None else spans)]
     held = _keep_intervals(text, keep)  # sorted by start
+    kinds = diff_lines(text)
+    if kinds:  # a diff's sentences are no summary of it: whole lines, hunks kept whole
+        return _code_lines(text, starts, held, keep_rx, kinds)
     prose = _sentence_lines(text, starts, held, keep_rx)
     if code_like(text):  # whole lines, unless they cost much more than the sentences
-        form = _code_lines(text, starts, held, keep_rx)
+        form = _code_lines(text, starts, held, keep_rx, kinds)
         if len(form) <= CODE_FORM_SHARE * len(prose):
             return form
     return prose
@@ -237,10 +249,13 @@ def _sentence_lines(text: str, starts: Sequence[int], held: Sequence[tuple[int, 
 CODE_INDENTED_SHARE = 0.25
 #: The whole-line summary of code is used when it is at most this many times as long as the sentence
 #: summary (which strips indentation and keeps only the sentences of a comment that hold a value);
-#: else the sentences, as for prose. The cost, measured: on the held-out mini-SWE-agent sessions at
-#: 2,000 tokens (rules scorer, a build per message), 30 of 1,375 windows over the budget against 24
-#: with sentence summaries (the compacted recent turns are larger; at 1.0, 24, but a 2,333-character
-#: read of django/forms/fields.py is shown cut into sentences again).
+#: else the sentences, as for prose (a diff keeps whole lines at any cost: its sentences read as
+#: another patch). The compressed form of code (:func:`aggressive_compress`) is chosen the same way.
+#: The cost, measured: on the held-out mini-SWE-agent sessions at 2,000 tokens (rules scorer, a build
+#: per message), 30 of 1,375 windows over the budget against 24 with sentence summaries (the
+#: compacted recent turns are larger; at 1.0, 24, but a 2,333-character read of
+#: django/forms/fields.py is shown cut into sentences again); the compressed forms as whole lines
+#: too, 67 against 64 before them (a later run, on later code).
 CODE_FORM_SHARE = 1.5
 
 
@@ -252,22 +267,40 @@ def code_like(text: str) -> bool:
     return len(lines) >= 4 and sum(line[:1] in " \t" for line in lines) >= CODE_INDENTED_SHARE * len(lines)
 
 
-def _code_lines(text: str, starts: Sequence[int], held: Sequence[tuple[int, int]], keep_rx: Sequence[re.Pattern[str]]) -> str:
-    """The structured summary of code (:func:`code_like`): the lines that hold an entity, a held span
-    or a kept keyword, byte-exact with their indentation less the indentation they all share (a
-    comment keeps its ``#``), and ``…`` where lines were left out between them. A sentence split
-    read such text as prose: it cut comments into pieces and stripped the indentation, so the
-    summary read as other code."""
-    out: list[str] = []
-    pos = 0
-    skipped = False
-    for line in text.split("\n"):
-        lo, hi = pos, pos + len(line)
-        pos = hi + 1
+def _code_lines(text: str, starts: Sequence[int], held: Sequence[tuple[int, int]],
+                keep_rx: Sequence[re.Pattern[str]], kinds: dict[int, str], ends: bool = False) -> str:
+    """The whole-line form of code (:func:`code_like`) or of a diff (``kinds``: its lines,
+    :func:`~ctxscore.compress.blocks.diff_lines`): the lines that hold an entity, a held span or a
+    kept keyword (and, with ``ends``, the first and the last line), byte-exact with their indentation
+    less the indentation they all share (a comment keeps its ``#``), and ``…`` where lines were left
+    out between them. A diff keeps its file and hunk headers, and the added lines of a change whose
+    removed line it keeps (:func:`_close_changes`). A sentence split read such text as prose: it cut
+    comments into pieces and stripped the indentation, so the summary read as other code (and a
+    patch that replaces a line as one that deletes it)."""
+    lines = text.split("\n")
+    offsets = list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+    picks = [False] * len(lines)
+    for a, b in held:  # the lines each held span reaches (one bisect a span, not a scan of the spans a line)
+        n = bisect.bisect_right(offsets, a) - 1
+        n += a >= offsets[n] + len(lines[n])  # a span that starts at a line break begins on the next line
+        while n < len(lines) and offsets[n] < b:
+            picks[n] = True
+            n += 1
+    for n, line in enumerate(lines):
+        lo = offsets[n]
         i = bisect.bisect_left(starts, lo)
-        keep = ((i < len(starts) and starts[i] < hi) or any(a < hi and b > lo for a, b in held)
-                or any(rx.search(line) for rx in keep_rx))
-        if keep and line.strip():
+        picks[n] = bool(line.strip()) and (picks[n] or (i < len(starts) and starts[i] < lo + len(line))
+                                           or any(rx.search(line) for rx in keep_rx))
+    if ends:
+        full = [n for n, line in enumerate(lines) if line.strip()]
+        for n in full[:1] + full[-1:]:
+            picks[n] = True
+    if kinds:
+        _close_changes(lines, picks, kinds)
+    out: list[str] = []
+    skipped = False
+    for line, keep in zip(lines, picks, strict=True):
+        if keep:
             if skipped and out:
                 out.append("…")
             out.append(line)
@@ -278,6 +311,28 @@ def _code_lines(text: str, starts: Sequence[int], held: Sequence[tuple[int, int]
     return "\n".join(x[indent:] if x != "…" else x for x in out)  # relative indentation kept
 
 
+def _close_changes(lines: list[str], picks: list[bool], kinds: dict[int, str]) -> None:
+    """Marks in ``picks`` the file and hunk header lines of a diff (``kinds`` by line offset), and
+    every added line of a change (a run of removed and added lines) one of whose removed lines is
+    marked: a removed line shown without the lines that replace it reads as a deletion."""
+    change: list[int] = []
+    removed = False
+    pos = 0
+    for n, line in enumerate(lines + [""]):  # the sentinel ends the last change
+        kind = kinds.get(pos, "")
+        pos += len(line) + 1
+        if kind in ("-", "+", "\\"):
+            change.append(n)
+            removed = removed or (kind == "-" and picks[n])
+            continue
+        if removed:
+            for c in change:
+                picks[c] = picks[c] or lines[c][:1] == "+"
+        change, removed = [], False
+        if kind in ("F", "@"):
+            picks[n] = True
+
+
 def aggressive_compress(text: str, config: RuleConfig | None = None, max_sentences: int = 6,
                         keep: Sequence[str] | None = None) -> str:
     """Aggressive extractive compression of a ``reasoning`` message.
@@ -286,19 +341,32 @@ def aggressive_compress(text: str, config: RuleConfig | None = None, max_sentenc
     keywords: "so", "therefore", "the issue is", 所以, 因此 ...) and the last sentence, at most
     ``max_sentences`` in all (the earliest conclusions are dropped first), and beyond that cap every
     sentence holding a ``keep`` span (key spans to keep byte-exact) or a negation; code blocks are dropped.
+    Code (:func:`code_like`) and diffs keep whole lines instead, as in :func:`structured_summary`: the
+    first and the last line and those with a conclusion marker, a ``keep`` span or a negation, with
+    their indentation and ``…`` between them; a diff its headers and the added lines of a change
+    whose removed line it keeps; code its sentences when the lines cost more than
+    :data:`CODE_FORM_SHARE` times as much.
     """
     cfg = config or default_config()
     body = re.sub(r"```.*?```", " ", text, flags=re.DOTALL)
+    concl = cfg.keyword_regexes.get("conclusion")
+    kinds = diff_lines(body)
+    form = None
+    if kinds or code_like(body):
+        form = _code_lines(body, (), _keep_intervals(body, keep), [concl] if concl else [], kinds, ends=True)
+        if kinds:
+            return form
     sents = _sentences(body)
     if len(sents) <= 2:
-        return "\n".join(sents)
-    concl = cfg.keyword_regexes.get("conclusion")
-    middle = [i for i in range(1, len(sents) - 1) if concl is not None and concl.search(sents[i])]
-    budget = max(0, max_sentences - 2)
-    chosen = set(middle[-budget:] if budget else [])
-    wanted = [k for k in dict.fromkeys(keep or ()) if k]
-    chosen |= {i for i in _holding(sents, wanted) if 0 < i < len(sents) - 1}
-    return "\n".join([sents[0], *(sents[i] for i in sorted(chosen)), sents[-1]])
+        prose = "\n".join(sents)
+    else:
+        middle = [i for i in range(1, len(sents) - 1) if concl is not None and concl.search(sents[i])]
+        budget = max(0, max_sentences - 2)
+        chosen = set(middle[-budget:] if budget else [])
+        wanted = [k for k in dict.fromkeys(keep or ()) if k]
+        chosen |= {i for i in _holding(sents, wanted) if 0 < i < len(sents) - 1}
+        prose = "\n".join([sents[0], *(sents[i] for i in sorted(chosen)), sents[-1]])
+    return form if form is not None and len(form) <= CODE_FORM_SHARE * len(prose) else prose
 
 
 def _holding(sents: list[str], wanted: Sequence[str]) -> set[int]:
