@@ -369,3 +369,20 @@ def test_a_query_that_names_nothing_pages_in_nothing():
     for query in ("Yes please.", "ok", "What is it?"):
         assert cm.build(query=query).paged_in == []
     assert cm.build(query="Which meals must avoid peanuts?").paged_in  # a question that names something still pages in
+
+
+@pytest.mark.parametrize("budget", [250, 280, 300])
+def test_a_page_in_never_leaves_out_a_better_hit_the_window_shows(budget):
+    """The message answering "what is my booking ref?" was verbatim in the window and the best hit; the
+    page-in of a lower-ranked tool result left it out to make room, with no stub and no warning (a new
+    user's report)."""
+    cm = ContextManager(budget=budget, scorer="rules")
+    for m in [{"role": "system", "content": "You are an agent."},
+              {"role": "user", "content": "My booking ref is ABC123 and I want a window seat."},
+              {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                  "name": "lookup", "arguments": '{"city": "SEA"}'}}]},
+              {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": '{"price": 12.50, "ok": false}'},
+              *({"role": "user", "content": f"filler message {i} about the weather"} for i in range(20))]:
+        cm.add(m)
+    w = cm.build(query="what is my booking ref?")
+    assert "ABC123" in json.dumps(w.messages)

@@ -227,18 +227,16 @@ def _copies(history: History) -> Callable[[int], bool]:
     which left no room for the run that showed the first error. Messages without text (a tool call)
     are never copies."""
     entries = history.entries
-    seen = {(e.msg.role, e.msg.content) for e in entries[-COPIES_LOOKBACK:]
+    start = max(0, len(entries) - COPIES_LOOKBACK)
+    seen = {(e.msg.role, e.msg.content): j for j, e in enumerate(entries[start:], start)
             if e.tier == Tier.VERBATIM and isinstance(e.msg.content, str) and e.msg.content}
 
     def copy(i: int) -> bool:
         msg = entries[i].msg
         if not isinstance(msg.content, str) or not msg.content:
             return False
-        key = (msg.role, msg.content)
-        if key in seen:
-            return True
-        seen.add(key)
-        return False
+        j = seen.setdefault((msg.role, msg.content), i)
+        return j != i  # another message with this text is shown or was asked before
 
     return copy
 
@@ -380,6 +378,8 @@ class _Planner:
     def plan(self, hits: list[Hit]) -> PageInPlan:
         entries, ids = self.h.entries, self.h.ids
         cands: list[tuple[str, int]] = []  # (hit id, entry to show)
+        shown_above: list[int] = []  # per candidate: how many hits verbatim in the window rank above it
+        verbatim: list[int] = []  # the units of those hits, best first
         copies = _copies(self.h)
         for h in hits:
             i = ids.get(h.id)
@@ -389,11 +389,18 @@ class _Planner:
                 self.keep.add(entries[entries[i].successor].unit)  # type: ignore[index]
             if entries[i].tier != Tier.VERBATIM:
                 cands.append((h.id, i))
-            elif _successor(self.h, i) is not None:  # shown already; what replaced it is not
+                shown_above.append(len(verbatim))
+                continue
+            if _successor(self.h, i) is not None:  # shown already; what replaced it is not
                 cands.append((h.id, entries[i].successor))  # type: ignore[arg-type]
-        for hid, hit in cands[: self.policy.page_in_k * CANDIDATES_PER_SLOT]:
+                shown_above.append(len(verbatim))
+            verbatim.append(entries[i].unit)
+        for k, (hid, hit) in enumerate(cands[: self.policy.page_in_k * CANDIDATES_PER_SLOT]):
             if len(self.done) >= self.policy.page_in_k:
                 break
+            # a better hit the window shows is never left out to make room for this one (it evicted
+            # the message answering "what is my booking ref?" for a tool result that ranked lower)
+            self.keep.update(verbatim[: shown_above[k]])
             if entries[hit].unit not in self.done:
                 self.place(hid, hit)
         for hid, hit in cands:  # the rest of the window's outdated statements: what replaced them, in the room left
