@@ -298,3 +298,24 @@ def test_page_in_never_pushes_the_window_over_budget():
             win = cm.build(query=query)
             if plain.tokens <= budget:
                 assert win.tokens <= budget, (budget, query, win.tokens, win.paged_in)
+
+
+def test_extend_and_a_loop_of_add_index_alike():
+    """Each message of an ``extend`` batch was indexed with the history before the batch as its
+    context (none in a new session), so search and query windows differed from a loop of ``add``, as
+    the CLI (which extends) differed from a live agent (a new user's report)."""
+    msgs = [{"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "My booking ref is ABC123 and I want a window seat."},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "lookup", "arguments": '{"city": "SEA"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": '{"price": 12.50, "ok": false}'},
+            {"role": "user", "content": "Today is 2024-05-02. Which day is my flight?"},
+            *({"role": "user", "content": f"filler message {i} about the weather"} for i in range(20))]
+    batch = ContextManager(budget=300, scorer="rules")
+    batch.extend(msgs)
+    one = ContextManager(budget=300, scorer="rules")
+    for m in msgs:
+        one.add(m)
+    for q in ("what is my booking ref?", "the lookup for SEA", "what happened on 2024-05-02?"):
+        assert [h["id"] for h in batch.search(q)] == [h["id"] for h in one.search(q)]
+        assert batch.build(query=q).messages == one.build(query=q).messages

@@ -4,6 +4,7 @@ history entries (new messages, resumed sessions and other writers' appends take 
 from __future__ import annotations
 
 import re
+from datetime import date
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -98,16 +99,34 @@ def score(scorer: Scorer, rules: RuleClassifier, msgs: Sequence[Message], start:
     return [Scored(m, p, e) for m, p, e in zip(msgs, preds, ents, strict=True)]
 
 
-def record(s: Scored, history: History, rules: RuleClassifier) -> NewRecord:
+def records(scored: Sequence[Scored], history: History, rules: RuleClassifier) -> list[NewRecord]:
+    """The store records of a batch of scored messages that follow ``history``, each with the index
+    context it gets when added alone (the messages before it in the batch count as its previous
+    messages and give it their date): ``extend`` and a loop of ``add`` index alike."""
+    prev = [e.text for e in history.entries[-CONTEXT_MESSAGES:]]
+    today = history.today
+    out = []
+    for s in scored:
+        out.append(record(s, history, rules, prev[-CONTEXT_MESSAGES:], today))
+        prev.append(s.msg.text())
+        today = session_date(s.msg) or today
+    return out
+
+
+def record(s: Scored, history: History, rules: RuleClassifier, prev: Sequence[str] | None = None,
+           today: date | None = None) -> NewRecord:
     """The store record of a scored message. Its index context (searched with a lower weight than the
-    text): the start of the previous messages (the question it answers), its facts named by their
-    slots (``pickup time 17:00``) and the session's date when one is known."""
+    text): the start of the previous messages (the question it answers; ``prev``, default the
+    history's last ones), its facts named by their slots (``pickup time 17:00``) and the session's
+    date when one is known (the message's own, else ``today``, default the history's)."""
     p = s.pred
     cfg = rules.config
     msg = replace(s.msg, turn=None)
-    today = session_date(msg) or history.today
+    today = session_date(msg) or (history.today if today is None else today)
     facts = extract_facts(msg, history.task_no, FactContext(cfg, today=today, spans=lambda t: typed_entity_spans(t, cfg)))
-    context = "\n".join([*(e.text[:CONTEXT_CHARS] for e in history.entries[-CONTEXT_MESSAGES:]),
+    if prev is None:
+        prev = [e.text for e in history.entries[-CONTEXT_MESSAGES:]]
+    context = "\n".join([*(t[:CONTEXT_CHARS] for t in prev),
                          "; ".join(f"{f.slot} {f.value}" for f in facts[:CONTEXT_FACTS]),
                          f"date {today.isoformat()}" if today else ""]).strip()
     return NewRecord(message=msg, text=s.msg.text(),

@@ -92,7 +92,7 @@ class SessionState:
     def add(self, msgs: list[Message]) -> list[Message]:
         """Score, store (one transaction) and append validated messages; returns them stored."""
         scored = ingest.score(self.scorer, self.rules, msgs, len(self.history))
-        rows = self.store.add(self.session_id, [ingest.record(s, self.history, self.rules) for s in scored])
+        rows = self.store.add(self.session_id, ingest.records(scored, self.history, self.rules))
         if rows[0].turn != len(self.history):  # another writer appended in between: read its messages first
             self.catch_up()
             return [self.history.entries[r.turn].msg for r in rows]
