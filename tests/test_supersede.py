@@ -53,6 +53,8 @@ def test_a_second_identifier_is_no_restatement_without_a_correction_cue():
     # two IDs name two things: tagging the first "restated in" the second told the model the booking
     # reference had been replaced by the frequent-flyer number
     opening = [{"role": "system", "content": "You are an airline support agent."},
+               {"role": "user", "content": "I need help with my flight."},  # the task's opener (pinned)
+               {"role": "assistant", "content": "Sure, what are your details?"},
                {"role": "user", "content": "My booking reference is QX7PLM."}, {"role": "assistant", "content": "Thanks."},
                {"role": "user", "content": "My frequent flyer number is FF88213."}, {"role": "assistant", "content": "Got it."}]
     cm = ContextManager(scorer="rules", budget=500)
@@ -60,15 +62,15 @@ def test_a_second_identifier_is_no_restatement_without_a_correction_cue():
     cm.extend([m for i in range(12) for m in ({"role": "user", "content": f"Tell me lounge rule number {i}, please."},
                                               {"role": "assistant", "content": f"Lounge rule {i}: keep quiet in lounge {i}."})])
     e = cm.history.entries
-    assert ("id_mixed", "qx7plm") in e[1].values and ("id_mixed", "ff88213") in e[3].values
-    assert e[1].successor is None
+    assert ("id_mixed", "qx7plm") in e[3].values and ("id_mixed", "ff88213") in e[5].values
+    assert e[3].successor is None
     win = cm.build(query="What was my booking reference?")
     note = next(m["content"] for m in win.messages if m["content"].startswith("Earlier messages paged back in"))
-    assert "[#1 user] My booking reference is QX7PLM." in note.splitlines()
+    assert "[#3 user] My booking reference is QX7PLM." in note.splitlines()
 
     corrected = ContextManager(scorer="rules", budget=500)
     corrected.extend([*opening, {"role": "user", "content": "Sorry, the booking reference is actually QX7PLN."}])
-    assert corrected.history.entries[1].successor == 5  # a correction cue still links it
+    assert corrected.history.entries[3].successor == 7  # a correction cue still links it
 
 
 def test_restates_needs_a_shared_kind_with_another_value():

@@ -95,3 +95,36 @@ def test_no_task_starts_without_a_closing_the_user_took_part_in(turns):
     first = [("user", "Please book a table for two at Sushi Ran at 7pm."),
              ("assistant", "Booked: Sushi Ran, 7pm, two people, reference SR-1.")]
     assert set(_tasks([*first, *turns])) == {0}
+
+
+def test_the_message_that_opens_the_active_task_is_pinned_whatever_its_category():
+    """The packaged scorer reads "I want to book a table for four ..." as ``key_state``, so the new
+    task's statement was archived under its tool calls and the window no longer said what the agent
+    was doing (a new user's report). The first user message of the active task is pinned."""
+    import json
+
+    from ctxscore import ContextManager
+
+    cm = ContextManager(budget=1500, scorer="auto")
+    cm.extend([{"role": "system", "content": "You are a concierge agent with search and booking tools."},
+               {"role": "user", "content": "Find me a dentist near Market Street for next Monday."}])
+    for k in range(6):
+        cm.extend([{"role": "assistant", "content": "", "tool_calls": [{"id": f"a{k}", "type": "function", "function": {
+                       "name": "search", "arguments": json.dumps({"q": f"dentist {k}"})}}]},
+                   {"role": "tool", "tool_call_id": f"a{k}", "content": json.dumps(
+                       [{"name": f"Dr. Lee {k}{j}", "slot": f"Mon 0{j}:30"} for j in range(8)])}])
+    cm.extend([{"role": "assistant", "content": "Booked Dr. Lee 03 for Monday 03:30."},
+               {"role": "user", "content": "Great, thanks! That's all for that."},
+               {"role": "assistant", "content": "You're welcome!"}])
+    opener = cm.add({"role": "user", "content": "I want to book a table for four at an Italian place near Union Square tonight."})
+    for k in range(6, 30):
+        cm.extend([{"role": "assistant", "content": "", "tool_calls": [{"id": f"a{k}", "type": "function", "function": {
+                       "name": "search", "arguments": json.dumps({"q": f"italian {k}"})}}]},
+                   {"role": "tool", "tool_call_id": f"a{k}", "content": json.dumps(
+                       [{"name": f"Trattoria {k}{j}", "time": f"19:{j}0", "seats": 4} for j in range(8)])}])
+    w = cm.build()
+    decision = next(d for d in w.decisions if d.id == opener.id)
+    assert decision.category == "key_state" and decision.pinned  # not an instruction to the scorer, pinned all the same
+    assert opener.content in [m["content"] for m in w.messages]
+    assert cm.history.task_starts[-1] == cm.history.ids[opener.id]
+    assert not w.decisions[1].pinned  # the finished task's opener is a goal record now

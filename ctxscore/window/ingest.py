@@ -17,7 +17,7 @@ from ..scoring.rules import RuleClassifier, extract_entities, hard_constraints, 
 from ..store.base import NewRecord, StoredMessage
 from ..tokens import TokenCounter
 from . import supersede
-from .history import History
+from .history import History, Pin
 from .tasks import starts_task
 from .tiers import pin_reason
 from .value import CONFIRM_SHORT, ValueModel
@@ -158,8 +158,10 @@ def append(history: History, values: ValueModel, rules: RuleClassifier, counter:
     observation = msg.role == Role.USER and _OBSERVATION.match(msg.content) is not None  # tool output in a user turn
     constraints = (hard_constraints(msg.content, cfg) if msg.role in (Role.USER, Role.SYSTEM) and not observation
                    and len(msg.content) <= 4000 else ())
-    e = history.append(msg, msg.text(), counter.count_message(msg), pred, entities,
-                       pin_reason(msg, pred, entities, cfg), constraints)
+    pin = pin_reason(msg, pred, entities, cfg)
+    if pin is None and msg.role == Role.USER and not observation and history.turn_no == history.task_turn:
+        pin = Pin.INSTRUCTION  # the message that opens the active task states it, whatever its category
+    e = history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pin, constraints)
     e.values = supersede.typed_values(msg, cfg)
     supersede.link(history, cfg)  # the earlier messages this one restates get it as their successor
     # only a short user message confirms; a long one is not searched (0.8 ms on a 10 KB tool output)

@@ -68,7 +68,8 @@ LARGE_UNIT_SHARE = 0.25
 
 
 def pin_reason(msg: Message, pred: Prediction, entities: tuple[str, ...], config: RuleConfig) -> Pin | None:
-    """Why a new message is pinned, or ``None``: system messages; instructions (of the active task:
+    """Why a new message is pinned, or ``None``: system messages; instructions (of the active task, whose
+    first user message :func:`~ctxscore.window.ingest.append` pins too, whatever its category:
     :meth:`History.start_task` unpins them when the task ends); user corrections (a short user
     message with a value and a ``correction`` keyword of the rule file: it restates a requirement, so
     the new value is never archived while the old request stays)."""
