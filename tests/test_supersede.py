@@ -186,3 +186,18 @@ def test_a_correction_whose_kinds_no_earlier_message_holds_restates_as_before():
                {"role": "assistant", "content": "Sure, how many people?"},
                {"role": "user", "content": "Actually, I'd rather have Italian food, for 2 people at 7pm."}])
     assert [e.successor for e in cm.history.entries] == [2, 2, None]
+
+
+def test_a_value_whose_slot_is_named_restates_only_messages_naming_that_slot():
+    """ "And actually make the flight budget €520 per person" tagged the hotel's "€172 per night" as
+    restated by it, under the note's "a newer message overrides them" (a new user's report)."""
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend([{"role": "user", "content": "Let's go with Hotel Neri, the deluxe double, HT-40417."},
+               {"role": "assistant", "content": "Great, Hotel Neri deluxe double HT-40417 at €172 per night."},
+               {"role": "user", "content": "My flight budget is €480 per person."},
+               {"role": "assistant", "content": "Noted."},
+               {"role": "user", "content": "And actually make the flight budget €520 per person, prices went up."}])
+    assert [e.successor for e in cm.history.entries] == [None, None, 4, None, None]
+    cm.extend([{"role": "user", "content": "The meeting is on Tuesday at 3pm in room 4."},
+               {"role": "user", "content": "Change the meeting to 4:30pm."}])
+    assert cm.history.entries[5].successor == 6  # the slot it names is there (meeting)

@@ -19,6 +19,10 @@ user message within :data:`LOOKAHEAD` messages after it, in the same task, that
   second one names another thing far more often than it replaces the first ("My booking reference
   is QX7PLM." then "My frequent flyer number is FF88213."); a correction cue still links them.
 
+A later message that names the slot of its value right before it ("make the flight budget €520",
+"change the meeting to 4:30pm") restates only earlier messages that name that slot too
+(:func:`slot_names`): a hotel's "€172 per night" is no flight budget.
+
 Page-in (:mod:`ctxscore.window.pagein`) shows the successor next to a hit, so the window holding
 the old statement also holds the one that replaced it. The link is computed once, when the later
 message arrives; nothing is dropped or rewritten (the originals stay as they were).
@@ -26,9 +30,13 @@ message arrives; nothing is dropped or rewritten (the originals stay as they wer
 
 from __future__ import annotations
 
+import re
+
 from ..messages import Message, Role
 from ..scoring.rules import RESTATE_LOOKAHEAD, RuleConfig, asks_to_replace, restates  # noqa: F401 - restates is part of this module's API
 from ..scoring.rules import typed_values as text_values
+from ..store.retrieval import _EN_STOP
+from ..store.stemming import porter_stem
 from .history import History
 
 #: A successor is looked for among this many messages after an entry (see
@@ -69,6 +77,41 @@ def slot_families(values: frozenset[tuple[str, str]]) -> frozenset[str]:
     return frozenset(KIND_FAMILIES.get(k, k) for k, _ in slot_values(values))
 
 
+#: Words before a value that name no slot (cue and filler words of a correction).
+_NOT_SLOT = frozenset("""make change actually instead rather set move switch update use per each about around only
+just like want need prefer please sorry let lets let's also now then new same other another total""".split())
+_SLOT_BEFORE = re.compile(r"([a-z][a-z-]{2,})(?:\s+(?:to|the|a|an|for|at|of|is|be|on|by|from|as|into|around|about))*\s*$")
+#: A message longer than this names no slot (a tool output in a user turn, a long request).
+SLOT_NAME_CHARS = 600
+
+
+def slot_names(text: str, values: frozenset[tuple[str, str]]) -> frozenset[str]:
+    """The slots a short English message names right before its slot values, as normalised stems:
+    "make the flight budget €520" -> ``{"budget"}``, "change the meeting to 4:30pm" -> ``{"meet"}``,
+    "change the check-in to June 14" -> ``{"checkin"}``; none for "make it 8pm", "how about 11:00?" or
+    "Italian food, for 2 people" (a comma between). Empty for a message over :data:`SLOT_NAME_CHARS`."""
+    if len(text) > SLOT_NAME_CHARS:
+        return frozenset()
+    low = text.lower()
+    spans = [(a, a + len(v)) for _, v in values if (a := low.find(v)) >= 0]
+    out = set()
+    for _, v in slot_values(values):
+        at = low.find(v)
+        m = _SLOT_BEFORE.search(low, 0, at) if at > 0 else None
+        if (m is None or m.group(1) in _NOT_SLOT or m.group(1) in _EN_STOP
+                or any(a <= m.start(1) < b for a, b in spans)):  # "2 people at 7pm": "people" is a value's
+            continue
+        out.add(porter_stem(m.group(1).replace("-", "")))
+    return frozenset(out)
+
+
+def names_slot(text: str, names: frozenset[str]) -> bool:
+    """Whether ``text`` names one of the slot stems ``names`` (:func:`slot_names`; spaces and hyphens
+    ignored: "check in" names ``checkin``)."""
+    flat = re.sub(r"[\s-]+", "", text.lower())
+    return any(n in flat for n in names)
+
+
 def link(history: History, config: RuleConfig) -> list[int]:
     """Make the last entry of ``history`` the successor of the earlier entries it restates (see the
     module docstring); entries that have a successor keep it (the first restatement wins).
@@ -92,9 +135,12 @@ def link(history: History, config: RuleConfig) -> list[int]:
     # (when none does, it restates every one, as before)
     kinds = slot_families(e.values) if correction else frozenset()
     shared = {k for k in cands if kinds & slot_families(history.entries[k].values)} if kinds else set()
+    names = slot_names(e.msg.content, new) if new else frozenset()
     out = []
     for k in cands:
         old = history.entries[k]
+        if names and not names_slot(old.text, names):
+            continue  # the slot it names is not this message's ("flight budget €520" after a hotel's €172)
         if (correction and (not shared or k in shared)) or restates(slot_values(old.values), new):
             old.successor = j
             out.append(k)
