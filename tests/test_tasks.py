@@ -128,3 +128,23 @@ def test_the_message_that_opens_the_active_task_is_pinned_whatever_its_category(
     assert opener.content in [m["content"] for m in w.messages]
     assert cm.history.task_starts[-1] == cm.history.ids[opener.id]
     assert not w.decisions[1].pinned  # the finished task's opener is a goal record now
+
+
+def test_a_finished_tasks_corrections_are_pinned_no_longer():
+    """Corrections stayed pinned after their task ended: 90 bookings each corrected once ("Actually make
+    it 8pm instead, table 12.") took a 1,200-token window to 1,514 tokens with a pinned-over-budget
+    warning (a new user's report)."""
+    cm = ContextManager(budget=1200, scorer="rules")
+    cm.add({"role": "system", "content": "You are a booking assistant."})
+    for t in range(90):
+        cm.extend([{"role": "user", "content": f"Book a table for 2 at restaurant number {t} on Friday at 7pm."},
+                   {"role": "assistant", "content": f"Booked restaurant {t} for 2 on Friday at 19:00, reference R-{1000 + t}."},
+                   {"role": "user", "content": f"Actually make it 8pm instead, table {t}."},
+                   {"role": "assistant", "content": f"Changed restaurant {t} to 20:00."},
+                   {"role": "user", "content": "Thanks, that's all."},
+                   {"role": "assistant", "content": "You're welcome, have a great day!"}])
+    w = cm.build()
+    assert w.tokens <= 1200 and not w.warnings
+    pinned = [e.msg.content for e in cm.history.entries if e.pinned]
+    assert pinned == ["You are a booking assistant.", "Book a table for 2 at restaurant number 89 on Friday at 7pm.",
+                      "Actually make it 8pm instead, table 89."]  # the active task's request and correction
