@@ -148,3 +148,18 @@ def test_a_finished_tasks_corrections_are_pinned_no_longer():
     pinned = [e.msg.content for e in cm.history.entries if e.pinned]
     assert pinned == ["You are a booking assistant.", "Book a table for 2 at restaurant number 89 on Friday at 7pm.",
                       "Actually make it 8pm instead, table 89."]  # the active task's request and correction
+
+
+def test_a_welcome_that_asks_about_the_task_closes_nothing():
+    """ "Happy to help! What dates are you thinking of?" read as a closing, so the next user message
+    opened a new task and unpinned the trip's request (a new user's report)."""
+    cm = ContextManager(budget=4000, scorer="rules")
+    cm.extend([{"role": "system", "content": "You are a travel agent."},
+               {"role": "user", "content": "Hi! I need to plan a trip from Dublin to Barcelona for my wife and me in June."},
+               {"role": "assistant", "content": "Happy to help! What dates are you thinking of?"},
+               {"role": "user", "content": "Outbound June 12, back June 19. Important: never book Ryanair for us, "
+                                           "I had a terrible experience with them last year."}])
+    assert cm.history.task_starts == [0] and cm.history.entries[1].pinned
+    cm.extend([{"role": "assistant", "content": "Booked. You're welcome! Anything else I can do?"},
+               {"role": "user", "content": "Can you also find me a dentist in Dublin?"}])
+    assert cm.history.task_starts == [0, 5]  # an offer of more help still closes

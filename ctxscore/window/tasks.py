@@ -8,7 +8,8 @@ starts at a message that:
 - is a task statement handed to an agent (``<pr_description>``, "your task is" ...), or
 - comes right after a closing exchange -- one of the two previous messages holds a ``closing``
   keyword ("that's all", "have a good day", "bye", "###STOP###", "Transfer successful", 再见,
-  不客气 ...) -- and is not the user's own farewell ("Thank you, that is all I need." closes, it
+  不客气 ...) and, for an assistant message, does not go on to ask about the task (:func:`_closes`)
+  -- and is not the user's own farewell ("Thank you, that is all I need." closes, it
   opens nothing; :func:`_farewell`), and either is a user request or greeting (the rule file's
   ``request`` / ``greeting`` keywords, or a question), or follows a closing the user took part in
   (the last user message asked nothing, ended on a closing or pleasantry keyword and held no
@@ -57,7 +58,7 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
         return True
     kw = config.keyword_regexes
     closing = kw.get("closing")
-    if closing is None or not any(closing.search(e.msg.content[-600:]) for e in history.entries[-CLOSING_WINDOW:]):
+    if closing is None or not any(_closes(e.msg, closing) for e in history.entries[-CLOSING_WINDOW:]):
         return False
     head = msg.content[:300]
     if _farewell(head, kw):
@@ -67,6 +68,23 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
     pleasantry = kw.get("pleasantry")
     return (_user_closed(history, kw) and len(head.strip()) >= MIN_OPENING_CHARS
             and (pleasantry is None or not pleasantry.search(head)))
+
+
+#: A last question that still closes: it offers more help ("Anything else?", 还有其他需要吗？).
+_OFFERS_MORE = re.compile(r"(?i)\belse\b|\bmore\b|\banything\b|其他|别的|还有|还需要")
+
+
+def _closes(msg: Message, closing: re.Pattern[str]) -> bool:
+    """Whether a message closes its task: its end holds a ``closing`` keyword, and an assistant
+    message does not go on to ask about the task ("Happy to help! What dates are you thinking of?"
+    opened the conversation; "You're welcome! Anything else?" closes it)."""
+    end = msg.content[-600:]
+    if not closing.search(end):
+        return False
+    if msg.role != Role.ASSISTANT or not _asks(end):
+        return True
+    last = next((x for x in reversed(sentences(end)) if _WORD.search(x)), "")
+    return not _asks(last) or _OFFERS_MORE.search(last) is not None
 
 
 def _asks(text: str) -> bool:
