@@ -255,3 +255,23 @@ def test_searches_while_other_threads_append(pg_url):
     assert len(s._indexes["s"].messages) == 50 == s.count("s")
     s.close()
     fresh.close()
+
+
+def test_a_schema_with_capitals_holds_the_data(pg_dsn):
+    """``schema=TenantA`` is the schema the migration creates ("TenantA", quoted), not ``tenanta``
+    or ``public`` (the connections' search_path was unquoted: the rows landed in public)."""
+    schema = "T_Case" + uuid.uuid4().hex[:8]
+    sid = "case-" + uuid.uuid4().hex[:8]
+    try:
+        with PostgresStore(f"{pg_dsn}?schema={schema}") as s:
+            s.add(sid, [rec(None, "tenant secret")])
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            n = conn.execute(f'SELECT count(*) FROM "{schema}".ctx_messages WHERE session_id = %s', (sid,)).fetchone()
+            assert n[0] == 1
+            leaked = conn.execute("SELECT to_regclass('public.ctx_messages')").fetchone()[0]
+            if leaked is not None:
+                assert conn.execute("SELECT count(*) FROM public.ctx_messages WHERE session_id = %s",
+                                    (sid,)).fetchone()[0] == 0
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -138,7 +138,8 @@ class PostgresStore:
         dsn: a ``postgresql://`` URL or a libpq ``key=value`` string. URL query parameters
             ``schema``, ``pool_min``, ``pool_max`` and ``timeout`` set the arguments below.
         schema: the PostgreSQL schema holding the tables (created if missing; default: the
-            server's ``search_path``, usually ``public``). Letters, digits and ``_``.
+            server's ``search_path``, usually ``public``). Letters, digits and ``_``, used exactly
+            as given (a quoted identifier: ``TenantA`` and ``tenanta`` are two schemas).
         pool_min, pool_max: connections kept open / opened at most (a manager uses one at a time).
         timeout: seconds to wait for a connection (the server is down or every connection busy)
             before :class:`StoreError`; also the connect timeout.
@@ -198,8 +199,8 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(f"cannot open store {self.where}: {_first_line(exc)}; check that the server is up, "
                              "the URL, user and password, and that the database exists. Nothing was changed") from None
-        if schema:
-            options += f" -c search_path={schema},public"
+        if schema:  # quoted as the migration created it: "TenantA" is not tenanta
+            options += f' -c search_path="{schema}",public'
         self._pool = ConnectionPool(dsn, min_size=pool_min, max_size=pool_max, timeout=timeout, open=False,
                                     kwargs={"autocommit": True, "options": options,
                                             "connect_timeout": max(1, int(timeout))},
