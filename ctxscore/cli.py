@@ -343,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
     v.add_argument("--recent-turns", type=_count, default=None, help="last K turns kept verbatim (default 3)")
     v.add_argument("--store", default=None,
-                   help="SQLite file keeping every session (one process), or a postgresql:// URL (extra 'postgres'); "
-                        "default: in memory")
+                   help="SQLite file keeping every session (one process), or a postgresql:// URL or libpq "
+                        "'host=... dbname=...' string (extra 'postgres'); default: in memory")
     v.add_argument("--redis", default=None,
                    help="Redis URL (extra 'redis') with a postgresql:// --store: sessions shared by every proxy "
                         "process started with the same two URLs (a per-session lock, no re-scoring)")

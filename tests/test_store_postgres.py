@@ -275,3 +275,30 @@ def test_a_schema_with_capitals_holds_the_data(pg_dsn):
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_a_libpq_keyword_string_opens_postgres_not_a_file(pg_url, tmp_path, monkeypatch):
+    """``"host=... dbname=..."`` (the DSN form PostgresStore documents) was taken for a SQLite file
+    named after it, password included; it opens the PostgreSQL store, in the manager and the proxy."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    dsn, opts = split_url(pg_url)
+    PostgresStore(pg_url).close()  # creates the test's schema
+    info = conninfo_to_dict(dsn)
+    info.setdefault("password", "pw-not-on-disk")
+    conninfo = make_conninfo(**info, options=f"-c search_path={opts['schema']}")
+    assert not conninfo.startswith("postgres")
+    monkeypatch.chdir(tmp_path)
+    cm = ContextManager(budget=500, scorer="rules", store=conninfo, session_id="kv")
+    cm.add({"role": "user", "content": "hello"})
+    assert isinstance(cm.store, PostgresStore) and cm.store.count("kv") == 1
+    cm.close()
+    with open_store(conninfo, schema=opts["schema"]) as s:
+        assert isinstance(s, PostgresStore) and s.count("kv") == 1
+    from ctxscore.serve import create_app
+
+    app = create_app("http://127.0.0.1:9/v1", 500, scorer="rules", store=conninfo, warm=False)
+    cm = app.state.proxy.sessions.factory("kv")
+    assert isinstance(cm.store, PostgresStore) and len(cm) == 1
+    app.state.proxy.sessions.close()
+    assert list(tmp_path.iterdir()) == []

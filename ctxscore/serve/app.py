@@ -86,6 +86,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse  # noq
 from ..config import Policy, check_budget  # noqa: E402
 from ..errors import ConfigError, CtxScoreError, InputError, StoreError  # noqa: E402
 from ..messages import Message, last_user_text  # noqa: E402
+from ..store import is_postgres  # noqa: E402
 from ..tokens import REPLY_PRIMING_TOKENS  # noqa: E402
 from ..window.layers import check_layers  # noqa: E402
 from ..window.manager import ContextManager  # noqa: E402
@@ -1090,7 +1091,8 @@ def local_work(store: Any, redis: Any, manager_factory: Any, query_writer: Any, 
 
 
 def _is_server_url(store: Any) -> bool:
-    return isinstance(store, str) and store.startswith(("postgresql://", "postgres://"))
+    """A PostgreSQL store: a ``postgresql://`` URL or a libpq ``key=value`` string."""
+    return is_postgres(store)
 
 
 def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextManager] | None,
@@ -1208,7 +1210,8 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
         scorer: the sessions' scorer (``"auto"``, ``"rules"``, a packaged scorer folder or a scorer).
         store: where every session's messages live: ``None`` (a private in-memory store per
             session), a SQLite file (sessions then survive restarts; one process), or a
-            ``postgresql://`` URL (extra ``postgres``: one store, opened once, for every session).
+            ``postgresql://`` URL or libpq ``key=value`` string (extra ``postgres``: one store, opened
+            once, for every session).
         policy: the tier policy (default :class:`~ctxscore.Policy`).
         encoding: the tiktoken encoding of the budget.
         manager_factory: ``factory(session_id) -> ContextManager``, replacing the settings above

@@ -3,6 +3,7 @@ PostgreSQL (extra ``postgres``) and the Redis hot state for workers that share s
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,24 @@ from ..errors import ConfigError
 from .base import Event, NewRecord, Record, RecordStore, Store, StoredMessage
 from .sqlite import SQLiteStore
 
-__all__ = ["Event", "NewRecord", "Record", "RecordStore", "SQLiteStore", "Store", "StoredMessage", "open_store"]
+__all__ = ["Event", "NewRecord", "Record", "RecordStore", "SQLiteStore", "Store", "StoredMessage", "is_postgres",
+           "open_store"]
 
 #: URL schemes of the PostgreSQL store.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+#: The start of a libpq ``key=value`` connection string (``host=db port=5432 dbname=app ...``):
+#: one of libpq's keywords followed by ``=``.
+_CONNINFO = re.compile(
+    r"^\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|sslcert|sslkey|sslrootcert|"
+    r"sslpassword|connect_timeout|options|application_name|client_encoding|target_session_attrs|"
+    r"gssencmode|channel_binding|require_auth|load_balance_hosts|keepalives)\s*=")
+
+
+def is_postgres(spec: object) -> bool:
+    """Whether a store argument names a PostgreSQL database: a ``postgresql://`` / ``postgres://``
+    URL or a libpq ``key=value`` string that starts with a libpq keyword (``host=... dbname=...``).
+    Such a string is never taken for a SQLite file name (write ``./host=x.db`` for that file)."""
+    return isinstance(spec, str) and (spec.startswith(POSTGRES_SCHEMES) or bool(_CONNINFO.match(spec)))
 
 
 def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options: Any) -> Store:
@@ -23,7 +38,9 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
         spec: ``None`` or ``":memory:"`` (a private in-memory SQLite store), a SQLite file path or
             ``sqlite:///path`` URL, a ``postgresql://`` URL (:class:`~ctxscore.store.postgres.PostgresStore`;
             query parameters ``schema``, ``pool_min``, ``pool_max``, ``timeout``, and ``redis`` -- a
-            URL-encoded Redis URL), or an object implementing :class:`~ctxscore.store.base.Store`.
+            URL-encoded Redis URL) or a libpq ``key=value`` string (``"host=db port=5432 dbname=app"``,
+            :func:`is_postgres`; options as keyword arguments), or an object implementing
+            :class:`~ctxscore.store.base.Store`.
         redis: a Redis URL, a ``redis.Redis`` client or a
             :class:`~ctxscore.store.redis_state.RedisHotState`: wrap the store in a
             :class:`~ctxscore.store.redis_state.HotStore` that keeps the hot per-session state of
@@ -36,7 +53,7 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
         StoreError: the store cannot be opened.
     """
     store: Store
-    if isinstance(spec, str) and spec.startswith(POSTGRES_SCHEMES):
+    if is_postgres(spec):
         from .postgres import PostgresStore, split_url
 
         in_url = split_url(spec)[1].get("redis")
