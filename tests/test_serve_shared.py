@@ -250,3 +250,46 @@ def test_a_turn_longer_than_the_lock_timeout_keeps_its_lock_when_renewed(redis_s
     finally:
         mine.close()
         other.close()
+
+
+def test_the_store_urls_redis_parameter_shares_sessions_like_redis(pg_url, redis_server_url):
+    """``--store "postgresql://...?redis=redis://..."`` (open_store's URL form) ran without the
+    session lock: two proxies interleaved one session's turns. It is now the same as ``--redis``."""
+    from urllib.parse import quote
+
+    import redis as redis_py
+
+    sid = f"url-redis-{time.monotonic_ns()}"
+    store = pg_url + "&redis=" + quote(redis_server_url, safe="")
+    log: list[tuple[str, float, float]] = []
+    try:
+        with FakeOpenAI(slow_agent(log, threading.Lock())) as up:
+            apps = [create_app(up.url, BUDGET, scorer="rules", store=store) for _ in range(2)]
+            with Background(apps[0]) as a, Background(apps[1]) as b:
+                assert "shared" in stats(a) and "shared" in stats(b)
+                clients = [client_for(a, sid), client_for(b, sid)]
+                codes: list[int] = []
+
+                def send(k: int) -> None:
+                    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{sid}: question {k}"}]
+                    codes.append(clients[k % 2].chat.completions.with_raw_response.create(
+                        model="m", messages=msgs).status_code)
+
+                threads = [threading.Thread(target=send, args=(k,)) for k in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+        assert codes == [200] * 4
+        assert overlaps([(t0, t1) for _, t0, t1 in log]) == 0
+        rows = stored(pg_url, sid)
+        assert rows[0] == ("system", SYSTEM) and [r for r, _ in rows[1:]] == ["user", "assistant"]
+        with pytest.raises(ConfigError, match="redis://, rediss:// or unix://"):
+            create_app("http://127.0.0.1:9/v1", 1000, store=pg_url + "&redis=http://x")
+        with pytest.raises(ConfigError, match="not both"):
+            create_app("http://127.0.0.1:9/v1", 1000, store=store, redis=redis_server_url)
+    finally:
+        client = redis_py.Redis.from_url(redis_server_url)
+        keys = list(client.scan_iter(match=f"ctxscore:{{{sid}}}:*"))
+        if keys:
+            client.delete(*keys)

@@ -86,7 +86,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse  # noq
 from ..config import Policy, check_budget  # noqa: E402
 from ..errors import ConfigError, CtxScoreError, InputError, StoreError  # noqa: E402
 from ..messages import Message, last_user_text  # noqa: E402
-from ..store import is_postgres  # noqa: E402
+from ..store import is_postgres, redis_in_url  # noqa: E402
 from ..tokens import REPLY_PRIMING_TOKENS  # noqa: E402
 from ..window.layers import check_layers  # noqa: E402
 from ..window.manager import ContextManager  # noqa: E402
@@ -1098,7 +1098,8 @@ def _is_server_url(store: Any) -> bool:
 def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextManager] | None,
               options: dict[str, Any], *, encoding: str, max_sessions: int, timeout: float) -> Sessions:
     """The proxy's sessions for the ``store`` / ``redis`` arguments of :func:`create_app` (a callable
-    ``options["layers"]`` makes each session's layers)."""
+    ``options["layers"]`` makes each session's layers; a store URL's ``redis=`` parameter is taken
+    as ``redis``)."""
     layers = options.get("layers")
     if layers and not callable(layers):
         raise ConfigError("manager_options['layers'] would give every session the same layer objects, and a layer "
@@ -1117,6 +1118,8 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
         def manager(**kw: Any) -> ContextManager:
             return ContextManager(**{**kw, "layers": make_layers()})
 
+    if _is_server_url(store):  # the URL form of --redis (open_store's redis= parameter) shares sessions too
+        store, redis = redis_in_url(store, redis)
     if redis is not None:
         if not _is_server_url(store):
             raise ConfigError("redis (--redis) shares sessions between proxy processes and needs a server store: "
@@ -1227,7 +1230,8 @@ def create_app(upstream: str, budget: int, *, scorer: Any = "auto", store: Any =
             the sessions are shared by every proxy process given the same two URLs (behind a load
             balancer): each request holds the session's Redis lock from its sync to the recording of
             the reply, and a process that never saw a session continues it from the store without
-            re-scoring (:class:`SharedProxySessions`).
+            re-scoring (:class:`SharedProxySessions`). A ``redis=`` parameter of the store URL
+            (URL-encoded, as :func:`~ctxscore.store.open_store` reads it) is the same as this argument.
         manager_options: more :class:`~ctxscore.ContextManager` keyword arguments of every session
             (``rules``, ``compressor`` ...); ``layers`` as a function that makes one session's layers
             (``lambda: [FactLedger()]``: a layer holds one session's state).

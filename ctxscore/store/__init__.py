@@ -16,6 +16,8 @@ __all__ = ["Event", "NewRecord", "Record", "RecordStore", "SQLiteStore", "Store"
 
 #: URL schemes of the PostgreSQL store.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+#: URL schemes of Redis (redis-py's).
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 #: The start of a libpq ``key=value`` connection string (``host=db port=5432 dbname=app ...``):
 #: one of libpq's keywords followed by ``=``.
 _CONNINFO = re.compile(
@@ -54,13 +56,9 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
     """
     store: Store
     if is_postgres(spec):
-        from .postgres import PostgresStore, split_url
+        from .postgres import PostgresStore
 
-        in_url = split_url(spec)[1].get("redis")
-        if in_url is not None:
-            if redis is not None:
-                raise ConfigError("give Redis either as the URL's redis= parameter or as redis=, not both")
-            redis, spec = in_url, _without_redis(spec)
+        spec, redis = redis_in_url(spec, redis)
         store = PostgresStore(spec, **options)
     elif options:
         raise ConfigError(f"store options {sorted(options)} apply to a postgresql:// URL only")
@@ -93,9 +91,27 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
     return HotStore(store, hot)
 
 
-def _without_redis(url: str) -> str:
+def redis_in_url(url: str, redis: Any = None) -> tuple[str, Any]:
+    """(``url`` without its ``redis=`` query parameter, the Redis to use): the parameter's URL, else
+    ``redis``.
+
+    Raises:
+        ConfigError: both are given, or the parameter is not a ``redis://``, ``rediss://`` or
+            ``unix://`` URL.
+    """
     from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+    if "://" not in url:
+        return url, redis
     parts = urlsplit(url)
-    q = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "redis"]
-    return urlunsplit(parts._replace(query=urlencode(q)))
+    q = parse_qsl(parts.query, keep_blank_values=True)
+    in_url = [v for k, v in q if k == "redis"]
+    if not in_url:
+        return url, redis
+    if redis is not None or len(in_url) > 1:
+        raise ConfigError("give Redis once: either as the URL's redis= parameter or as redis= (--redis), not both")
+    if not in_url[0].startswith(REDIS_SCHEMES):
+        raise ConfigError(f"the store URL's redis= parameter must be a redis://, rediss:// or unix:// URL, got "
+                          f"{in_url[0].split('@')[-1]!r}")
+    rest = urlencode([(k, v) for k, v in q if k != "redis"])
+    return urlunsplit(parts._replace(query=rest)), in_url[0]
