@@ -293,3 +293,32 @@ def test_the_store_urls_redis_parameter_shares_sessions_like_redis(pg_url, redis
         keys = list(client.scan_iter(match=f"ctxscore:{{{sid}}}:*"))
         if keys:
             client.delete(*keys)
+
+
+def test_redis_is_checked_at_start_and_bad_urls_are_clear_errors(pg_url, capsys):
+    """A proxy given a Redis where nothing listens started, said ok on /healthz and answered every
+    request 503; bad Redis and PostgreSQL URLs were raw ValueErrors. Both are clear errors at start,
+    with no password in the message."""
+    from _servers import free_port
+
+    from ctxscore.cli import main
+    from ctxscore.errors import StoreError
+
+    nobody = f"redis://:secretpw@127.0.0.1:{free_port()}/0"
+    with pytest.raises(StoreError, match="check that Redis is up") as err:
+        create_app("http://127.0.0.1:9/v1", 1000, scorer="rules", store=pg_url, redis=nobody, warm=False)
+    assert "secretpw" not in str(err.value)
+    rc = main(["serve", "--upstream", "http://127.0.0.1:9/v1", "--budget", "1000", "--model", "rules",
+               "--store", pg_url, "--redis", nobody])
+    out = capsys.readouterr().err
+    assert rc == 2 and "check that Redis is up" in out and "secretpw" not in out
+    for url in ("redis://127.0.0.1:notaport/0", "redis://:secretpw@[::1/0"):
+        with pytest.raises(ConfigError, match="bad Redis URL") as err:
+            create_app("http://127.0.0.1:9/v1", 1000, scorer="rules", store=pg_url, redis=url, warm=False)
+        assert "secretpw" not in str(err.value)
+    with pytest.raises(ConfigError, match="bad store URL") as err:
+        create_app("http://127.0.0.1:9/v1", 1000, scorer="rules", store="postgresql://u:secretpw@[::1/db", warm=False)
+    assert "secretpw" not in str(err.value)
+    with pytest.raises(ConfigError, match="unsupported store URL") as err:
+        open_store("POSTGRESQL://u:secretpw@127.0.0.1/db")
+    assert "secretpw" not in str(err.value)

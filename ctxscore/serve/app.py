@@ -24,7 +24,8 @@ window that fits the budget.
 With ``store="postgresql://..."`` and ``redis="redis://..."`` (``ctxscore serve --store ... --redis
 ...``) the sessions are shared by every proxy process given the same two URLs: each request runs
 inside :meth:`~ctxscore.store.redis_state.SharedSessions.turn` (the session's Redis lock from the
-sync to the recorded reply; see :class:`SharedProxySessions`).
+sync to the recorded reply; see :class:`SharedProxySessions`). Redis is pinged at start: a proxy
+whose Redis does not answer is not started (:class:`~ctxscore.errors.StoreError`).
 
 Other ``/v1/...`` routes (``GET /v1/models``, embeddings ...) are passed through as they are.
 ``GET /v1/ctxscore/stats`` (and ``/v1/ctxscore/stats/{session_id}``) give per session the tokens
@@ -86,7 +87,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse  # noq
 from ..config import Policy, check_budget  # noqa: E402
 from ..errors import ConfigError, CtxScoreError, InputError, StoreError  # noqa: E402
 from ..messages import Message, last_user_text  # noqa: E402
-from ..store import is_postgres, redis_in_url  # noqa: E402
+from ..store import is_postgres, redis_in_url, shown_url  # noqa: E402
 from ..tokens import REPLY_PRIMING_TOKENS  # noqa: E402
 from ..window.layers import check_layers  # noqa: E402
 from ..window.manager import ContextManager  # noqa: E402
@@ -1135,13 +1136,17 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
 
         if isinstance(redis, str):  # a turn may wait for the model: its lock is renewed meanwhile
             redis = RedisHotState(redis, lock_wait_s=max(30.0, timeout + 10.0), renew_s=timeout + 60.0)
+            _ping(redis, close=True)
+        elif isinstance(redis, RedisHotState):
+            _ping(redis, close=False)
         shared = SharedSessions(open_store(store, redis=redis), manager, max_sessions=max_sessions,
                                 encoding=encoding, **options)
         return SharedProxySessions(shared, max_sessions)
     if manager_factory is not None:
         return Sessions(manager_factory, max_sessions)
     if isinstance(store, str) and "://" in store and not store.startswith("sqlite:///") and not _is_server_url(store):
-        raise ConfigError(f"unsupported store URL {store!r}; use a SQLite path, sqlite:///path or postgresql://...")
+        raise ConfigError(f"unsupported store URL {shown_url(store)!r}; use a SQLite path, sqlite:///path or "
+                          "postgresql://...")
     if _is_server_url(store):  # one PostgreSQL store (one connection pool) for every session
         from ..store import open_store  # noqa: PLC0415
 
@@ -1159,6 +1164,20 @@ def _sessions(store: Any, redis: Any, manager_factory: Callable[[str], ContextMa
         return manager(store=store, encoding=encoding, session_id=sid, **options)
 
     return Sessions(default_factory, max_sessions)
+
+
+def _ping(hot: Any, close: bool) -> None:
+    """Check at start that Redis answers (``close``: close ``hot`` when it does not).
+
+    Raises:
+        StoreError: Redis cannot be reached.
+    """
+    try:
+        hot.ping()
+    except StoreError:
+        if close:
+            hot.close()
+        raise
 
 
 def warm_up(scorer: Any = "auto", encoding: str = "cl100k_base") -> float:

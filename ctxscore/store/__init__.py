@@ -12,7 +12,7 @@ from .base import Event, NewRecord, Record, RecordStore, Store, StoredMessage
 from .sqlite import SQLiteStore
 
 __all__ = ["Event", "NewRecord", "Record", "RecordStore", "SQLiteStore", "Store", "StoredMessage", "is_postgres",
-           "open_store"]
+           "open_store", "redis_in_url", "shown_url"]
 
 #: URL schemes of the PostgreSQL store.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -51,7 +51,8 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
             ``pool_max`` ...) for a PostgreSQL URL.
 
     Raises:
-        ConfigError: an unsupported URL scheme or object, or the ``postgres`` extra is missing.
+        ConfigError: an unsupported URL scheme or object, a URL that cannot be read (no password in
+            the message), or the ``postgres`` extra is missing.
         StoreError: the store cannot be opened.
     """
     store: Store
@@ -69,7 +70,7 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
         if text.startswith("sqlite:///"):
             store = SQLiteStore(text[len("sqlite:///"):] or None)
         elif "://" in text:
-            raise ConfigError(f"unsupported store URL {text!r}; use a SQLite path, sqlite:///path, postgresql://..., "
+            raise ConfigError(f"unsupported store URL {shown_url(text)!r}; use a SQLite path, sqlite:///path, postgresql://..., "
                               "or a Store object")
         else:
             store = SQLiteStore(text)
@@ -91,6 +92,12 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
     return HotStore(store, hot)
 
 
+def shown_url(url: str) -> str:
+    """``url`` for a message: its scheme and what follows the last ``@`` (no user or password)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}{sep}{rest.split('@')[-1]}" if sep else url.split("@")[-1]
+
+
 def redis_in_url(url: str, redis: Any = None) -> tuple[str, Any]:
     """(``url`` without its ``redis=`` query parameter, the Redis to use): the parameter's URL, else
     ``redis``.
@@ -103,7 +110,10 @@ def redis_in_url(url: str, redis: Any = None) -> tuple[str, Any]:
 
     if "://" not in url:
         return url, redis
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
+        raise ConfigError(f"bad store URL {shown_url(url)!r}: {exc}") from None
     q = parse_qsl(parts.query, keep_blank_values=True)
     in_url = [v for k, v in q if k == "redis"]
     if not in_url:

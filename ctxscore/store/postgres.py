@@ -96,10 +96,16 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Split a ``postgresql://`` URL into the libpq URL and ctxscore's options (:data:`URL_OPTIONS`).
 
     A ``key=value`` conninfo string is returned as is, with no options.
+
+    Raises:
+        ConfigError: the URL cannot be read (the message shows no password).
     """
     if "://" not in url:
         return url, {}
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
+        raise ConfigError(f"bad PostgreSQL URL {redact(url)!r}: {exc}") from None
     q = parse_qsl(parts.query, keep_blank_values=True)
     opts = {k: v for k, v in q if k in URL_OPTIONS}
     rest = urlencode([(k, v) for k, v in q if k not in URL_OPTIONS])

@@ -92,7 +92,8 @@ class RedisHotState:
             polls; its default, 0.1 s, made a waiter start up to 100 ms after the holder released).
 
     Raises:
-        ConfigError: redis-py is not installed, or a bad argument.
+        ConfigError: redis-py is not installed, or a bad argument (a URL it cannot read included).
+            Nothing is sent to Redis here: :meth:`ping` checks that it answers.
     """
 
     def __init__(self, client: Any, *, prefix: str = "ctxscore", ttl_s: float = DEFAULT_TTL_S,
@@ -102,8 +103,12 @@ class RedisHotState:
             raise ConfigError("the Redis hot state needs redis-py; install it with `pip install 'ctxscore[redis]'` "
                               "(or `pip install redis`)")
         if isinstance(client, str):
-            self.client = _redis.Redis.from_url(client, socket_connect_timeout=5, socket_timeout=10)
-            self.where = client.split("@")[-1]
+            self.where = client.split("@")[-1]  # never the password
+            try:
+                self.client = _redis.Redis.from_url(client, socket_connect_timeout=5, socket_timeout=10)
+            except ValueError as exc:  # a scheme, port or host redis-py cannot read
+                raise ConfigError(f"bad Redis URL {self.where!r}: {exc}; expected redis://[:password@]host:port/db, "
+                                  "rediss://... or unix:///path") from None
             self._own = True
         elif isinstance(client, _redis.Redis):
             self.client, self.where, self._own = client, "redis client", False
@@ -125,6 +130,15 @@ class RedisHotState:
         self._held_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
         self._closing = threading.Event()
+
+    def ping(self) -> None:
+        """Check that Redis answers (a server starting up calls this, not to fail at its first request).
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        with self._guard("answer PING"):
+            self.client.ping()
 
     # -- keys -----------------------------------------------------------------------------------
     def _key(self, session_id: str, part: str) -> str:
