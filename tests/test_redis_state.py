@@ -13,8 +13,9 @@ import pytest
 
 from ctxscore import ContextManager
 from ctxscore.errors import ConfigError, StoreError
+from ctxscore.messages import Message
 from ctxscore.scoring.rules import RuleClassifier
-from ctxscore.store import open_store
+from ctxscore.store import NewRecord, open_store
 
 redis = pytest.importorskip("redis")
 from ctxscore.store.redis_state import (  # noqa: E402
@@ -306,3 +307,22 @@ def test_shared_counter_counts_like_tiktoken():
     b = SharedTokenCounter(known=a.take_fresh())
     assert [b.count(t) for t in texts] == [plain.count(t) for t in texts] and b.hits == 4 and not b.fresh
     assert len(text_key("x")) == 16
+
+
+def test_the_message_count_is_never_set_back_by_a_late_bump(hot_url):
+    """Two writers without the turn lock: B commits after A, but A's bump reaches Redis last. The
+    count was set back to A's, and a reader skipped B's committed rows; it is only raised now."""
+    pg, rurl, prefix = hot_url
+    a, b, c = (HotStore(open_store(pg), RedisHotState(rurl, prefix=prefix)) for _ in range(3))
+    reader = ContextManager(budget=2000, scorer="rules", store=c, session_id="race")
+    a.store.add("race", [NewRecord(Message(role="user", content="from A"), "from A")])  # A committed, not bumped yet
+    ContextManager(budget=2000, scorer="rules", store=b, session_id="race").extend(
+        [{"role": "user", "content": f"from B {i}"} for i in range(3)])
+    a.hot.bump("race", messages=1)  # A's bump, late
+    assert c.hot.messages("race") == 4
+    reader.build(query="from B")
+    assert [m.content for m in reader.messages] == ["from A", "from B 0", "from B 1", "from B 2"]
+    a.hot.detached("race", 2)  # a rebase does lower it
+    assert c.hot.messages("race") == 2
+    for s in (a, b, c):
+        s.close()

@@ -211,14 +211,19 @@ class RedisHotState:
              encoding: str = DEFAULT_ENCODING) -> int:
         """Record a write: bump the version (returned), store ``tiers`` (in the tiers hash and as one
         entry of the tier log) and the message count, and refresh the TTL of the session's keys (one
-        round trip)."""
+        round trip).
+
+        The count is only ever raised here (a script sets it when it is above the recorded one): the
+        bumps of two writers that committed one after the other may reach Redis in the other order,
+        and a count set back would make readers skip committed rows (:meth:`HotStore.load`). Only a
+        rebase (:meth:`detached`) lowers it."""
         meta, tk, log_key, tok, toklog = self.keys(session_id, encoding)
         with self._guard("record a write"):
             p = self.client.pipeline(transaction=True)
             p.hincrby(meta, "version", 1)
             p.hsetnx(meta, "gen", uuid.uuid4().hex)  # a new hot state gets a new generation
-            if messages is not None:
-                p.hset(meta, "messages", messages)
+            if messages is not None:  # only raised: two writers' bumps may arrive out of commit order
+                self._raise_count(keys=[meta], args=[int(messages)], client=p)
             if tiers:
                 changes = {i: str(Tier(t)) for i, t in tiers.items()}
                 p.hset(tk, mapping=changes)
@@ -333,6 +338,10 @@ class RedisHotState:
     def _end_script(self) -> Any:
         return self.client.register_script(_END_TURN)
 
+    @cached_property
+    def _raise_count(self) -> Any:
+        return self.client.register_script(_RAISE_COUNT)
+
     @contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
         """Hold the session's lock for one turn (blocks up to ``lock_wait_s``).
@@ -386,6 +395,13 @@ class RedisHotState:
         if self._own:
             self.client.close()
 
+
+# KEYS: meta; ARGV: a message count. Sets the session's count when it is above the recorded one (or none is).
+_RAISE_COUNT = """
+local n = tonumber(redis.call('hget', KEYS[1], 'messages'))
+if n == nil or n < tonumber(ARGV[1]) then redis.call('hset', KEYS[1], 'messages', ARGV[1]) end
+return 0
+"""
 
 # KEYS: lock, meta, tierlog, toklog; ARGV: token, lock ms, tier log start, token-count log start (-1: none).
 # Takes the lock (as redis-py's Lock does: SET NX PX) and, only then, reads the state.
