@@ -224,7 +224,8 @@ class PostgresStore:
     def _check_idle(self, conn: Any) -> None:
         """Pool callback before lending a connection: one that sat idle for more than
         :data:`CHECK_IDLE_S` is tested with an empty query (the server may have restarted or dropped
-        it); a broken one raises, and the pool replaces it. Recently used ones are lent as they are."""
+        it); a broken one raises, and the pool replaces it. Recently used ones are lent as they are
+        (when an operation finds its connection dropped, :meth:`_conn` tests the idle ones at once)."""
         if time.monotonic() - self._last_used.get(id(conn), 0.0) > CHECK_IDLE_S:
             ConnectionPool.check_connection(conn)
 
@@ -268,12 +269,15 @@ class PostgresStore:
                     "nothing was acknowledged (if the connection was lost while committing, load the session to "
                     "see whether the write was applied)")
             lost = isinstance(exc, psycopg.OperationalError) and conn is not None and conn.broken
+            if lost:  # the server that dropped it (a restart, a failover) has likely dropped the others too:
+                self._pool.check()  # test the idle ones now; the dropped ones are replaced (no backoff)
             raise (ConnectionLost if lost else StoreError)(
                 f"store {self.where}: cannot {what}: {_first_line(exc)}; {tail}") from None
 
     def _read(self, what: str, fn: Callable[[Any], _T]) -> _T:
         """Run a read on a pooled connection; when the server dropped that connection (a restart, a
-        failover, an idle timeout) the read runs once more on a new one."""
+        failover, an idle timeout) the read runs once more on a new or tested one (the pool's idle
+        connections are tested when one is found dropped, and the dropped ones replaced)."""
         try:
             with self._conn(what) as conn:
                 return fn(conn)
