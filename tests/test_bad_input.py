@@ -592,6 +592,23 @@ def test_a_store_file_locked_by_another_connection(tmp_path):
     assert [m.content for m in rules_cm(store=str(path), session_id="s").messages] == ["hello"]
 
 
+@case("M18", "error")
+def test_an_id_holding_nul_or_too_long():
+    """On PostgreSQL a session id with NUL was a StoreError (an outage) when the manager was built,
+    and a long random message id a StoreError "index row size exceeds btree maximum"; every store now
+    refuses them up front, saying the limit (tests/test_store_contract.py runs both stores)."""
+    with pytest.raises(ConfigError, match="NUL"):
+        rules_cm(session_id="a\x00b")
+    with pytest.raises(ConfigError, match="at most 512"):
+        rules_cm(session_id="s" * 513)
+    cm = rules_cm()
+    with pytest.raises(InputError, match="at most 512"):
+        cm.add({"role": "user", "content": "hi", "id": "i" * 3000})
+    with pytest.raises(InputError, match="at most 1,024 bytes"):
+        cm.add({"role": "user", "content": "hi", "id": "\U0001f600" * 300})
+    assert len(cm) == 0
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():

@@ -501,3 +501,24 @@ def test_search_parity(tmp_path, pg_url):
         assert got["top1"] == got["top5"] == got["scores"] == got["queries"], got["diff"][:3]
     for s in stores.values():
         s.close()
+
+
+def test_ids_every_store_refuses_alike(store_url):
+    """A session id with NUL failed on PostgreSQL as an outage (StoreError) when the manager was
+    built, and a long random message id as StoreError "index row size exceeds btree maximum" (SQLite
+    took both): every store now refuses the same ids up front, saying the limit."""
+    from ctxscore.errors import ConfigError
+
+    s = open_store(store_url)
+    ok_sid, ok_mid = "s" * 512, "é" * 512  # 512 characters, 1,024 bytes: the largest accepted
+    assert [r.id for r in s.add(ok_sid, [rec(ok_mid, "fits")])] == [ok_mid]
+    noisy = "".join(random.Random(1).choice("abcdefghijklmnopqrstuvwxyz0123456789_-") for _ in range(3000))
+    for sid, mid, limit in (("s", noisy, "at most 512"), ("s", "😀" * 300, "at most 1,024 bytes"),
+                            ("s" * 513, None, "at most 512"), ("a\x00b", None, "NUL")):
+        with pytest.raises(InputError, match=limit):
+            s.add(sid, [rec("fine", "kept out"), rec(mid, "refused")])
+    assert s.count("s") == 0
+    s.close()
+    for sid, limit in (("a\x00b", "NUL"), ("x" * 600, "at most 512")):
+        with pytest.raises(ConfigError, match=limit):
+            ContextManager(budget=500, scorer="rules", store=store_url, session_id=sid)

@@ -113,6 +113,34 @@ class Store(Protocol):
 # -- layer records and events ----------------------------------------------------------------------
 #: Longest scope, kind or key accepted by :class:`RecordStore` methods (characters).
 MAX_NAME_CHARS = 512
+#: Longest session id or message id accepted by :meth:`Store.add` (bytes in UTF-8, besides at most
+#: :data:`MAX_NAME_CHARS` characters): a (session id, message id) pair stays under PostgreSQL's
+#: largest index entry (2,704 bytes), and every store refuses the same ids.
+MAX_ID_BYTES = 1024
+
+
+def check_ids(session_id: Any, records: Sequence[Any]) -> None:
+    """Check the session id and the explicit message ids of a :meth:`Store.add` batch (every store).
+
+    Raises:
+        InputError: an id that is not a non-empty string, holds NUL, or is longer than
+            :data:`MAX_NAME_CHARS` characters or :data:`MAX_ID_BYTES` bytes in UTF-8 (the message
+            says the limit).
+    """
+    check_id(session_id, "session id")
+    for r in records:
+        if r.message.id is not None:
+            check_id(r.message.id, "message id")
+
+
+def check_id(value: Any, what: str) -> str:
+    """``value`` if it is a valid session id or message id (see :func:`check_ids`)."""
+    check_name(value, what)
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_ID_BYTES:
+        raise InputError(f"{what} is {size:,} bytes in UTF-8; at most {MAX_ID_BYTES:,} bytes (and "
+                         f"{MAX_NAME_CHARS} characters) are allowed")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

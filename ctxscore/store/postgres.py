@@ -61,6 +61,7 @@ from .base import (
     NewRecord,
     Record,
     StoredMessage,
+    check_ids,
     check_limit,
     check_name,
     decode_embedding,
@@ -291,14 +292,11 @@ class PostgresStore:
 
         Raises:
             InputError: an explicit id is already used in the session, or a session id or message id
-                holds NUL (nothing is stored).
+                is too long or holds NUL (:func:`~ctxscore.store.base.check_ids`; nothing is stored).
             StoreError: the server cannot be written (nothing is acknowledged).
         """
-        check_name(session_id, "session id")
         recs = list(records)
-        for r in recs:
-            if r.message.id is not None and "\x00" in r.message.id:
-                raise InputError(f"message id {r.message.id!r} holds a NUL character; PostgreSQL cannot store it")
+        check_ids(session_id, recs)
         if not recs:
             return []
         out: list[StoredMessage] = []
@@ -416,8 +414,10 @@ class PostgresStore:
         """The session's messages with a turn above ``after_turn``, in turn order.
 
         Raises:
+            InputError: the session id holds NUL (PostgreSQL cannot hold it: no such session).
             StoreError: the server cannot be read, or a row is damaged (it names the row).
         """
+        check_name(session_id, "session id")
         rows = self._read("read the session", lambda conn: conn.execute(
             f"SELECT {_COLUMNS} FROM ctx_messages WHERE session_id = %s AND turn > %s ORDER BY turn",
             (session_id, after_turn)).fetchall())

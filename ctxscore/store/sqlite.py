@@ -50,6 +50,7 @@ from .base import (
     NewRecord,
     Record,
     StoredMessage,
+    check_ids,
     check_limit,
     check_name,
     decode_embedding,
@@ -210,9 +211,12 @@ class SQLiteStore:
         """Append ``records`` to a session in one transaction (see :class:`~ctxscore.store.base.Store`).
 
         Raises:
-            InputError: an explicit id is already used in the session (nothing is stored).
+            InputError: an explicit id is already used in the session, or an id is too long or holds
+                NUL (:func:`~ctxscore.store.base.check_ids`; nothing is stored).
             StoreError: the database cannot be written (nothing is stored).
         """
+        records = list(records)
+        check_ids(session_id, records)
         out: list[StoredMessage] = []
         with self._guard("add messages", transaction=True) as db:
             (last,) = db.execute("SELECT COALESCE(MAX(turn), -1) FROM messages WHERE session_id=?", (session_id,)).fetchone()

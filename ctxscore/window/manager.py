@@ -26,14 +26,14 @@ from typing import Any
 from ..compress.base import Compressor
 from ..compress.extractive import ExtractiveCompressor
 from ..config import Policy, check_budget
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, InputError, StoreError
 from ..messages import Message
 from ..scoring.base import Prediction, Scorer
 from ..scoring.learned import resolve_scorer
 from ..scoring.rules import RuleClassifier, RuleConfig
 from ..scoring.spans import extractor_of
 from ..store import open_store
-from ..store.base import Store
+from ..store.base import Store, check_id
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
 from .assemble import DEFAULT_SECTIONS, PostBuildHook, Section
@@ -71,7 +71,8 @@ class ContextManager:
             one session's state: give every manager its own instances.
 
     Raises:
-        ConfigError: bad budget, session id, policy, rule file, scorer, store argument or layers (not
+        ConfigError: bad budget, session id (empty, holding NUL, longer than 512 characters or 1,024
+            bytes), policy, rule file, scorer, store argument or layers (not
             layers, given twice, or serving another manager's session).
         StoreError: the store cannot be opened or read.
     """
@@ -86,6 +87,10 @@ class ContextManager:
         self.budget = check_budget(budget)
         if not isinstance(session_id, str) or not session_id.strip():
             raise ConfigError(f"session_id must be a non-empty string, got {session_id!r}")
+        try:  # the ids every store accepts (PostgreSQL cannot hold NUL; index entries are bounded)
+            check_id(session_id, "session_id")
+        except InputError as exc:
+            raise ConfigError(str(exc)) from None
         if store is not None and archive_path is not None:
             raise ConfigError("pass either store= or archive_path=, not both")
         layers = check_layers(layers)
