@@ -618,6 +618,19 @@ def test_catalogue_matches_the_tests():
     assert rows == REGISTERED
 
 
+def test_catalogue_totals_match_its_table():
+    """The totals under the table and in the README were counted by hand and disagreed with the
+    table and with each other (43 kinds, 24 error / 19 handled; 44 kinds, 25 / 19)."""
+    outcomes = list(REGISTERED.values())
+    kinds, errors, handled = len(outcomes), outcomes.count("error"), outcomes.count("handled")
+    assert kinds == errors + handled
+    doc = CATALOGUE.read_text(encoding="utf-8")
+    assert f"Totals: {kinds} kinds — {errors} **error**, {handled} **handled**;" in doc
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"lists {kinds} kinds of bad and hostile input" in readme
+    assert f"{errors} get a clear error" in readme and f"{handled} are handled correctly" in readme
+
+
 def test_page_in_skipped_says_how_large_the_message_is():
     """'could not be paged in within the page-in limit of 3000 tokens: the window holds 1617 of 3000'
     read as if 1,383 free tokens were not enough for nothing in particular (a new user's report)."""
