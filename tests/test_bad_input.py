@@ -636,6 +636,7 @@ def test_page_in_skipped_says_how_large_the_message_is():
     read as if 1,383 free tokens were not enough for nothing in particular (a new user's report)."""
     cm = rules_cm(budget=700)
     cm.add({"role": "system", "content": "Follow the rules. " * 100})
+    cm.add({"role": "user", "content": "I will send you a report."})  # the task's opener (pinned)
     cm.add({"role": "user", "content": "Here is the full report for ZEBRA-42: " + " ".join(
         f"Item {i} of ZEBRA-42 costs {i} dollars and ships on day {i}." for i in range(60))})
     for i in range(12):
@@ -643,8 +644,8 @@ def test_page_in_skipped_says_how_large_the_message_is():
         cm.add({"role": "user", "content": f"ok {i}"})
     win = cm.build(query="what did the ZEBRA-42 report say?")
     skipped = [w for w in win.warnings if w.kind == WarningKind.PAGE_IN_SKIPPED]
-    assert skipped and skipped[0].figures["smallest"] == cm.history.entries[1].tokens > 1000
-    assert f"the smallest of them holds {cm.history.entries[1].tokens} tokens" in str(skipped[0])
+    assert skipped and skipped[0].figures["smallest"] == cm.history.entries[2].tokens > 1000
+    assert f"the smallest of them holds {cm.history.entries[2].tokens} tokens" in str(skipped[0])
 
 
 def test_a_closed_manager_says_its_store_is_closed(tmp_path):
