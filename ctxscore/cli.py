@@ -2,8 +2,8 @@
 
 Input files: JSONL with one OpenAI-style message per line (``role``, ``content``, optional ``id``,
 ``name``, ``tool_calls``, ``tool_call_id``), a JSON array of messages, or (``score``) the evaluation's
-session JSONL with one ``{"session_id", "messages", ...}`` per line. Errors go to stderr with exit
-status 2.
+session JSONL with one ``{"session_id", "messages", ...}`` per line; ``-`` reads standard input (a pipe
+is read once, whole). Errors go to stderr with exit status 2.
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL")
+        sp.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL; - for standard input")
         sp.add_argument("--model", default="auto", help="'auto' (packaged learned scorer if usable, else rules), 'rules', or a packaged scorer folder")
         sp.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
         sp.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
@@ -317,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_inspect)
 
     pr = sub.add_parser("profile", help="the user profile a file gives: items, stability scores, levels, people")
-    pr.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL")
+    pr.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL; - for standard input")
     pr.add_argument("--user", default=None, help="every conversation of the file is a session of this user "
                     "(default: each session of a session file is its own user)")
     pr.add_argument("--json", action="store_true", help="print the profiles as JSON")

@@ -2,6 +2,9 @@
 (:func:`read_sessions`: JSONL with one message per line, a JSON array of messages, or the
 evaluation's session JSONL with one ``{"session_id", "messages", ...}`` object per line).
 
+``-`` is standard input; standard input, a pipe, a FIFO or another file that is not a regular file
+(``/dev/stdin``, ``<(cmd)``) is read once, whole, so nothing it sends is lost.
+
 Every error is an :class:`~ctxscore.errors.InputError` that names the file and line (or array
 position) and says how to fix it.
 """
@@ -9,7 +12,10 @@ position) and says how to fix it.
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import stat
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,12 +43,16 @@ class Conversation:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: The name standing for standard input.
+STDIN = "-"
+
+
 def _check_file(path: Path) -> int:
     """The file's size in bytes; an :class:`InputError` for a missing path, a folder or an unreadable file."""
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise InputError(f"{path}: file not found; pass an existing file") from None
+        raise InputError(f"{path}: file not found; pass an existing file (or - for standard input)") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
     if path.is_dir():
@@ -50,21 +60,57 @@ def _check_file(path: Path) -> int:
     return st.st_size
 
 
+def _is_stream(path: Path) -> bool:
+    """``-`` or a path that is not a regular file (a pipe, a FIFO, ``/dev/stdin``): it can be read only once."""
+    if str(path) == STDIN:
+        return True
+    _check_file(path)
+    return not stat.S_ISREG(path.stat().st_mode)
+
+
+def _read_stream(path: Path) -> bytes:
+    """Every byte of standard input or a pipe, read once (an :class:`InputError` above :data:`MAX_FILE_BYTES`)."""
+    try:
+        if str(path) == STDIN:
+            data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"{path}: more than {MAX_FILE_BYTES:,} bytes is above the limit; split the input")
+    if path.suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"{path}: the gzip stream is damaged ({exc})") from None
+    return data
+
+
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     """Yield ``(line number, parsed JSON value)`` for every non-blank line of a JSONL file.
 
-    Files ending in ``.gz`` are read through gzip. Lines are numbered from 1.
+    Files ending in ``.gz`` are read through gzip. Lines are numbered from 1. ``-`` (standard input)
+    and a pipe are read once, whole.
 
     Raises:
         InputError: a missing file or a folder, bytes that are not UTF-8, or a line that is not valid
             JSON; the message names the file and the line.
     """
     p = Path(path)
-    _check_file(p)
+    if _is_stream(p):
+        yield from _iter_lines(Path("<stdin>") if str(p) == STDIN else p, io.BytesIO(_read_stream(p)))
+        return
     try:
         fh = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
     except OSError as exc:
         raise InputError(f"{p}: cannot read it ({exc.strerror})") from None
+    yield from _iter_lines(p, fh)
+
+
+def _iter_lines(p: Path, fh: Any) -> Iterator[tuple[int, Any]]:
+    """:func:`iter_jsonl` over the open binary file ``fh`` (closed at the end), named ``p`` in errors."""
     n = 0
     with fh:
         try:
@@ -87,10 +133,15 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
 
 
 def _first_char(path: Path) -> str:
-    """The first non-blank character of a text file ("" when empty)."""
+    """The first non-blank character of a regular text file ("" when empty)."""
     with open(path, "rb") as fh:
         head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     return head[:1].decode("ascii", "replace")
+
+
+def _first_char_of(data: bytes) -> str:
+    """The first non-blank character of bytes read from a stream ("" when empty)."""
+    return data[:4096].lstrip(b"\xef\xbb\xbf \t\r\n")[:1].decode("ascii", "replace")
 
 
 def _validate_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
@@ -116,12 +167,16 @@ def read_sessions(path: str | Path) -> list[Conversation]:
             an invalid message (unknown role, empty content, a lone surrogate ...), or no messages.
     """
     p = Path(path)
-    size = _check_file(p)
-    if size > MAX_FILE_BYTES:
-        raise InputError(f"{p}: {size:,} bytes is above the {MAX_FILE_BYTES:,}-byte limit; split the file")
-    if _first_char(p) == "[":
+    stream = _read_stream(p) if _is_stream(p) else None  # a pipe is read once: its bytes cannot be read again
+    if str(p) == STDIN:
+        p = Path("<stdin>")
+    if stream is None:
+        size = _check_file(p)
+        if size > MAX_FILE_BYTES:
+            raise InputError(f"{p}: {size:,} bytes is above the {MAX_FILE_BYTES:,}-byte limit; split the file")
+    if (_first_char(p) if stream is None else _first_char_of(stream)) == "[":
         try:
-            data = json.loads(p.read_bytes().decode("utf-8-sig"))
+            data = json.loads((p.read_bytes() if stream is None else stream).decode("utf-8-sig"))
         except UnicodeDecodeError as exc:
             raise InputError(f"{p}: bytes at offset {exc.start} are not valid UTF-8 ({exc.reason}); "
                              "re-encode the file as UTF-8 (for example: iconv -f latin1 -t utf-8)") from None
@@ -133,7 +188,7 @@ def read_sessions(path: str | Path) -> list[Conversation]:
     sessions: list[Conversation] = []
     loose: list[dict[str, Any]] = []
     lines: list[str] = []
-    for lineno, obj in iter_jsonl(p):
+    for lineno, obj in (iter_jsonl(p) if stream is None else _iter_lines(p, io.BytesIO(stream))):
         if not isinstance(obj, dict):
             raise InputError(f"{p}: line {lineno}: expected a JSON object, got {type(obj).__name__}")
         if "messages" in obj:

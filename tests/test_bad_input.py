@@ -592,6 +592,36 @@ def test_a_store_file_locked_by_another_connection(tmp_path):
     assert [m.content for m in rules_cm(store=str(path), session_id="s").messages] == ["hello"]
 
 
+@case("M18", "handled")
+def test_piped_input_is_read_once_whole(tmp_path, monkeypatch, capsys):
+    """``cat f | ctxscore compress /dev/stdin`` kept 1 message of 86: the format sniff read 4,096 bytes
+    of the pipe, then the reader opened it again; ``-`` was "file not found"."""
+    import io
+
+    rows = [{"role": "user" if i % 2 else "assistant", "content": f"Message {i} about the booking " + "x" * 80}
+            for i in range(86)]
+    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(body)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert main(["compress", str(fifo), "--budget", "50000", "--model", "rules"]) == 0
+    writer.join(timeout=10)
+    assert len(json.loads(capsys.readouterr().out)["messages"]) == 86
+    for data in (body, json.dumps(rows).encode(), b'{"role": "user", "content": "hi"}\n'):  # JSONL, array, short
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        assert main(["compress", "-", "--budget", "50000", "--model", "rules"]) == 0
+        assert len(json.loads(capsys.readouterr().out)["messages"]) == (1 if len(data) < 100 else 86)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"role": "user", "content": \n')))
+    assert main(["score", "-", "--model", "rules"]) == 2
+    assert "<stdin>: line 1: invalid JSON" in capsys.readouterr().err
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
