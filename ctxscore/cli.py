@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,8 +48,9 @@ def _single(sessions: list[Conversation], path: str) -> Conversation:
     return sessions[0]
 
 
-def _check_out(out: str | None) -> Path | None:
-    """The ``--out`` path, checked before any work: its folder exists and it is not itself a folder."""
+def _check_out(out: str | None, source: str | None = None) -> Path | None:
+    """The ``--out`` path, checked before any work: its folder exists, it is not itself a folder, and it
+    is not the input file ``source`` (writing it would overwrite the conversation)."""
     if out is None:
         return None
     p = Path(out)
@@ -56,11 +58,22 @@ def _check_out(out: str | None) -> Path | None:
         raise InputError(f"--out {out}: is a folder; give a file path such as {p / 'window.json'}")
     if not p.parent.is_dir():
         raise InputError(f"--out {out}: the folder {p.parent} does not exist; create it first (mkdir -p {p.parent})")
+    if source is not None and _same_file(source, p):
+        raise InputError(f"--out {out}: is the input file {source}; writing the window there would overwrite the "
+                         f"conversation; give another path such as {p.with_name(p.stem + '.window.json')}")
     return p
 
 
+def _same_file(a: str, b: Path) -> bool:
+    """Whether the paths ``a`` and ``b`` name one existing file (a link or another spelling included)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # one of them does not exist (or is "-")
+        return False
+
+
 def cmd_compress(args: argparse.Namespace) -> int:
-    out = _check_out(args.out)
+    out = _check_out(args.out, args.file)
     sess = _single(read_sessions(args.file), args.file)
     cm = _manager(args, _scorer_arg(args.model), args.budget)
     cm.extend(sess.messages)
@@ -134,7 +147,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     """``ctxscore serve``: the OpenAI-compatible proxy (extra ``serve``; see :mod:`ctxscore.serve.app`)."""
     import gc  # noqa: PLC0415
-    import os  # noqa: PLC0415
 
     try:
         from .serve import create_app, run  # noqa: PLC0415

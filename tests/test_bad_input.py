@@ -622,6 +622,19 @@ def test_piped_input_is_read_once_whole(tmp_path, monkeypatch, capsys):
     assert "<stdin>: line 1: invalid JSON" in capsys.readouterr().err
 
 
+@case("M19", "error")
+def test_cli_out_that_is_the_input_file(tmp_path, capsys):
+    """``compress conv.jsonl --out conv.jsonl`` replaced the conversation with the window."""
+    src = tmp_path / "conv.jsonl"
+    src.write_text('{"role": "user", "content": "Please book a table."}\n', encoding="utf-8")
+    before = src.read_bytes()
+    (tmp_path / "link.jsonl").symlink_to(src)
+    for out in (src, tmp_path / "." / "conv.jsonl", tmp_path / "link.jsonl"):
+        assert main(["compress", str(src), "--budget", "100", "--model", "rules", "--out", str(out)]) == 2
+        assert "is the input file" in capsys.readouterr().err
+    assert src.read_bytes() == before
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
