@@ -635,6 +635,19 @@ def test_cli_out_that_is_the_input_file(tmp_path, capsys):
     assert src.read_bytes() == before
 
 
+@case("M20", "error")
+def test_registry_export_into_a_folder_that_is_not_an_export(tmp_path, capsys):
+    """``python -m training.registry export --out DIR`` deleted whatever DIR held (``shutil.rmtree``);
+    the full check is tests/test_registry.py."""
+    pytest.importorskip("mlflow")
+    from training import registry
+
+    (tmp_path / "notes.txt").write_text("keep me", encoding="utf-8")
+    assert registry.main(["export", "--alias", "champion", "--out", str(tmp_path)]) == 2
+    assert "is a folder that is not an exported scorer" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "keep me"
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
