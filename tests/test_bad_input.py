@@ -648,6 +648,37 @@ def test_registry_export_into_a_folder_that_is_not_an_export(tmp_path, capsys):
     assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "keep me"
 
 
+@case("M21", "error")
+def test_a_sqlite_database_of_another_application(tmp_path):
+    """Opening another application's database added ctxscore's tables and switched it to WAL; one
+    with its own ``messages`` table said "the file was not modified" after both."""
+    import hashlib
+    import sqlite3
+
+    for n, schema in enumerate(("CREATE TABLE users(id INTEGER, name TEXT)", "CREATE TABLE messages(id, body)")):
+        path = tmp_path / f"other_app{n}.db"
+        db = sqlite3.connect(path)
+        db.execute(schema)
+        db.execute(f"INSERT INTO {schema.split()[2].split('(')[0]} VALUES(1, 'a')")
+        db.commit()
+        db.close()
+        before = hashlib.sha256(path.read_bytes()).hexdigest()
+        with pytest.raises(StoreError, match="a SQLite database of another application .*the file was not modified"):
+            rules_cm(store=str(path))
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+        assert not (tmp_path / f"other_app{n}.db-wal").exists()
+        db = sqlite3.connect(path)
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")} == {schema.split()[2].split("(")[0]}
+        db.close()
+    empty = tmp_path / "empty.db"  # an empty file (touch) is a new store
+    empty.write_bytes(b"")
+    cm = rules_cm(store=str(empty))
+    cm.add({"role": "user", "content": "hello"})
+    cm.close()
+    assert [m.content for m in rules_cm(store=str(empty)).messages] == ["hello"]
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
