@@ -7,6 +7,7 @@ conversational turns (a turn starts at each user message). Bad values raise
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
@@ -171,8 +172,9 @@ class ValueFactors:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-                raise ConfigError(f"factors.{f.name} must be a non-negative number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"factors.{f.name} must be a finite non-negative number, got {v!r}"
+                                  + ("; nan and inf are not values" if isinstance(v, float) and not math.isfinite(v) else ""))
         if self.recency_half_life_turns <= 0 or self.token_cost_pivot <= 0:
             raise ConfigError("factors.recency_half_life_turns and factors.token_cost_pivot must be positive")
         if self.recency_floor > 1:

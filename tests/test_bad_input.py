@@ -679,6 +679,21 @@ def test_a_sqlite_database_of_another_application(tmp_path):
     assert [m.content for m in rules_cm(store=str(empty)).messages] == ["hello"]
 
 
+@case("M22", "error")
+def test_nan_and_inf_in_the_rule_file(tmp_path):
+    """``recency_floor = nan`` passed the range check (every comparison with NaN is false): every value
+    was NaN and ``ctxscore compress`` wrote bare NaN into its JSON."""
+    src = (REPO / "ctxscore" / "scoring" / "default_rules.toml").read_text(encoding="utf-8")
+    bad = tmp_path / "rules.toml"
+    for old, new, key in (("recency_floor = 0.6", "recency_floor = nan", "factors.recency_floor"),
+                          ("relevance_boost = 1.8", "relevance_boost = inf", "factors.relevance_boost"),
+                          ("role_system = 4.0", "role_system = -inf", "scores.instruction.role_system")):
+        assert old in src
+        bad.write_text(src.replace(old, new, 1), encoding="utf-8")
+        with pytest.raises(ConfigError, match=rf"rule file {re.escape(str(bad))}: {re.escape(key)} must be a finite"):
+            RuleConfig.load(bad)
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
