@@ -694,6 +694,22 @@ def test_nan_and_inf_in_the_rule_file(tmp_path):
             RuleConfig.load(bad)
 
 
+@case("M23", "error")
+def test_image_url_part_given_as_a_string_or_a_list(tmp_path, capsys):
+    """``{"type": "image_url", "image_url": "http://x/a.png"}`` raised AttributeError in ``add`` and the CLI."""
+    cm = rules_cm()
+    for bad in ("http://x/a.png", ["http://x/a.png"]):
+        with pytest.raises(InputError, match=rf"an image_url part needs .*got 'image_url' as a {type(bad).__name__}; "
+                                             r"write the URL as \{'image_url': \{'url'"):
+            cm.add({"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": bad}]})
+    assert len(cm) == 0
+    src = tmp_path / "img.jsonl"
+    src.write_text(json.dumps({"role": "user", "content": [{"type": "image_url", "image_url": "http://x/a.png"}]}) + "\n",
+                   encoding="utf-8")
+    assert main(["compress", str(src), "--budget", "1000", "--model", "rules"]) == 2
+    assert "line 1: content[0]: an image_url part needs" in capsys.readouterr().err
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
