@@ -388,6 +388,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CtxScoreError as exc:
         print(f"ctxscore: error: {exc}", file=sys.stderr)
         return 2
+    except RecursionError:  # a value nested too deeply for a step after reading (the reader names the line)
+        print("ctxscore: error: the input nests arrays and objects too deeply to be processed; "
+              "write flatter values", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0
     except OSError as exc:  # writing the output (a full disk, a vanished folder)

@@ -43,6 +43,10 @@ class Conversation:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: A value nested deeper than Python's JSON reader goes (about 1,000 levels, its recursion limit).
+TOO_DEEP = ("the JSON nests arrays and objects too deeply to be read (Python's JSON reader stops near 1,000 "
+            "levels); write a flatter value (one of that depth is likely a serialisation loop)")
+
 #: The name standing for standard input.
 STDIN = "-"
 
@@ -123,11 +127,14 @@ def _iter_lines(p: Path, fh: Any) -> Iterator[tuple[int, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    yield n, json.loads(line)
+                    value = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise InputError(
                         f"{p}: line {n}: invalid JSON ({exc.msg} at column {exc.colno}); write one JSON value per line"
                     ) from None
+                except RecursionError:
+                    raise InputError(f"{p}: line {n}: {TOO_DEEP}") from None
+                yield n, value
         except (OSError, EOFError, zlib.error) as exc:  # a damaged gzip stream
             raise InputError(f"{p}: line {n + 1}: the file is damaged ({exc})") from None
 
@@ -182,6 +189,8 @@ def read_sessions(path: str | Path) -> list[Conversation]:
                              "re-encode the file as UTF-8 (for example: iconv -f latin1 -t utf-8)") from None
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}: line {exc.lineno}: invalid JSON array: {exc.msg}") from None
+        except RecursionError:
+            raise InputError(f"{p}: {TOO_DEEP}") from None
         if not data:
             raise InputError(f"{p}: the JSON array is empty; give at least one message")
         return [Conversation(None, _validate_messages(data, [f"{p}: message {i}" for i in range(len(data))]))]

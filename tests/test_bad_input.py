@@ -710,6 +710,20 @@ def test_image_url_part_given_as_a_string_or_a_list(tmp_path, capsys):
     assert "line 1: content[0]: an image_url part needs" in capsys.readouterr().err
 
 
+@case("M24", "error")
+def test_an_input_file_nested_too_deeply(tmp_path, capsys):
+    """A JSONL line or a .json file nested 1,000 levels or more was a RecursionError traceback."""
+    line = tmp_path / "deep.jsonl"
+    line.write_text('{"role": "user", "content": "hi"}\n{"role": "user", "content": "x", "meta": '
+                    + "[" * 5000 + "]" * 5000 + "}\n", encoding="utf-8")
+    array = tmp_path / "deep.json"
+    array.write_text("[" * 1000 + "]" * 1000, encoding="utf-8")
+    for src, where in ((line, "deep.jsonl: line 2: "), (array, "deep.json: ")):
+        for cmd in (["compress", str(src), "--budget", "1000"], ["score", str(src)]):
+            assert main([*cmd, "--model", "rules"]) == 2
+            assert f"{where}the JSON nests arrays and objects too deeply to be read" in capsys.readouterr().err
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
