@@ -197,6 +197,19 @@ class ValueFactors:
         return cls(**{k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in table.items()})
 
 
+def check_unicode(value: str, what: str) -> None:
+    """Refuse an id holding a lone UTF-16 surrogate (it cannot be stored, logged or encoded).
+
+    Raises:
+        ConfigError: naming ``what``, the character and its position.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{what} holds a lone surrogate {value[exc.start]!r} at character {exc.start}, which is not "
+                          "valid Unicode text; remove the character") from None
+
+
 def check_budget(budget: Any) -> int:
     """``budget`` if it is a positive whole number of tokens.
 

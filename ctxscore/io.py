@@ -151,6 +151,24 @@ def _first_char_of(data: bytes) -> str:
     return data[:4096].lstrip(b"\xef\xbb\xbf \t\r\n")[:1].decode("ascii", "replace")
 
 
+def _session_field(obj: dict[str, Any], key: str, where: str) -> str | None:
+    """A session line's ``session_id`` or ``user``: ``None`` when absent, else a non-empty string of valid
+    Unicode (an :class:`InputError` for ``null``, a number, an object ..., which would become "None" or
+    "{'a': 1}")."""
+    if key not in obj:
+        return None
+    v = obj[key]
+    if not isinstance(v, str) or not v.strip():
+        raise InputError(f"{where}: {key!r} must be a non-empty string, got {json.dumps(v)[:60]}; "
+                         f"write it as a string (\"{key}\": \"alice-1\") or leave it out")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{where}: {key!r} holds a lone surrogate {v[exc.start]!r} at character {exc.start}, which is "
+                         "not valid Unicode text; remove the character") from None
+    return v
+
+
 def _validate_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
     """``items`` after checking them as one conversation (each a valid message, ids unique, every tool
     message after its call), each named in an error by ``where`` (its file and line)."""
@@ -203,7 +221,8 @@ def read_sessions(path: str | Path) -> list[Conversation]:
         if "messages" in obj:
             if not isinstance(obj["messages"], list) or not obj["messages"]:
                 raise InputError(f"{p}: line {lineno}: 'messages' must be a non-empty list")
-            sid = str(obj.get("session_id", f"line{lineno}"))
+            sid = _session_field(obj, "session_id", f"{p}: line {lineno}") or f"line{lineno}"
+            _session_field(obj, "user", f"{p}: line {lineno} (session {sid})")
             msgs = _validate_messages(obj["messages"], [f"{p}: line {lineno} (session {sid}) message {i}"
                                                         for i in range(len(obj["messages"]))])
             sessions.append(Conversation(sid, msgs, {k: v for k, v in obj.items() if k not in ("session_id", "messages")}))

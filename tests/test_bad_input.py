@@ -724,6 +724,25 @@ def test_an_input_file_nested_too_deeply(tmp_path, capsys):
             assert f"{where}the JSON nests arrays and objects too deeply to be read" in capsys.readouterr().err
 
 
+@case("M25", "error")
+def test_session_and_user_ids_that_are_not_strings_or_hold_a_lone_surrogate(tmp_path, capsys):
+    """A lone surrogate in ``session_id`` or ``user`` was a UnicodeEncodeError; ``"session_id": null``
+    became the session "None" and ``{"a": 1}`` the session "{'a': 1}"; ``"user": {"id": 5}`` a TypeError."""
+    with pytest.raises(ConfigError, match="session_id holds a lone surrogate"):
+        rules_cm(session_id="s\ud83d")
+    src = tmp_path / "sessions.jsonl"
+    msgs = [{"role": "user", "content": "I prefer window seats."}]
+    for line, says in (({"session_id": "s\ud83d"}, "line 1: 'session_id' holds a lone surrogate"),
+                       ({"session_id": None}, "line 1: 'session_id' must be a non-empty string, got null"),
+                       ({"session_id": {"a": 1}}, "line 1: 'session_id' must be a non-empty string, got {\"a\": 1}"),
+                       ({"session_id": "s1", "user": "\ud83d"}, "line 1 (session s1): 'user' holds a lone surrogate"),
+                       ({"session_id": "s1", "user": {"id": 5}}, "line 1 (session s1): 'user' must be a non-empty string")):
+        src.write_text(json.dumps({**line, "messages": msgs}) + "\n", encoding="utf-8")
+        for cmd in ("score", "profile"):
+            assert main([cmd, str(src), "--model", "rules"]) == 2
+            assert says in capsys.readouterr().err
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():

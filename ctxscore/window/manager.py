@@ -25,7 +25,7 @@ from typing import Any
 
 from ..compress.base import Compressor
 from ..compress.extractive import ExtractiveCompressor
-from ..config import Policy, check_budget
+from ..config import Policy, check_budget, check_unicode
 from ..errors import ConfigError, StoreError
 from ..messages import Message
 from ..scoring.base import Prediction, Scorer
@@ -86,6 +86,7 @@ class ContextManager:
         self.budget = check_budget(budget)
         if not isinstance(session_id, str) or not session_id.strip():
             raise ConfigError(f"session_id must be a non-empty string, got {session_id!r}")
+        check_unicode(session_id, "session_id")
         if store is not None and archive_path is not None:
             raise ConfigError("pass either store= or archive_path=, not both")
         layers = check_layers(layers)
