@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -300,6 +301,33 @@ def _count(s: str) -> int:
     return v
 
 
+def _non_negative_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number 0 or more, got {s}")
+    return v
+
+
+def _positive_float(s: str) -> float:
+    v = _non_negative_float(s)
+    if v == 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {s}")
+    return v
+
+
+def _port(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {s!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {v}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ctxscore`` argument parser."""
     p = argparse.ArgumentParser(prog="ctxscore", description="Scored, tiered context windows for long LLM-agent conversations.")
@@ -335,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", action="store_true", help="print the profiles as JSON")
     pr.add_argument("--model", default="rules", help="scorer: 'rules' (default), 'auto' or a packaged scorer folder")
     pr.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
-    pr.add_argument("--days-between", type=float, default=1.0,
+    pr.add_argument("--days-between", type=_non_negative_float, default=1.0,
                     help="days between a user's sessions on the replay clock (files carry no timestamps; default 1)")
     pr.set_defaults(func=cmd_profile)
 
@@ -349,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--upstream", required=True, help="upstream API base including /v1, e.g. https://api.openai.com/v1")
     v.add_argument("--budget", type=_positive_int, required=True, help="token budget of each forwarded window")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    v.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    v.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
     v.add_argument("--model", default="auto", help="scorer: 'auto', 'rules' or a packaged scorer folder")
     v.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
     v.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
@@ -362,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "process started with the same two URLs (a per-session lock, no re-scoring)")
     v.add_argument("--upstream-key-env", default=None,
                    help="environment variable holding the upstream key (default: forward the client's Authorization)")
-    v.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream (default 600)")
+    v.add_argument("--timeout", type=_positive_float, default=600.0, help="seconds to wait for the upstream (default 600)")
     v.add_argument("--max-sessions", type=_positive_int, default=1000, help="sessions kept in memory (default 1000)")
     v.add_argument("--llm-model", default=None, help="summarise with this model (the LLM compressor; extra 'llm')")
     v.add_argument("--llm-base-url", default=None, help="endpoint of --llm-model (default: the upstream)")

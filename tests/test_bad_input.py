@@ -743,6 +743,30 @@ def test_session_and_user_ids_that_are_not_strings_or_hold_a_lone_surrogate(tmp_
             assert says in capsys.readouterr().err
 
 
+@case("M26", "error")
+def test_out_of_range_command_line_numbers(tmp_path, capsys):
+    """``profile --days-between nan`` crashed and -3 was taken; ``serve --port 99999`` bound port
+    99999 mod 65536 while announcing 99999; ``serve --timeout nan`` or ``-5`` was taken."""
+    from ctxscore.replay import replay_profile
+
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"role": "user", "content": "I prefer window seats."}\n', encoding="utf-8")
+    serve = ["serve", "--upstream", "http://127.0.0.1:9/v1", "--budget", "1000", "--model", "rules"]
+    for argv, says in ((["profile", str(src), "--days-between", "nan"], "expected a finite number 0 or more, got nan"),
+                       (["profile", str(src), "--days-between", "inf"], "expected a finite number 0 or more, got inf"),
+                       (["profile", str(src), "--days-between", "-3"], "expected a finite number 0 or more, got -3"),
+                       ([*serve, "--port", "99999"], "a port is 1 to 65535, got 99999"),
+                       ([*serve, "--port", "0"], "a port is 1 to 65535, got 0"),
+                       ([*serve, "--timeout", "nan"], "expected a finite number 0 or more, got nan"),
+                       ([*serve, "--timeout", "-5"], "expected a finite number 0 or more, got -5"),
+                       ([*serve, "--timeout", "0"], "expected a number above 0, got 0")):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2 and says in capsys.readouterr().err, argv
+    with pytest.raises(ConfigError, match="days_between must be a finite number"):
+        replay_profile("u", [("s", [{"role": "user", "content": "hi"}])], days_between=float("nan"))
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
