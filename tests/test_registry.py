@@ -79,6 +79,17 @@ def test_export_never_deletes_a_folder_that_is_not_an_export(tmp_path, capsys):
     registry.check_export_target(tmp_path / "empty_or_new")
 
 
+def test_show_on_a_fresh_store_says_nothing_is_registered(capsys):
+    """``python -m training.registry show`` on a fresh store was an MlflowException traceback."""
+    from training import registry
+
+    assert registry.main(["show"]) == 2
+    err = capsys.readouterr().err
+    assert "no model named 'ctxscore-scorer' is registered" in err and "python -m training.train" in err
+    assert registry.main(["show", "--name", "nope"]) == 2
+    assert "no model named 'nope'" in capsys.readouterr().err
+
+
 def test_default_export_goes_to_out_not_into_the_package():
     from training import registry
     from training.paths import REPO_ROOT

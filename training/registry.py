@@ -537,7 +537,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"exported {MODEL_NAME}@{args.alias} (version {version.version}) to {out}")
         return 0
     client = _client()
-    rm = client.get_registered_model(args.name)
+    try:
+        rm = client.get_registered_model(args.name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        print(f"no model named {args.name!r} is registered in {tracking_uri()} yet; `python -m training.train` "
+              f"registers {MODEL_NAME!r} (and `python -m training.registry export --alias champion` registers the "
+              "shipped scorer as its champion)" + ("" if args.name == MODEL_NAME else f"; ctxscore's model is named "
+                                                    f"{MODEL_NAME!r}, the default of --name"), file=sys.stderr)
+        return 2
     print(f"{rm.name}: aliases {dict(rm.aliases)}")
     for mv in client.search_model_versions(f"name='{args.name}'"):
         print(f"  version {mv.version}: run {mv.run_id} tags {dict(mv.tags)}")
