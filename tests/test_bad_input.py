@@ -767,6 +767,25 @@ def test_out_of_range_command_line_numbers(tmp_path, capsys):
         replay_profile("u", [("s", [{"role": "user", "content": "hi"}])], days_between=float("nan"))
 
 
+@case("M27", "error")
+def test_store_rows_with_a_damaged_prediction_or_turn(tmp_path):
+    """A stored prediction that is not an object (``'5'``) was an AttributeError on resume; a duplicate
+    or missing turn was "InputError: message 'm4' has turn 3, but the history has 4 messages"."""
+    for n, damage, says in ((0, "UPDATE messages SET prediction='5' WHERE id='m1'", r"'m1' \(turn 1\) is damaged "
+                             r"\(its prediction is a JSON int, not an object\)"),
+                            (1, "UPDATE messages SET turn=1 WHERE id='m2'", "message 'm2' has turn 1 where turn 2 comes "
+                             "next .*the stored data is damaged"),
+                            (2, "UPDATE messages SET turn=5 WHERE id='m2'", "message 'm3' has turn 3 where turn 2 comes "
+                             "next .*the stored data is damaged")):
+        path = tmp_path / f"rows{n}.db"
+        cm = rules_cm(archive_path=path, session_id="s")
+        cm.extend([{"role": "user", "content": f"message {i}"} for i in range(4)])
+        cm.store._db.execute(damage)
+        cm.close()
+        with pytest.raises(StoreError, match=rf"store {re.escape(str(path))}: session 's' .*{says}"):
+            rules_cm(archive_path=path, session_id="s")
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
