@@ -280,7 +280,11 @@ class Message:
             )
         tool_call_id = data.get("tool_call_id")
         if role == "tool":
-            if not isinstance(tool_call_id, str) or not tool_call_id:
+            if tool_call_id is not None and not isinstance(tool_call_id, str):
+                raise InputError(f"{where}: 'tool_call_id' must be a string (the id of the assistant tool call it "
+                                 f"answers), got {type(tool_call_id).__name__} {tool_call_id!r}; write it as "
+                                 f"\"{tool_call_id}\", the id the call carries")
+            if not tool_call_id:
                 raise InputError(
                     f"{where}: a tool message needs 'tool_call_id', the id of the assistant tool call it answers "
                     "(chat.completions rejects it otherwise); send the text as a user message if it answers no call"

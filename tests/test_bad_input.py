@@ -786,6 +786,25 @@ def test_store_rows_with_a_damaged_prediction_or_turn(tmp_path):
             rules_cm(archive_path=path, session_id="s")
 
 
+@case("M28", "error")
+def test_misleading_errors_of_a_new_user(tmp_path, capsys):
+    """``tool_call_id: 1`` said the message had none; ``sync(None)`` was a bare TypeError and ``sync({...})``
+    "message 0: expected a JSON object ... got str"; ``--model FILE`` said "the folder does not exist"."""
+    cm = rules_cm()
+    cm.add(call("1"))
+    with pytest.raises(InputError, match="'tool_call_id' must be a string .*got int 1; write it as \"1\""):
+        cm.add({"role": "tool", "tool_call_id": 1, "content": "done"})
+    for bad in (None, {"role": "user", "content": "hi"}, "hi"):
+        with pytest.raises(InputError, match=rf"sync takes the client's whole message list .*got {type(bad).__name__}"):
+            cm.sync(bad)
+    assert len(cm) == 1
+    src, model = tmp_path / "s.jsonl", tmp_path / "scorer.skops"
+    src.write_text('{"role": "user", "content": "hi"}\n', encoding="utf-8")
+    model.write_bytes(b"not a folder")
+    assert main(["score", str(src), "--model", str(model)]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():

@@ -26,7 +26,7 @@ from typing import Any
 from ..compress.base import Compressor
 from ..compress.extractive import ExtractiveCompressor
 from ..config import Policy, check_budget, check_unicode
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, InputError, StoreError
 from ..messages import Message
 from ..scoring.base import Prediction, Scorer
 from ..scoring.learned import resolve_scorer
@@ -148,9 +148,12 @@ class ContextManager:
                 list is compared as without it.
 
         Raises:
-            InputError: an invalid message in the list; nothing is changed.
+            InputError: ``messages`` is not a list, or an invalid message in it; nothing is changed.
             ConfigError: ``verified`` is not an integer in ``[0, min(len(history), len(messages))]``.
         """
+        if isinstance(messages, str | bytes | dict) or not isinstance(messages, Sequence):
+            raise InputError(f"sync takes the client's whole message list (a list of message dicts), got "
+                             f"{type(messages).__name__}; for one message use add()")
         with self._lock:
             self.state.catch_up()
             if isinstance(verified, bool) or not isinstance(verified, int) or not (
