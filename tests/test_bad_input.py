@@ -592,7 +592,7 @@ def test_a_store_file_locked_by_another_connection(tmp_path):
     assert [m.content for m in rules_cm(store=str(path), session_id="s").messages] == ["hello"]
 
 
-@case("M18", "handled")
+@case("M19", "handled")
 def test_piped_input_is_read_once_whole(tmp_path, monkeypatch, capsys):
     """``cat f | ctxscore compress /dev/stdin`` kept 1 message of 86: the format sniff read 4,096 bytes
     of the pipe, then the reader opened it again; ``-`` was "file not found"."""
@@ -622,7 +622,7 @@ def test_piped_input_is_read_once_whole(tmp_path, monkeypatch, capsys):
     assert "<stdin>: line 1: invalid JSON" in capsys.readouterr().err
 
 
-@case("M19", "error")
+@case("M20", "error")
 def test_cli_out_that_is_the_input_file(tmp_path, capsys):
     """``compress conv.jsonl --out conv.jsonl`` replaced the conversation with the window."""
     src = tmp_path / "conv.jsonl"
@@ -635,7 +635,7 @@ def test_cli_out_that_is_the_input_file(tmp_path, capsys):
     assert src.read_bytes() == before
 
 
-@case("M20", "error")
+@case("M21", "error")
 def test_registry_export_into_a_folder_that_is_not_an_export(tmp_path, capsys):
     """``python -m training.registry export --out DIR`` deleted whatever DIR held (``shutil.rmtree``);
     the full check is tests/test_registry.py."""
@@ -648,7 +648,7 @@ def test_registry_export_into_a_folder_that_is_not_an_export(tmp_path, capsys):
     assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "keep me"
 
 
-@case("M21", "error")
+@case("M22", "error")
 def test_a_sqlite_database_of_another_application(tmp_path):
     """Opening another application's database added ctxscore's tables and switched it to WAL; one
     with its own ``messages`` table said "the file was not modified" after both."""
@@ -679,7 +679,7 @@ def test_a_sqlite_database_of_another_application(tmp_path):
     assert [m.content for m in rules_cm(store=str(empty)).messages] == ["hello"]
 
 
-@case("M22", "error")
+@case("M23", "error")
 def test_nan_and_inf_in_the_rule_file(tmp_path):
     """``recency_floor = nan`` passed the range check (every comparison with NaN is false): every value
     was NaN and ``ctxscore compress`` wrote bare NaN into its JSON."""
@@ -694,7 +694,7 @@ def test_nan_and_inf_in_the_rule_file(tmp_path):
             RuleConfig.load(bad)
 
 
-@case("M23", "error")
+@case("M24", "error")
 def test_image_url_part_given_as_a_string_or_a_list(tmp_path, capsys):
     """``{"type": "image_url", "image_url": "http://x/a.png"}`` raised AttributeError in ``add`` and the CLI."""
     cm = rules_cm()
@@ -710,7 +710,7 @@ def test_image_url_part_given_as_a_string_or_a_list(tmp_path, capsys):
     assert "line 1: content[0]: an image_url part needs" in capsys.readouterr().err
 
 
-@case("M24", "error")
+@case("M25", "error")
 def test_an_input_file_nested_too_deeply(tmp_path, capsys):
     """A JSONL line or a .json file nested 1,000 levels or more was a RecursionError traceback."""
     line = tmp_path / "deep.jsonl"
@@ -724,7 +724,7 @@ def test_an_input_file_nested_too_deeply(tmp_path, capsys):
             assert f"{where}the JSON nests arrays and objects too deeply to be read" in capsys.readouterr().err
 
 
-@case("M25", "error")
+@case("M26", "error")
 def test_session_and_user_ids_that_are_not_strings_or_hold_a_lone_surrogate(tmp_path, capsys):
     """A lone surrogate in ``session_id`` or ``user`` was a UnicodeEncodeError; ``"session_id": null``
     became the session "None" and ``{"a": 1}`` the session "{'a': 1}"; ``"user": {"id": 5}`` a TypeError."""
@@ -743,7 +743,7 @@ def test_session_and_user_ids_that_are_not_strings_or_hold_a_lone_surrogate(tmp_
             assert says in capsys.readouterr().err
 
 
-@case("M26", "error")
+@case("M27", "error")
 def test_out_of_range_command_line_numbers(tmp_path, capsys):
     """``profile --days-between nan`` crashed and -3 was taken; ``serve --port 99999`` bound port
     99999 mod 65536 while announcing 99999; ``serve --timeout nan`` or ``-5`` was taken."""
@@ -767,7 +767,7 @@ def test_out_of_range_command_line_numbers(tmp_path, capsys):
         replay_profile("u", [("s", [{"role": "user", "content": "hi"}])], days_between=float("nan"))
 
 
-@case("M27", "error")
+@case("M28", "error")
 def test_store_rows_with_a_damaged_prediction_or_turn(tmp_path):
     """A stored prediction that is not an object (``'5'``) was an AttributeError on resume; a duplicate
     or missing turn was "InputError: message 'm4' has turn 3, but the history has 4 messages"."""
@@ -786,7 +786,7 @@ def test_store_rows_with_a_damaged_prediction_or_turn(tmp_path):
             rules_cm(archive_path=path, session_id="s")
 
 
-@case("M28", "error")
+@case("M29", "error")
 def test_misleading_errors_of_a_new_user(tmp_path, capsys):
     """``tool_call_id: 1`` said the message had none; ``sync(None)`` was a bare TypeError and ``sync({...})``
     "message 0: expected a JSON object ... got str"; ``--model FILE`` said "the folder does not exist"."""
