@@ -2,8 +2,8 @@
 
 Input files: JSONL with one OpenAI-style message per line (``role``, ``content``, optional ``id``,
 ``name``, ``tool_calls``, ``tool_call_id``), a JSON array of messages, or (``score``) the evaluation's
-session JSONL with one ``{"session_id", "messages", ...}`` per line. Errors go to stderr with exit
-status 2.
+session JSONL with one ``{"session_id", "messages", ...}`` per line; ``-`` reads standard input (a pipe
+is read once, whole). Errors go to stderr with exit status 2.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,8 +49,9 @@ def _single(sessions: list[Conversation], path: str) -> Conversation:
     return sessions[0]
 
 
-def _check_out(out: str | None) -> Path | None:
-    """The ``--out`` path, checked before any work: its folder exists and it is not itself a folder."""
+def _check_out(out: str | None, source: str | None = None) -> Path | None:
+    """The ``--out`` path, checked before any work: its folder exists, it is not itself a folder, and it
+    is not the input file ``source`` (writing it would overwrite the conversation)."""
     if out is None:
         return None
     p = Path(out)
@@ -56,11 +59,22 @@ def _check_out(out: str | None) -> Path | None:
         raise InputError(f"--out {out}: is a folder; give a file path such as {p / 'window.json'}")
     if not p.parent.is_dir():
         raise InputError(f"--out {out}: the folder {p.parent} does not exist; create it first (mkdir -p {p.parent})")
+    if source is not None and _same_file(source, p):
+        raise InputError(f"--out {out}: is the input file {source}; writing the window there would overwrite the "
+                         f"conversation; give another path such as {p.with_name(p.stem + '.window.json')}")
     return p
 
 
+def _same_file(a: str, b: Path) -> bool:
+    """Whether the paths ``a`` and ``b`` name one existing file (a link or another spelling included)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # one of them does not exist (or is "-")
+        return False
+
+
 def cmd_compress(args: argparse.Namespace) -> int:
-    out = _check_out(args.out)
+    out = _check_out(args.out, args.file)
     sess = _single(read_sessions(args.file), args.file)
     cm = _manager(args, _scorer_arg(args.model), args.budget)
     cm.extend(sess.messages)
@@ -134,7 +148,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     """``ctxscore serve``: the OpenAI-compatible proxy (extra ``serve``; see :mod:`ctxscore.serve.app`)."""
     import gc  # noqa: PLC0415
-    import os  # noqa: PLC0415
 
     try:
         from .serve import create_app, run  # noqa: PLC0415
@@ -288,13 +301,40 @@ def _count(s: str) -> int:
     return v
 
 
+def _non_negative_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number 0 or more, got {s}")
+    return v
+
+
+def _positive_float(s: str) -> float:
+    v = _non_negative_float(s)
+    if v == 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {s}")
+    return v
+
+
+def _port(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {s!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {v}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ctxscore`` argument parser."""
     p = argparse.ArgumentParser(prog="ctxscore", description="Scored, tiered context windows for long LLM-agent conversations.")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL")
+        sp.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL; - for standard input")
         sp.add_argument("--model", default="auto", help="'auto' (packaged learned scorer if usable, else rules), 'rules', or a packaged scorer folder")
         sp.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
         sp.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
@@ -317,13 +357,13 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_inspect)
 
     pr = sub.add_parser("profile", help="the user profile a file gives: items, stability scores, levels, people")
-    pr.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL")
+    pr.add_argument("file", help="JSONL (one message per line), JSON array of messages, or session JSONL; - for standard input")
     pr.add_argument("--user", default=None, help="every conversation of the file is a session of this user "
                     "(default: each session of a session file is its own user)")
     pr.add_argument("--json", action="store_true", help="print the profiles as JSON")
     pr.add_argument("--model", default="rules", help="scorer: 'rules' (default), 'auto' or a packaged scorer folder")
     pr.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
-    pr.add_argument("--days-between", type=float, default=1.0,
+    pr.add_argument("--days-between", type=_non_negative_float, default=1.0,
                     help="days between a user's sessions on the replay clock (files carry no timestamps; default 1)")
     pr.set_defaults(func=cmd_profile)
 
@@ -337,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--upstream", required=True, help="upstream API base including /v1, e.g. https://api.openai.com/v1")
     v.add_argument("--budget", type=_positive_int, required=True, help="token budget of each forwarded window")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    v.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    v.add_argument("--port", type=_port, default=8000, help="port to listen on (default 8000)")
     v.add_argument("--model", default="auto", help="scorer: 'auto', 'rules' or a packaged scorer folder")
     v.add_argument("--rules", default=None, help="rule file (TOML); default: the packaged one")
     v.add_argument("--encoding", default="cl100k_base", choices=["cl100k_base", "o200k_base"])
@@ -350,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "process started with the same two URLs (a per-session lock, no re-scoring)")
     v.add_argument("--upstream-key-env", default=None,
                    help="environment variable holding the upstream key (default: forward the client's Authorization)")
-    v.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the upstream (default 600)")
+    v.add_argument("--timeout", type=_positive_float, default=600.0, help="seconds to wait for the upstream (default 600)")
     v.add_argument("--max-sessions", type=_positive_int, default=1000, help="sessions kept in memory (default 1000)")
     v.add_argument("--llm-model", default=None, help="summarise with this model (the LLM compressor; extra 'llm')")
     v.add_argument("--llm-base-url", default=None, help="endpoint of --llm-model (default: the upstream)")
@@ -375,6 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except CtxScoreError as exc:
         print(f"ctxscore: error: {exc}", file=sys.stderr)
+        return 2
+    except RecursionError:  # a value nested too deeply for a step after reading (the reader names the line)
+        print("ctxscore: error: the input nests arrays and objects too deeply to be processed; "
+              "write flatter values", file=sys.stderr)
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0

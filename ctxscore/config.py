@@ -7,6 +7,7 @@ conversational turns (a turn starts at each user message). Bad values raise
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
@@ -171,8 +172,9 @@ class ValueFactors:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-                raise ConfigError(f"factors.{f.name} must be a non-negative number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"factors.{f.name} must be a finite non-negative number, got {v!r}"
+                                  + ("; nan and inf are not values" if isinstance(v, float) and not math.isfinite(v) else ""))
         if self.recency_half_life_turns <= 0 or self.token_cost_pivot <= 0:
             raise ConfigError("factors.recency_half_life_turns and factors.token_cost_pivot must be positive")
         if self.recency_floor > 1:
@@ -193,6 +195,19 @@ class ValueFactors:
                 f"{where}: unknown key(s) in [factors]: {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
             )
         return cls(**{k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in table.items()})
+
+
+def check_unicode(value: str, what: str) -> None:
+    """Refuse an id holding a lone UTF-16 surrogate (it cannot be stored, logged or encoded).
+
+    Raises:
+        ConfigError: naming ``what``, the character and its position.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{what} holds a lone surrogate {value[exc.start]!r} at character {exc.start}, which is not "
+                          "valid Unicode text; remove the character") from None
 
 
 def check_budget(budget: Any) -> int:

@@ -161,8 +161,12 @@ def _content_parts(raw: list[Any], where: str) -> tuple[ContentPart, ...]:
         text = p.get("text") if p["type"] == "text" else p.get("refusal") if p["type"] == "refusal" else None
         if p["type"] in ("text", "refusal") and not isinstance(text, str):
             raise InputError(f"{w}: a {p['type']} part needs a string {p['type'] if p['type'] == 'refusal' else 'text'!r}")
-        if p["type"] == "image_url" and not isinstance((p.get("image_url") or {}).get("url"), str):
-            raise InputError(f"{w}: an image_url part needs {{'image_url': {{'url': str, 'detail'?: 'low'|'high'|'auto'}}}}")
+        img = p.get("image_url") if p["type"] == "image_url" else None
+        if p["type"] == "image_url" and not (isinstance(img, dict) and isinstance(img.get("url"), str)):
+            got = "" if img is None or isinstance(img, dict) else (
+                f", got 'image_url' as a {type(img).__name__}; write the URL as {{'image_url': {{'url': ...}}}}")
+            raise InputError(f"{w}: an image_url part needs {{'image_url': {{'url': str, 'detail'?: 'low'|'high'|'auto'}}}} "
+                             f"(the OpenAI form){got}")
         try:
             data = json.dumps(p, ensure_ascii=False, sort_keys=True)
         except (TypeError, ValueError, RecursionError) as exc:
@@ -276,7 +280,11 @@ class Message:
             )
         tool_call_id = data.get("tool_call_id")
         if role == "tool":
-            if not isinstance(tool_call_id, str) or not tool_call_id:
+            if tool_call_id is not None and not isinstance(tool_call_id, str):
+                raise InputError(f"{where}: 'tool_call_id' must be a string (the id of the assistant tool call it "
+                                 f"answers), got {type(tool_call_id).__name__} {tool_call_id!r}; write it as "
+                                 f"\"{tool_call_id}\", the id the call carries")
+            if not tool_call_id:
                 raise InputError(
                     f"{where}: a tool message needs 'tool_call_id', the id of the assistant tool call it answers "
                     "(chat.completions rejects it otherwise); send the text as a user message if it answers no call"

@@ -13,11 +13,13 @@ verifier's full pass.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Policy
+from .errors import ConfigError
 from .memory.ledger import FactLedger
 from .memory.profile import ProfileLayer
 from .store.sqlite import SQLiteStore
@@ -68,7 +70,11 @@ def replay_profile(user: str, sessions: Sequence[tuple[str, Sequence[dict[str, A
 
     Raises:
         ctxscore.errors.InputError: a malformed message (the manager's own check).
+        ctxscore.errors.ConfigError: ``days_between`` is not a finite number 0 or more.
     """
+    if isinstance(days_between, bool) or not isinstance(days_between, int | float) \
+            or not math.isfinite(days_between) or days_between < 0:
+        raise ConfigError(f"days_between must be a finite number of days, 0 or more, got {days_between!r}")
     store = SQLiteStore(":memory:")
     clock = ReplayClock()
     out = ProfileReplay(user, [s for s, _ in sessions], ProfileLayer(user, clock=clock))

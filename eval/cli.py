@@ -284,6 +284,15 @@ def _write_outputs(res: Any, summary: dict[str, Any], budgets: list[Budget], out
     return ref
 
 
+def _out_is_a_file(out: Path, what: str) -> bool:
+    """Print an error and return True when ``--out`` is an existing file (the command writes a folder)."""
+    if out.exists() and not out.is_dir():
+        print(f"error: --out {out}: is a file; the command writes a folder ({what}); give a folder path",
+              file=sys.stderr)
+        return True
+    return False
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``python -m eval run``: see the module docstring. Exit status 0, or 2 on bad input."""
     from ctxscore.errors import ConfigError
@@ -296,6 +305,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.ledger:
         args.policies = with_ledger(args.policies)
+    if _out_is_a_file(args.out, "metrics.json, report.md, plots"):
+        return 2
     try:
         sessions, budgets = _run_inputs(args)
         scorer, model, skip = _learned_model(args)
@@ -417,6 +428,11 @@ def cmd_summary(args: argparse.Namespace) -> int:
         return 2
     summary = json.loads(path.read_text(encoding="utf-8"))
     if args.budget_key:
+        known = list(dict.fromkeys(r["budget"]["key"] for r in summary["results"]))
+        if args.budget_key not in known:
+            print(f"error: --budget-key {args.budget_key}: the run in {args.out} has no such budget; its budgets: "
+                  f"{', '.join(known) or '(none)'}", file=sys.stderr)
+            return 2
         summary["results"] = [r for r in summary["results"] if r["budget"]["key"] == args.budget_key]
     _print_summary(summary, args.out)
     tg = summary.get("targets") or {}
@@ -482,6 +498,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
     from .promote import decide, write_decision
 
+    if _out_is_a_file(args.out, "the decision and its figures"):
+        return 2
     try:
         sessions = load_sessions(args.sessions, args.max_sessions)
     except (SessionFormatError, FileNotFoundError) as exc:

@@ -607,6 +607,217 @@ def test_an_id_holding_nul_or_too_long():
     with pytest.raises(InputError, match="at most 1,024 bytes"):
         cm.add({"role": "user", "content": "hi", "id": "\U0001f600" * 300})
     assert len(cm) == 0
+@case("M19", "handled")
+def test_piped_input_is_read_once_whole(tmp_path, monkeypatch, capsys):
+    """``cat f | ctxscore compress /dev/stdin`` kept 1 message of 86: the format sniff read 4,096 bytes
+    of the pipe, then the reader opened it again; ``-`` was "file not found"."""
+    import io
+
+    rows = [{"role": "user" if i % 2 else "assistant", "content": f"Message {i} about the booking " + "x" * 80}
+            for i in range(86)]
+    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(body)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert main(["compress", str(fifo), "--budget", "50000", "--model", "rules"]) == 0
+    writer.join(timeout=10)
+    assert len(json.loads(capsys.readouterr().out)["messages"]) == 86
+    for data in (body, json.dumps(rows).encode(), b'{"role": "user", "content": "hi"}\n'):  # JSONL, array, short
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        assert main(["compress", "-", "--budget", "50000", "--model", "rules"]) == 0
+        assert len(json.loads(capsys.readouterr().out)["messages"]) == (1 if len(data) < 100 else 86)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"role": "user", "content": \n')))
+    assert main(["score", "-", "--model", "rules"]) == 2
+    assert "<stdin>: line 1: invalid JSON" in capsys.readouterr().err
+
+
+@case("M20", "error")
+def test_cli_out_that_is_the_input_file(tmp_path, capsys):
+    """``compress conv.jsonl --out conv.jsonl`` replaced the conversation with the window."""
+    src = tmp_path / "conv.jsonl"
+    src.write_text('{"role": "user", "content": "Please book a table."}\n', encoding="utf-8")
+    before = src.read_bytes()
+    (tmp_path / "link.jsonl").symlink_to(src)
+    for out in (src, tmp_path / "." / "conv.jsonl", tmp_path / "link.jsonl"):
+        assert main(["compress", str(src), "--budget", "100", "--model", "rules", "--out", str(out)]) == 2
+        assert "is the input file" in capsys.readouterr().err
+    assert src.read_bytes() == before
+
+
+@case("M21", "error")
+def test_registry_export_into_a_folder_that_is_not_an_export(tmp_path, capsys):
+    """``python -m training.registry export --out DIR`` deleted whatever DIR held (``shutil.rmtree``);
+    the full check is tests/test_registry.py."""
+    pytest.importorskip("mlflow")
+    from training import registry
+
+    (tmp_path / "notes.txt").write_text("keep me", encoding="utf-8")
+    assert registry.main(["export", "--alias", "champion", "--out", str(tmp_path)]) == 2
+    assert "is a folder that is not an exported scorer" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text(encoding="utf-8") == "keep me"
+
+
+@case("M22", "error")
+def test_a_sqlite_database_of_another_application(tmp_path):
+    """Opening another application's database added ctxscore's tables and switched it to WAL; one
+    with its own ``messages`` table said "the file was not modified" after both."""
+    import hashlib
+    import sqlite3
+
+    for n, schema in enumerate(("CREATE TABLE users(id INTEGER, name TEXT)", "CREATE TABLE messages(id, body)")):
+        path = tmp_path / f"other_app{n}.db"
+        db = sqlite3.connect(path)
+        db.execute(schema)
+        db.execute(f"INSERT INTO {schema.split()[2].split('(')[0]} VALUES(1, 'a')")
+        db.commit()
+        db.close()
+        before = hashlib.sha256(path.read_bytes()).hexdigest()
+        with pytest.raises(StoreError, match="a SQLite database of another application .*the file was not modified"):
+            rules_cm(store=str(path))
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+        assert not (tmp_path / f"other_app{n}.db-wal").exists()
+        db = sqlite3.connect(path)
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")} == {schema.split()[2].split("(")[0]}
+        db.close()
+    empty = tmp_path / "empty.db"  # an empty file (touch) is a new store
+    empty.write_bytes(b"")
+    cm = rules_cm(store=str(empty))
+    cm.add({"role": "user", "content": "hello"})
+    cm.close()
+    assert [m.content for m in rules_cm(store=str(empty)).messages] == ["hello"]
+
+
+@case("M23", "error")
+def test_nan_and_inf_in_the_rule_file(tmp_path):
+    """``recency_floor = nan`` passed the range check (every comparison with NaN is false): every value
+    was NaN and ``ctxscore compress`` wrote bare NaN into its JSON."""
+    src = (REPO / "ctxscore" / "scoring" / "default_rules.toml").read_text(encoding="utf-8")
+    bad = tmp_path / "rules.toml"
+    for old, new, key in (("recency_floor = 0.6", "recency_floor = nan", "factors.recency_floor"),
+                          ("relevance_boost = 1.8", "relevance_boost = inf", "factors.relevance_boost"),
+                          ("role_system = 4.0", "role_system = -inf", "scores.instruction.role_system")):
+        assert old in src
+        bad.write_text(src.replace(old, new, 1), encoding="utf-8")
+        with pytest.raises(ConfigError, match=rf"rule file {re.escape(str(bad))}: {re.escape(key)} must be a finite"):
+            RuleConfig.load(bad)
+
+
+@case("M24", "error")
+def test_image_url_part_given_as_a_string_or_a_list(tmp_path, capsys):
+    """``{"type": "image_url", "image_url": "http://x/a.png"}`` raised AttributeError in ``add`` and the CLI."""
+    cm = rules_cm()
+    for bad in ("http://x/a.png", ["http://x/a.png"]):
+        with pytest.raises(InputError, match=rf"an image_url part needs .*got 'image_url' as a {type(bad).__name__}; "
+                                             r"write the URL as \{'image_url': \{'url'"):
+            cm.add({"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": bad}]})
+    assert len(cm) == 0
+    src = tmp_path / "img.jsonl"
+    src.write_text(json.dumps({"role": "user", "content": [{"type": "image_url", "image_url": "http://x/a.png"}]}) + "\n",
+                   encoding="utf-8")
+    assert main(["compress", str(src), "--budget", "1000", "--model", "rules"]) == 2
+    assert "line 1: content[0]: an image_url part needs" in capsys.readouterr().err
+
+
+@case("M25", "error")
+def test_an_input_file_nested_too_deeply(tmp_path, capsys):
+    """A JSONL line or a .json file nested 1,000 levels or more was a RecursionError traceback."""
+    line = tmp_path / "deep.jsonl"
+    line.write_text('{"role": "user", "content": "hi"}\n{"role": "user", "content": "x", "meta": '
+                    + "[" * 5000 + "]" * 5000 + "}\n", encoding="utf-8")
+    array = tmp_path / "deep.json"
+    array.write_text("[" * 1000 + "]" * 1000, encoding="utf-8")
+    for src, where in ((line, "deep.jsonl: line 2: "), (array, "deep.json: ")):
+        for cmd in (["compress", str(src), "--budget", "1000"], ["score", str(src)]):
+            assert main([*cmd, "--model", "rules"]) == 2
+            assert f"{where}the JSON nests arrays and objects too deeply to be read" in capsys.readouterr().err
+
+
+@case("M26", "error")
+def test_session_and_user_ids_that_are_not_strings_or_hold_a_lone_surrogate(tmp_path, capsys):
+    """A lone surrogate in ``session_id`` or ``user`` was a UnicodeEncodeError; ``"session_id": null``
+    became the session "None" and ``{"a": 1}`` the session "{'a': 1}"; ``"user": {"id": 5}`` a TypeError."""
+    with pytest.raises(ConfigError, match="session_id holds a lone surrogate"):
+        rules_cm(session_id="s\ud83d")
+    src = tmp_path / "sessions.jsonl"
+    msgs = [{"role": "user", "content": "I prefer window seats."}]
+    for line, says in (({"session_id": "s\ud83d"}, "line 1: 'session_id' holds a lone surrogate"),
+                       ({"session_id": None}, "line 1: 'session_id' must be a non-empty string, got null"),
+                       ({"session_id": {"a": 1}}, "line 1: 'session_id' must be a non-empty string, got {\"a\": 1}"),
+                       ({"session_id": "s1", "user": "\ud83d"}, "line 1 (session s1): 'user' holds a lone surrogate"),
+                       ({"session_id": "s1", "user": {"id": 5}}, "line 1 (session s1): 'user' must be a non-empty string")):
+        src.write_text(json.dumps({**line, "messages": msgs}) + "\n", encoding="utf-8")
+        for cmd in ("score", "profile"):
+            assert main([cmd, str(src), "--model", "rules"]) == 2
+            assert says in capsys.readouterr().err
+
+
+@case("M27", "error")
+def test_out_of_range_command_line_numbers(tmp_path, capsys):
+    """``profile --days-between nan`` crashed and -3 was taken; ``serve --port 99999`` bound port
+    99999 mod 65536 while announcing 99999; ``serve --timeout nan`` or ``-5`` was taken."""
+    from ctxscore.replay import replay_profile
+
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"role": "user", "content": "I prefer window seats."}\n', encoding="utf-8")
+    serve = ["serve", "--upstream", "http://127.0.0.1:9/v1", "--budget", "1000", "--model", "rules"]
+    for argv, says in ((["profile", str(src), "--days-between", "nan"], "expected a finite number 0 or more, got nan"),
+                       (["profile", str(src), "--days-between", "inf"], "expected a finite number 0 or more, got inf"),
+                       (["profile", str(src), "--days-between", "-3"], "expected a finite number 0 or more, got -3"),
+                       ([*serve, "--port", "99999"], "a port is 1 to 65535, got 99999"),
+                       ([*serve, "--port", "0"], "a port is 1 to 65535, got 0"),
+                       ([*serve, "--timeout", "nan"], "expected a finite number 0 or more, got nan"),
+                       ([*serve, "--timeout", "-5"], "expected a finite number 0 or more, got -5"),
+                       ([*serve, "--timeout", "0"], "expected a number above 0, got 0")):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2 and says in capsys.readouterr().err, argv
+    with pytest.raises(ConfigError, match="days_between must be a finite number"):
+        replay_profile("u", [("s", [{"role": "user", "content": "hi"}])], days_between=float("nan"))
+
+
+@case("M28", "error")
+def test_store_rows_with_a_damaged_prediction_or_turn(tmp_path):
+    """A stored prediction that is not an object (``'5'``) was an AttributeError on resume; a duplicate
+    or missing turn was "InputError: message 'm4' has turn 3, but the history has 4 messages"."""
+    for n, damage, says in ((0, "UPDATE messages SET prediction='5' WHERE id='m1'", r"'m1' \(turn 1\) is damaged "
+                             r"\(its prediction is a JSON int, not an object\)"),
+                            (1, "UPDATE messages SET turn=1 WHERE id='m2'", "message 'm2' has turn 1 where turn 2 comes "
+                             "next .*the stored data is damaged"),
+                            (2, "UPDATE messages SET turn=5 WHERE id='m2'", "message 'm3' has turn 3 where turn 2 comes "
+                             "next .*the stored data is damaged")):
+        path = tmp_path / f"rows{n}.db"
+        cm = rules_cm(archive_path=path, session_id="s")
+        cm.extend([{"role": "user", "content": f"message {i}"} for i in range(4)])
+        cm.store._db.execute(damage)
+        cm.close()
+        with pytest.raises(StoreError, match=rf"store {re.escape(str(path))}: session 's' .*{says}"):
+            rules_cm(archive_path=path, session_id="s")
+
+
+@case("M29", "error")
+def test_misleading_errors_of_a_new_user(tmp_path, capsys):
+    """``tool_call_id: 1`` said the message had none; ``sync(None)`` was a bare TypeError and ``sync({...})``
+    "message 0: expected a JSON object ... got str"; ``--model FILE`` said "the folder does not exist"."""
+    cm = rules_cm()
+    cm.add(call("1"))
+    with pytest.raises(InputError, match="'tool_call_id' must be a string .*got int 1; write it as \"1\""):
+        cm.add({"role": "tool", "tool_call_id": 1, "content": "done"})
+    for bad in (None, {"role": "user", "content": "hi"}, "hi"):
+        with pytest.raises(InputError, match=rf"sync takes the client's whole message list .*got {type(bad).__name__}"):
+            cm.sync(bad)
+    assert len(cm) == 1
+    src, model = tmp_path / "s.jsonl", tmp_path / "scorer.skops"
+    src.write_text('{"role": "user", "content": "hi"}\n', encoding="utf-8")
+    model.write_bytes(b"not a folder")
+    assert main(["score", str(src), "--model", str(model)]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err
 
 
 def test_catalogue_matches_the_tests():

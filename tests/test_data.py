@@ -276,3 +276,14 @@ def test_cli_reports_missing_corpora(tmp_path, monkeypatch, capsys):
     rc = main(["build", "--out", str(tmp_path / "o"), "--bundled", str(tmp_path / "none.jsonl"), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "CTXSCORE_CORPORA" in err and str(tmp_path / "absent") in err
+
+
+def test_locomo_output_that_is_the_input_is_refused(tmp_path, capsys):
+    """``locomo X.json --output X.json`` overwrote the LoCoMo file with the converted sessions."""
+    from training.data.__main__ import main
+
+    src = tmp_path / "locomo.json"
+    src.write_bytes((FIXTURES / "locomo_mini.json").read_bytes())
+    before = src.read_bytes()
+    assert main(["locomo", str(src), "--output", str(tmp_path / "." / "locomo.json")]) == 2
+    assert "is the LoCoMo file being converted" in capsys.readouterr().err and src.read_bytes() == before

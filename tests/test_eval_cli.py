@@ -112,6 +112,20 @@ def test_run_rejects_bad_input(tmp_path, capsys):
         main(["run", "--sessions", str(MINI), "--budget", "25"])
 
 
+def test_summary_with_an_unknown_budget_key_and_run_into_a_file(tmp_path, capsys):
+    """``summary --budget-key bogus`` printed no rows with exit 0; ``run --out FILE`` a FileExistsError traceback."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps({"run": {}, "results": [{"budget": {"key": "f0.25"}},
+                                                                        {"budget": {"key": "t4000"}}]}), encoding="utf-8")
+    assert main(["summary", "--out", str(out), "--budget-key", "bogus"]) == 2
+    assert "--budget-key bogus: the run in" in (err := capsys.readouterr().err) and "its budgets: f0.25, t4000" in err
+    afile = tmp_path / "a_file"
+    afile.write_text("keep", encoding="utf-8")
+    assert main(["run", "--sessions", str(MINI), "--out", str(afile), "--no-mlflow", "--quiet"]) == 2
+    assert "is a file; the command writes a folder" in capsys.readouterr().err and afile.read_text(encoding="utf-8") == "keep"
+
+
 def test_promote_without_candidate(tmp_path, sqlite_mlflow, capsys):
     assert main(["promote", "--sessions", str(MINI), "--out", str(tmp_path / "p"), "--quiet"]) == 2
     assert "no 'candidate' alias" in capsys.readouterr().err

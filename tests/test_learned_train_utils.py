@@ -141,3 +141,14 @@ def test_latency_is_the_median_of_repeated_rounds():
     assert lat["p95_ms_min"] <= lat["p95_ms"] <= lat["p95_ms_max"]
     with pytest.raises(ValueError, match="repeats"):
         train.measure_latency(scorer, msgs, repeats=0)
+
+
+def test_train_without_a_dataset_or_with_an_unknown_embedder(tmp_path, capsys):
+    """``python -m training.train`` with no dataset was a FileNotFoundError traceback; ``--embedder bogus``
+    was found only after the data had loaded."""
+    from training.train import main
+
+    assert main(["--data", str(tmp_path / "none"), "--no-mlflow"]) == 2
+    assert "run `python -m training.data build` first" in capsys.readouterr().err
+    assert main(["--data", str(tmp_path / "none"), "--embedder", "bogus", "--no-mlflow"]) == 2
+    assert "--embedder: unknown embedder 'bogus'" in capsys.readouterr().err

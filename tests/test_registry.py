@@ -51,6 +51,45 @@ def test_export_without_the_alias_fails_with_a_hint(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_export_never_deletes_a_folder_that_is_not_an_export(tmp_path, capsys):
+    """``export --out DIR`` ran ``shutil.rmtree(DIR)`` whatever DIR held (a new user's home folder)."""
+    from training import registry
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me", encoding="utf-8")
+    (mine / "config.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "a_file").write_text("keep me too", encoding="utf-8")
+    for out, says in ((mine, "not an exported scorer (it holds notes.txt)"), (tmp_path / "a_file", "is a file")):
+        assert registry.main(["export", "--alias", "champion", "--out", str(out)]) == 2
+        assert says in capsys.readouterr().err
+    assert (mine / "notes.txt").read_text(encoding="utf-8") == "keep me"
+    assert (tmp_path / "a_file").read_text(encoding="utf-8") == "keep me too"
+    assert registry.get_version("champion") is None  # refused before anything was registered
+    staged = tmp_path / "out.new"  # the staging folder is held to the same rule
+    staged.mkdir()
+    (staged / "data.csv").write_text("1,2\n", encoding="utf-8")
+    assert registry.main(["export", "--alias", "champion", "--out", str(tmp_path / "out")]) == 2
+    assert "out.new" in capsys.readouterr().err and (staged / "data.csv").is_file()
+    export = tmp_path / "export"  # an earlier export or an empty folder may be replaced
+    export.mkdir()
+    for name in SHIPPED_FILES:
+        (export / name).write_bytes(b"old")
+    registry.check_export_target(export)
+    registry.check_export_target(tmp_path / "empty_or_new")
+
+
+def test_show_on_a_fresh_store_says_nothing_is_registered(capsys):
+    """``python -m training.registry show`` on a fresh store was an MlflowException traceback."""
+    from training import registry
+
+    assert registry.main(["show"]) == 2
+    err = capsys.readouterr().err
+    assert "no model named 'ctxscore-scorer' is registered" in err and "python -m training.train" in err
+    assert registry.main(["show", "--name", "nope"]) == 2
+    assert "no model named 'nope'" in capsys.readouterr().err
+
+
 def test_default_export_goes_to_out_not_into_the_package():
     from training import registry
     from training.paths import REPO_ROOT

@@ -36,7 +36,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ctxscore.scoring.package import CONFIG_FILE, DEFAULT_MODEL_DIR, sha256_file
+from ctxscore.scoring.package import (
+    CLASSIFIER_FILE,
+    CONFIG_FILE,
+    DEFAULT_MODEL_DIR,
+    OPTIONAL_FILES,
+    REGRESSOR_FILE,
+    RULES_FILE,
+    sha256_file,
+)
 
 from .extra import require_train_extra
 from .paths import MLRUNS_DIR, OUT_DIR
@@ -448,26 +456,56 @@ def download_scorer(ref: str | Any = "candidate", dst: str | os.PathLike[str] | 
     )
 
 
+#: The files of an exported scorer folder (and ``config.json``'s temporary name while it is written).
+EXPORT_FILES = frozenset({CONFIG_FILE, CONFIG_FILE + ".tmp", CLASSIFIER_FILE, REGRESSOR_FILE, RULES_FILE,
+                          *OPTIONAL_FILES})
+
+
+def check_export_target(out: Path) -> None:
+    """Refuse to replace ``out`` unless it is absent, an empty folder, or a previous export (only the
+    files :data:`EXPORT_FILES` names, ``config.json`` among them): an export replaces the whole folder.
+
+    Raises:
+        FileExistsError: ``out`` is a file, or a folder holding anything else; nothing is changed.
+    """
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise FileExistsError(f"--out {out}: is a file, not a folder; give the folder to export the scorer into")
+    entries = list(out.iterdir())
+    other = sorted(p.name for p in entries if p.name not in EXPORT_FILES or not p.is_file() or p.is_symlink())
+    if other or (entries and not (out / CONFIG_FILE).is_file()):
+        shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        raise FileExistsError(
+            f"--out {out}: is a folder that is not an exported scorer (it holds {shown or 'no config.json'}); "
+            "the export replaces the whole folder, so it writes only into a new or empty folder or over an "
+            "earlier export; give another --out, or move those files away first")
+
+
 def export_alias(alias: str, out: str | os.PathLike[str]) -> Path:
     """Copy the packaged scorer of ``models:/ctxscore-scorer@<alias>`` into ``out`` (replacing it),
     after checking that it loads (:meth:`LearnedScorer.from_pretrained` verifies hashes and the skops
     type allowlist). For ``champion``, a store without one first gets the shipped baseline
-    (:func:`ensure_champion`). Returns ``out``.
+    (:func:`ensure_champion`). Returns ``out``. ``out`` (and its staging folder ``<out>.new``) must be
+    absent, empty or an earlier export (:func:`check_export_target`): nothing else is ever deleted.
 
     Raises:
         LookupError: no such alias.
+        FileExistsError: ``out`` or ``<out>.new`` holds something other than an exported scorer.
         ctxscore.errors.ModelLoadError: the downloaded folder does not load.
     """
     from ctxscore.scoring.learned import LearnedScorer
 
+    out = Path(out)
+    staging = out.with_name(out.name + ".new")
+    check_export_target(out)
+    check_export_target(staging)
     if alias == "champion":
         ensure_champion()
     with tempfile.TemporaryDirectory(prefix="ctxscore-export-") as tmp:
         folder = download_scorer(alias, tmp)
         LearnedScorer.from_pretrained(folder)  # refuse to ship a folder that does not load
-        out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = out.with_name(out.name + ".new")
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(folder, staging)
         shutil.rmtree(out, ignore_errors=True)
@@ -492,11 +530,23 @@ def main(argv: list[str] | None = None) -> int:
         except LookupError as exc:
             print(f"error: {exc}; train one first (python -m training.train)", file=sys.stderr)
             return 2
+        except FileExistsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         version = get_version(args.alias)
         print(f"exported {MODEL_NAME}@{args.alias} (version {version.version}) to {out}")
         return 0
     client = _client()
-    rm = client.get_registered_model(args.name)
+    try:
+        rm = client.get_registered_model(args.name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        print(f"no model named {args.name!r} is registered in {tracking_uri()} yet; `python -m training.train` "
+              f"registers {MODEL_NAME!r} (and `python -m training.registry export --alias champion` registers the "
+              "shipped scorer as its champion)" + ("" if args.name == MODEL_NAME else f"; ctxscore's model is named "
+                                                    f"{MODEL_NAME!r}, the default of --name"), file=sys.stderr)
+        return 2
     print(f"{rm.name}: aliases {dict(rm.aliases)}")
     for mv in client.search_model_versions(f"name='{args.name}'"):
         print(f"  version {mv.version}: run {mv.run_id} tags {dict(mv.tags)}")

@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -39,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from ctxscore.errors import InputError
+from ctxscore.errors import ConfigError, InputError
 from ctxscore.io import iter_jsonl
 from ctxscore.messages import CATEGORIES, Message
-from ctxscore.scoring.embedders import get_embedder, resolve_model_id
+from ctxscore.scoring.embedders import embedder_available, get_embedder, resolve_model_id
 from ctxscore.scoring.features import FeatureSpec, feature_rows
 from ctxscore.scoring.learned import LearnedScorer
 from ctxscore.scoring.rules import DEFAULT_RULES_PATH
@@ -878,7 +879,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point (see the module docstring)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    ctx = load_context(args.data, args.feedback, args.rules, args.limit)
+    try:
+        for name in args.embedder or ():  # an unknown one is refused before the data is loaded
+            embedder_available(name)
+    except ConfigError as exc:
+        print(f"error: --embedder: {exc}", file=sys.stderr)
+        return 2
+    try:
+        ctx = load_context(args.data, args.feedback, args.rules, args.limit)
+    except (FileNotFoundError, ConfigError) as exc:  # no dataset (the message says how to build it), a bad rule file
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     log.info("data: %s; feedback %s", {k: len(v) for k, v in ctx.splits.items()}, ctx.feedback_stats)
     variants = select_variants(args, ctx)
     fp = fingerprint(ctx, variants, args)

@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import check_unicode
 from ..errors import ConfigError
 from ..messages import Role
 from ..scoring.rules import extract_entities
@@ -121,6 +122,7 @@ class ProfileLayer(Layer):
                  share: float = DEFAULT_SHARE) -> None:
         if not isinstance(user_id, str) or not user_id.strip():
             raise ConfigError(f"ProfileLayer needs a non-empty user_id string, got {user_id!r}")
+        check_unicode(user_id, "ProfileLayer user_id")
         self.user_id, self.scope = user_id, f"user:{user_id}"
         self.policy = policy or StabilityPolicy()
         self.clock, self.share = clock, check_share("ProfileLayer", share)

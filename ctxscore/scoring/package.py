@@ -212,6 +212,9 @@ def read_config(folder: Path) -> dict[str, Any]:
             sha256 differs from the config (corrupt or tampered).
     """
     cfg_path = folder / CONFIG_FILE
+    if folder.exists() and not folder.is_dir():
+        raise ModelLoadError(f"no packaged scorer at {folder}: it is a file, not a folder; pass the folder that holds "
+                             f"{CONFIG_FILE} and the .skops files (or 'rules' / 'auto')")
     if not folder.is_dir():
         raise ModelLoadError(f"no packaged scorer at {folder}: the folder does not exist; {REEXPORT_HINT}")
     if not cfg_path.is_file():

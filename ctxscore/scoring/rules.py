@@ -209,9 +209,12 @@ class RuleConfig:
                     raise ConfigError(
                         f"rule file {where}: scores.{cat}.{key} is not a signal; known signals: {', '.join(SIGNAL_NAMES)}"
                     )
-                if not isinstance(w, int | float):
-                    raise ConfigError(f"rule file {where}: scores.{cat}.{key} must be a number")
-        factors = ValueFactors.from_table(section("factors"), where=f"rule file {where}")
+                if not isinstance(w, int | float) or not math.isfinite(w):
+                    raise ConfigError(f"rule file {where}: scores.{cat}.{key} must be a finite number, got {w!r}")
+        try:
+            factors = ValueFactors.from_table(section("factors"), where=f"rule file {where}")
+        except ConfigError as exc:  # a value out of range: name the file too
+            raise ConfigError(str(exc) if str(exc).startswith("rule file") else f"rule file {where}: {exc}") from None
         requires = data.get("pattern_requires", {})
 
         def strings(v: Any) -> bool:  # a non-empty string, or a non-empty list of them

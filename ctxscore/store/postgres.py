@@ -399,6 +399,8 @@ class PostgresStore:
         try:
             msg = Message.from_dict(json.loads(message), where=f"stored message {mid!r}")
             pred = None if prediction is None else json.loads(prediction)
+            if pred is not None and not isinstance(pred, dict):
+                raise ValueError(f"its prediction is a JSON {type(pred).__name__}, not an object")
             tier = Tier(tier)
             if exact is not None:
                 text = json.loads(exact)

@@ -77,6 +77,9 @@ CREATE TABLE IF NOT EXISTS events(
     PRIMARY KEY(scope, seq));
 """
 _COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
+#: The tables a ctxscore store holds, or held (the FTS5 indexes of schema 2-4 and their shadow tables).
+_OUR_TABLES = frozenset({"meta", "sessions", "messages", "records", "events", "messages_fts", "messages_stem"})
+_OUR_TABLE_PREFIXES = ("messages_fts_", "messages_stem_", "sqlite_")
 #: The stem list and the keyword list's document lengths read at most the first ``INDEX_HEAD`` and
 #: last ``INDEX_TAIL`` characters of a message (a multi-KB tool dump: stemming all of it would cost
 #: about 0.13 ms a KB); the keyword list counts a term in the first ``KEYWORD_HEAD`` and last
@@ -150,6 +153,7 @@ class SQLiteStore:
             raise StoreError(f"cannot open store {where}: {exc}; check the path and its permissions") from None
         try:
             self._db.execute("PRAGMA busy_timeout=5000")
+            self._check_ours()  # before anything is created or the journal mode is changed
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._init_schema()
@@ -166,14 +170,28 @@ class SQLiteStore:
                 "the file was not modified."
             ) from None
 
-    def _init_schema(self) -> None:
-        db = self._db
-        db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
-        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        version = None if row is None else str(row[0])
+    def _check_ours(self) -> None:
+        """Refuse a database that is not a ctxscore store, or one of another schema version, before
+        anything is written: an empty file is new; a file of ours has the table ``meta`` with a
+        ``schema_version`` row, or (being created by another connection: ``meta`` comes first) ``meta``
+        and only tables of ours."""
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version = None
+        if "meta" in tables:
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = None if row is None else str(row[0])
+        others = sorted(t for t in tables if t not in _OUR_TABLES and not t.startswith(_OUR_TABLE_PREFIXES))
+        if version is None and tables and ("meta" not in tables or others):  # ours creates meta first
+            shown = ", ".join(others[:5] or sorted(tables)[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            raise StoreError(f"it is a SQLite database of another application (tables {shown}; no ctxscore "
+                             "schema version), not a ctxscore store; pass the path of a new file or of a ctxscore store")
         if version not in (None, *self.UPGRADES_FROM, str(self.SCHEMA_VERSION)):
             raise StoreError(f"schema version {version} is not one this ctxscore reads "
                              f"({', '.join(self.UPGRADES_FROM)} or {self.SCHEMA_VERSION})")
+
+    def _init_schema(self) -> None:
+        db = self._db
+        db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
         db.executescript(_SCHEMA)  # creates what is missing (4: records and events)
         db.execute("BEGIN IMMEDIATE")
         for table in ("messages_fts", "messages_stem"):  # 5: the FTS5 indexes of 2-4 are not read any more
@@ -279,6 +297,8 @@ class SQLiteStore:
         try:
             msg = Message.from_dict(json.loads(message), where=f"stored message {mid!r}")
             pred = None if prediction is None else json.loads(prediction)
+            if pred is not None and not isinstance(pred, dict):
+                raise ValueError(f"its prediction is a JSON {type(pred).__name__}, not an object")
             tier = Tier(tier)
         except (ValueError, InputError) as exc:
             raise StoreError(

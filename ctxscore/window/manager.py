@@ -25,7 +25,7 @@ from typing import Any
 
 from ..compress.base import Compressor
 from ..compress.extractive import ExtractiveCompressor
-from ..config import Policy, check_budget
+from ..config import Policy, check_budget, check_unicode
 from ..errors import ConfigError, InputError, StoreError
 from ..messages import Message
 from ..scoring.base import Prediction, Scorer
@@ -87,6 +87,7 @@ class ContextManager:
         self.budget = check_budget(budget)
         if not isinstance(session_id, str) or not session_id.strip():
             raise ConfigError(f"session_id must be a non-empty string, got {session_id!r}")
+        check_unicode(session_id, "session_id")
         try:  # the ids every store accepts (PostgreSQL cannot hold NUL; index entries are bounded)
             check_id(session_id, "session_id")
         except InputError as exc:
@@ -152,9 +153,12 @@ class ContextManager:
                 list is compared as without it.
 
         Raises:
-            InputError: an invalid message in the list; nothing is changed.
+            InputError: ``messages`` is not a list, or an invalid message in it; nothing is changed.
             ConfigError: ``verified`` is not an integer in ``[0, min(len(history), len(messages))]``.
         """
+        if isinstance(messages, str | bytes | dict) or not isinstance(messages, Sequence):
+            raise InputError(f"sync takes the client's whole message list (a list of message dicts), got "
+                             f"{type(messages).__name__}; for one message use add()")
         with self._lock:
             self.state.catch_up()
             if isinstance(verified, bool) or not isinstance(verified, int) or not (

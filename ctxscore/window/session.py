@@ -84,6 +84,12 @@ class SessionState:
         rows = self.store.load(self.session_id, after_turn=len(self.history) - 1)
         start = len(self.history)
         for row in rows:
+            if row.message.turn != len(self.history):  # a duplicate or missing turn: written by something else
+                where = getattr(self.store, "where", None) or getattr(self.store, "path", None) or ":memory:"
+                raise StoreError(
+                    f"store {where}: session {self.session_id!r} message {row.message.id!r} has turn "
+                    f"{row.message.turn} where turn {len(self.history)} comes next (a duplicate or missing turn): the "
+                    "stored data is damaged; restore it from a backup or renumber the session's turns from 0")
             ingest.append(self.history, self.values, self.rules, self.counter, row.message, ingest.stored_prediction(row))
             if row.tier != Tier.VERBATIM:
                 self.forms.set_tier(self.history, len(self.history) - 1, row.tier)

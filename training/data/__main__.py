@@ -93,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
                          ensure_ascii=False))
         print(accuracy_table_markdown(m["weak_label_accuracy"]) if m.get("weak_label_accuracy") else "(no gold labels)")
         return 0
+    if args.output and Path(args.output).exists() and Path(args.path).exists() \
+            and Path(args.output).samefile(args.path):
+        print(f"error: --output {args.output} is the LoCoMo file being converted; writing there would overwrite it; "
+              f"give another path such as {Path(args.output).with_suffix('.sessions.jsonl')}", file=sys.stderr)
+        return 2
     try:
         sessions = load_locomo(Path(args.path))
     except (FileNotFoundError, LocomoFormatError) as exc:
