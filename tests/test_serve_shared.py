@@ -200,6 +200,67 @@ def test_a_rebase_through_one_proxy_is_followed_by_the_other(shared):
     assert modes_b.get("rebased") == 1 and "rebased" not in modes_a, (modes_a, modes_b)
 
 
+def one_thread(app):
+    """``app`` served with a thread pool of one token (anyio's default limiter, per event loop)."""
+    import anyio.to_thread
+
+    async def limited(scope, receive, send):
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 1
+        await app(scope, receive, send)
+
+    return limited
+
+
+def test_a_request_waiting_for_another_proxys_session_holds_no_worker_thread(pg_url, redis_server_url, redis_prefix):
+    """A request waiting for the Redis lock of a session another process held blocked one of the
+    proxy's worker threads, and a turn holding a lock needs one to record its reply and release it:
+    two proxies, each holding a session in a model call while a request for the other's session
+    came in, waited for each other until ``lock_wait_s`` (with a one-thread pool: two sessions; with
+    anyio's 40 threads: 45) and answered 503. The wait is now in the event loop."""
+    servers = []
+
+    def respond(body: dict) -> dict:
+        if "slow" in body["messages"][-1]["content"]:
+            time.sleep(1.5)
+        return {"content": "ok"}
+
+    with FakeOpenAI(respond) as up:
+        try:
+            for _ in range(2):
+                hot = RedisHotState(redis_server_url, prefix=redis_prefix, renew_s=60.0, lock_wait_s=8.0)
+                app = create_app(up.url, BUDGET, scorer="rules", store=pg_url, redis=hot)
+                servers.append(Background(one_thread(app)).start())
+            a, b = servers
+            results: dict[str, tuple[int, float]] = {}
+
+            def send(srv, session: str, text: str, tag: str) -> None:
+                t0 = time.monotonic()
+                r = httpx.post(f"{srv.url}/v1/chat/completions", timeout=60,
+                               headers={"X-Session-Id": session},
+                               json={"model": "m", "messages": [{"role": "user", "content": text}]})
+                results[tag] = (r.status_code, time.monotonic() - t0)
+
+            first = [threading.Thread(target=send, args=(a, "cyc-1", "slow one", "a1")),
+                     threading.Thread(target=send, args=(b, "cyc-2", "slow two", "b2"))]
+            for t in first:
+                t.start()
+            time.sleep(0.5)  # both sessions held, each in its model call
+            second = [threading.Thread(target=send, args=(a, "cyc-2", "quick two", "a2")),
+                      threading.Thread(target=send, args=(b, "cyc-1", "quick one", "b1"))]
+            for t in second:
+                t.start()
+            for t in first + second:
+                t.join()
+        finally:
+            for srv in servers:
+                srv.stop()
+    assert {k: code for k, (code, _) in results.items()} == {"a1": 200, "b2": 200, "a2": 200, "b1": 200}
+    assert max(dt for _, dt in results.values()) < 5.0, results
+    # each waiting request ran after the other proxy's turn (its history replaced that one's)
+    assert stored(pg_url, "cyc-1") == [("user", "quick one"), ("assistant", "ok")]
+    assert stored(pg_url, "cyc-2") == [("user", "quick two"), ("assistant", "ok")]
+
+
 def test_bad_shared_settings_are_config_errors(pg_url, tmp_path):
     with pytest.raises(ConfigError, match="needs a server store"):
         create_app("http://127.0.0.1:9/v1", 1000, store=str(tmp_path / "s.db"), redis="redis://127.0.0.1:6390/0")

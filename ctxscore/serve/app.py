@@ -24,7 +24,8 @@ window that fits the budget.
 With ``store="postgresql://..."`` and ``redis="redis://..."`` (``ctxscore serve --store ... --redis
 ...``) the sessions are shared by every proxy process given the same two URLs: each request runs
 inside :meth:`~ctxscore.store.redis_state.SharedSessions.turn` (the session's Redis lock from the
-sync to the recorded reply; see :class:`SharedProxySessions`). Redis is pinged at start: a proxy
+sync to the recorded reply; see :class:`SharedProxySessions`; a request waiting for a session
+another process holds waits in the event loop, holding no worker thread). Redis is pinged at start: a proxy
 whose Redis does not answer is not started (:class:`~ctxscore.errors.StoreError`).
 
 Other ``/v1/...`` routes (``GET /v1/models``, embeddings ...) are passed through as they are.
@@ -88,6 +89,7 @@ from ..config import Policy, check_budget  # noqa: E402
 from ..errors import ConfigError, CtxScoreError, InputError, StoreError  # noqa: E402
 from ..messages import Message, last_user_text  # noqa: E402
 from ..store import is_postgres, redis_in_url, shown_url  # noqa: E402
+from ..store.redis_state import SessionBusy  # noqa: E402
 from ..tokens import REPLY_PRIMING_TOKENS  # noqa: E402
 from ..window.layers import check_layers  # noqa: E402
 from ..window.manager import ContextManager  # noqa: E402
@@ -284,8 +286,8 @@ class Sessions:
         if self.close_managers and s.cm is not None:
             s.cm.close()
 
-    def enter(self, s: _Session) -> None:
-        """Start a request's turn of ``s`` (in a worker thread, under ``s.lock``): nothing here, the
+    async def take(self, s: _Session) -> None:
+        """Start a request's turn of ``s`` (in the event loop, under ``s.lock``): nothing here, the
         session lives in this process."""
 
     def leave(self, s: _Session) -> None:
@@ -391,13 +393,39 @@ class SharedProxySessions(Sessions):
         super().__init__(lambda sid: None, max_sessions, close_managers=False)
         self.turns = shared
 
-    def enter(self, s: _Session) -> None:
-        """Take the session's Redis lock and bring its manager up to date (blocks: a worker thread).
+    async def take(self, s: _Session) -> None:
+        """Take the session's Redis lock and bring its manager up to date, waiting for another process
+        that holds the session in the event loop: each try (:meth:`enter` without waiting: one Redis
+        round trip, then the catch-up when the lock is taken) runs in a worker thread, and between
+        tries the request sleeps ``lock_poll_s`` holding no thread. A request blocked in a thread
+        would keep it from the turns that hold a lock and need one to record their reply and
+        release it: with every thread of both processes waiting for the other's sessions, nothing
+        moved until ``lock_wait_s``.
+
+        Raises:
+            StoreError: another process held the session longer than ``lock_wait_s`` (busy), or
+                Redis / PostgreSQL failed; nothing of the turn has run then.
+        """
+        hot = self.turns.hot
+        deadline = time.monotonic() + hot.lock_wait_s
+        while True:
+            try:
+                await run_in_threadpool(self.enter, s, False)
+                return
+            except SessionBusy:
+                if time.monotonic() >= deadline:
+                    raise hot.busy(s.id) from None
+            await asyncio.sleep(hot.lock_poll_s)
+
+    def enter(self, s: _Session, wait: bool = True) -> None:
+        """Take the session's Redis lock and bring its manager up to date (a worker thread; ``wait``:
+        blocks until the lock is free, up to ``lock_wait_s``; else one try).
 
         Raises:
             StoreError: another process held the session too long, or Redis / PostgreSQL failed.
+            SessionBusy: ``wait`` is false and another process holds the session.
         """
-        turn = self.turns.turn(s.id)
+        turn = self.turns.turn(s.id, wait=wait)
         cm = turn.__enter__()
         if cm is not s.cm:
             s.known = None  # a new manager: sync in full (after another process's turn the known
@@ -599,8 +627,8 @@ class Proxy:
 
     def prepare(self, sess: _Session, messages: list[Any], tools: Any) -> tuple[list[dict[str, Any]], int, int, list[str]]:
         """Sync and build (runs in a worker thread): ``(window messages, tokens received, tokens
-        forwarded, the window's warning kinds)``; a shared session's turn is entered first."""
-        self.sessions.enter(sess)
+        forwarded, the window's warning kinds)``; a shared session's turn was taken before
+        (:meth:`Sessions.take`)."""
         cm = sess.cm
         known, sess.known = sess.known, None
         p = _raw_prefix(messages, sess.raw) if known is not None else 0
@@ -681,6 +709,7 @@ class Proxy:
         release = _Release(sess, self.sessions)
         try:
             try:
+                await self.sessions.take(sess)  # a shared session's lock: waited for holding no thread
                 window, received, forwarded, warns = await self.work(self.prepare, sess, body["messages"],
                                                                      body.get("tools"))
             except InputError as exc:

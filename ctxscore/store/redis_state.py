@@ -69,6 +69,11 @@ log = logging.getLogger("ctxscore")
 DEFAULT_TTL_S = 24 * 3600
 
 
+class SessionBusy(StoreError):
+    """A turn that does not wait (``turn(..., wait=False)``) found the session's lock held by another
+    worker; nothing of the turn has run."""
+
+
 def text_key(text: str) -> str:
     """The 16-hex-digit key of a text in the token-count hash (BLAKE2b, 64 bits)."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
@@ -276,7 +281,7 @@ class RedisHotState:
 
     @contextmanager
     def turn(self, session_id: str, *, tier_from: int = -1, tok_from: int = -1,
-             encoding: str = DEFAULT_ENCODING) -> Iterator[TurnState]:
+             encoding: str = DEFAULT_ENCODING, wait: bool = True) -> Iterator[TurnState]:
         """Hold the session's lock for one turn, as :meth:`lock`, with the turn's reads and writes in
         the lock's own round trips: taking the lock reads the session's state, the tier changes from
         entry ``tier_from`` on and the published token counts from entry ``tok_from`` on (``-1``:
@@ -285,12 +290,17 @@ class RedisHotState:
         :meth:`lock`, :meth:`state`, :meth:`tier_log`, :meth:`add_token_counts` and the release take
         five.
 
+        With ``wait=False`` the lock is tried once: a session held by another worker raises
+        :class:`SessionBusy` at once (a caller that waits elsewhere -- the proxy, in its event loop --
+        tries again; :meth:`busy` is the error to raise when it gives up).
+
         Raises:
             StoreError: as :meth:`lock`; nothing of the turn has run then.
+            SessionBusy: with ``wait=False``, the session is held by another worker.
         """
         keys = self.keys(session_id, encoding)
         lk = _TurnLock(self, self._key(session_id, "lock"), keys, tier_from, tok_from)
-        self._take(lk, session_id)
+        self._take(lk, session_id, wait)
         ts = lk.start
         try:
             yield ts
@@ -316,19 +326,27 @@ class RedisHotState:
                 ts.after = None
                 self.forget(session_id)
 
-    def _take(self, lk: Any, session_id: str) -> None:
-        """Acquire ``lk`` (waiting up to ``lock_wait_s``) and keep it renewed when ``renew_s`` is set.
+    def _take(self, lk: Any, session_id: str, wait: bool = True) -> None:
+        """Acquire ``lk`` (waiting up to ``lock_wait_s``; ``wait=False``: one try) and keep it renewed
+        when ``renew_s`` is set.
 
         Raises:
             StoreError: the session stayed busy, or Redis is unreachable.
+            SessionBusy: ``wait=False`` and the session is held.
         """
         with self._guard("take the session lock"):
-            got = lk.acquire()
+            got = lk.acquire(blocking=wait)
         if not got:
-            raise StoreError(f"session {session_id!r} is busy: another worker held it for more than "
-                             f"{self.lock_wait_s} s; retry")
+            if not wait:
+                raise SessionBusy(f"session {session_id!r} is held by another worker")
+            raise self.busy(session_id)
         if self.renew_s is not None:
             self._keep(lk)
+
+    def busy(self, session_id: str) -> StoreError:
+        """The error of a turn that waited ``lock_wait_s`` for the session in vain."""
+        return StoreError(f"session {session_id!r} is busy: another worker held it for more than "
+                          f"{self.lock_wait_s} s; retry")
 
     @cached_property
     def _start_script(self) -> Any:
@@ -716,17 +734,23 @@ class SharedSessions:
         self.stats = {"opened": 0, "refreshed": 0, "current": 0}
 
     @contextmanager
-    def turn(self, session_id: str) -> Iterator[Manager]:
+    def turn(self, session_id: str, *, wait: bool = True) -> Iterator[Manager]:
         """Hold the session for one turn and yield its up-to-date manager (see the class docstring).
+
+        The lock is waited for up to the hot state's ``lock_wait_s``, blocking the calling thread;
+        with ``wait=False`` it is tried once and a held session raises :class:`SessionBusy` (the proxy
+        waits in its event loop instead, holding no worker thread: ``SharedProxySessions.take``).
 
         Raises:
             StoreError: the lock cannot be taken (busy session, Redis down) or the durable store
                 fails; nothing of the turn has run then.
+            SessionBusy: with ``wait=False``, another worker holds the session.
         """
         with self._lock:
             seen = self._kept.get(session_id)
         logs = (seen.tierlog, seen.toklog) if seen is not None else (-1, -1)
-        with self.hot.turn(session_id, tier_from=logs[0], tok_from=logs[1], encoding=self.encoding) as ts:
+        with self.hot.turn(session_id, tier_from=logs[0], tok_from=logs[1], encoding=self.encoding,
+                           wait=wait) as ts:
             self.store.held[session_id] = ts.messages
             try:
                 kept = self._current(session_id, ts, seen)
