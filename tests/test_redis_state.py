@@ -245,6 +245,36 @@ def test_a_turn_that_outlives_its_lock_drops_the_hot_state(hot_url):
     assert a.brought("s") == "opened"
 
 
+def test_a_worker_dead_between_the_store_commit_and_redis_leaves_no_stale_hot_state(hot_url):
+    """A worker killed after PostgreSQL committed its reply but before Redis recorded it: once its
+    lock expired, another worker took its manager for current (the version never moved), skipped the
+    load and appended the client's resent reply again (stored twice). A turn that never ended now
+    drops the hot state when the next one starts, and that one reads the session from the store."""
+    (a,) = workers(hot_url, 1, hot={"lock_timeout_s": 1.0})
+    (b,) = workers(hot_url, 1)
+    hist = [{"role": "system", "content": "You are a travel agent."}, {"role": "user", "content": "Book HA1 to Paris?"}]
+    reply = {"role": "assistant", "content": "HA1 is available at 09:40; shall I book it?"}
+    with b.turn("s") as cm:
+        cm.sync(hist)
+    with a.turn("s") as cm:  # a catches up, then its next turn dies half-way
+        assert len(cm) == 2
+    assert a.hot.version("s") == b._kept["s"].version  # (no turn outlived its lock so far)
+    dying = a.turn("s")
+    cm = dying.__enter__()
+    a.store.hot.bump = lambda *args, **kw: None  # the process dies right after the commit: Redis never hears
+    cm.add(reply)
+    time.sleep(1.3)  # its lock expires; the turn never ends
+    with b.turn("s") as cm:
+        res = cm.sync([*hist, reply, {"role": "user", "content": "Yes, book it."}])
+        assert res.mode == "append"
+        assert [m.role for m in cm.messages] == ["system", "user", "assistant", "user"]
+    assert b.brought("s") == "opened"
+    assert [r.message.role for r in b.store.load("s")] == ["system", "user", "assistant", "user"]
+    with b.turn("s") as cm:  # a turn that ended leaves the hot state in place
+        assert len(cm) == 4
+    assert b.brought("s") == "current"
+
+
 def test_a_renewed_lock_outlives_its_timeout_and_keeps_the_hot_state(hot_url):
     """With ``renew_s`` a turn longer than ``lock_timeout_s`` (a proxy waiting for the model) keeps
     its lock: another worker finds the session busy, and the hot state stays."""

@@ -17,7 +17,10 @@ a worker needs to continue a session it did not serve last, cheaply and consiste
   one turn, so two workers never interleave one session's turns (``renew_s``: renewed while a long
   turn runs, e.g. a proxy waiting for the model). Taking it also reads the session's state and
   what other workers logged since (one script, one round trip), and releasing it publishes the
-  turn's token counts (another): a turn costs two round trips besides one per write.
+  turn's token counts (another): a turn costs two round trips besides one per write. A turn that
+  never ended -- its worker died, perhaps between a durable write and the version bump that
+  records it, or lost its lock -- leaves a mark the next turn finds: that one drops the hot state
+  and reads the session from the durable store (:meth:`RedisHotState.turn`).
 
 Predictions are not duplicated in Redis: they are stored with each message, so a worker that never
 saw a session reads them with the messages and never re-scores (``tests/test_redis_state.py``
@@ -290,6 +293,13 @@ class RedisHotState:
         :meth:`lock`, :meth:`state`, :meth:`tier_log`, :meth:`add_token_counts` and the release take
         five.
 
+        Taking the lock also sets the session's turn mark (its token), which the release deletes. A
+        turn that finds another token's mark follows one that never ended: its worker died (perhaps
+        after committing a write to the durable store and before recording it here) or lost the
+        lock. The hot state (version, count, tiers) may then be behind the store, so it is dropped
+        and the turn starts with no version: the manager is read from the durable store
+        (:meth:`lock` sets no mark).
+
         With ``wait=False`` the lock is tried once: a session held by another worker raises
         :class:`SessionBusy` at once (a caller that waits elsewhere -- the proxy, in its event loop --
         tries again; :meth:`busy` is the error to raise when it gives up).
@@ -299,7 +309,7 @@ class RedisHotState:
             SessionBusy: with ``wait=False``, the session is held by another worker.
         """
         keys = self.keys(session_id, encoding)
-        lk = _TurnLock(self, self._key(session_id, "lock"), keys, tier_from, tok_from)
+        lk = _TurnLock(self, session_id, keys, tier_from, tok_from)
         self._take(lk, session_id, wait)
         ts = lk.start
         try:
@@ -312,8 +322,8 @@ class RedisHotState:
             for k, v in counts.items():
                 args += [k, v]
             try:
-                version, tierlog, toklog, released = self._end_script(keys=[lk.name, keys[3], keys[4], keys[0], keys[2]],
-                                                                      args=args)
+                version, tierlog, toklog, released = self._end_script(
+                    keys=[lk.name, keys[3], keys[4], keys[0], keys[2], lk.mark], args=args)
                 lk.local.token = None
                 ts.after = (None if version is None else int(version)), int(tierlog), int(toklog)
             except _redis.RedisError as exc:
@@ -421,21 +431,33 @@ if n == nil or n < tonumber(ARGV[1]) then redis.call('hset', KEYS[1], 'messages'
 return 0
 """
 
-# KEYS: lock, meta, tierlog, toklog; ARGV: token, lock ms, tier log start, token-count log start (-1: none).
-# Takes the lock (as redis-py's Lock does: SET NX PX) and, only then, reads the state.
+# KEYS: lock, meta, tierlog, toklog, tiers, turn mark; ARGV: token, lock ms, tier log start, token-count log
+# start (-1: none), turn mark ms. Takes the lock (as redis-py's Lock does: SET NX PX) and, only then,
+# reads the state. The turn mark names the token of the turn in progress and is deleted when the turn
+# ends (_END_TURN): found with another token, the previous holder never ended its turn (it died, or lost
+# its lock), and may have written the durable store without recording it here: the hot state is
+# dropped (meta, tiers, tier log), so the turn reads the session from the store.
 _START_TURN = """
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and redis.call('get', KEYS[1]) ~= ARGV[1] then return false end
+local prev, dropped = redis.call('get', KEYS[6]), 0
+if prev and prev ~= ARGV[1] then
+  redis.call('del', KEYS[2], KEYS[5], KEYS[3])
+  dropped = 1
+end
+redis.call('set', KEYS[6], ARGV[1], 'PX', ARGV[5])
 local tiers, toks = {}, {}
 if tonumber(ARGV[3]) >= 0 then tiers = redis.call('lrange', KEYS[3], ARGV[3], -1) end
 if tonumber(ARGV[4]) >= 0 then toks = redis.call('lrange', KEYS[4], ARGV[4], -1) end
 return {redis.call('hmget', KEYS[2], 'version', 'messages', 'detached', 'gen'), tiers, toks,
-        redis.call('llen', KEYS[3]), redis.call('llen', KEYS[4])}
+        redis.call('llen', KEYS[3]), redis.call('llen', KEYS[4]), dropped}
 """
 
-# KEYS: lock, token counts, token-count log, meta, tierlog; ARGV: token, TTL ms, the counts as one JSON
-# object ('' when none), then key, count, key, count ... Publishes the counts, releases the lock when
-# it is still this token's (redis-py's release script), reads the version and the logs' lengths.
+# KEYS: lock, token counts, token-count log, meta, tierlog, turn mark; ARGV: token, TTL ms, the counts as
+# one JSON object ('' when none), then key, count, key, count ... Publishes the counts, deletes the turn
+# mark and releases the lock when they are still this token's (the lock: redis-py's release script),
+# reads the version and the logs' lengths.
 _END_TURN = """
+if redis.call('get', KEYS[6]) == ARGV[1] then redis.call('del', KEYS[6]) end
 if ARGV[3] ~= '' then
   for i = 4, #ARGV, 2 do redis.call('hset', KEYS[2], ARGV[i], ARGV[i + 1]) end
   redis.call('pexpire', KEYS[2], ARGV[2])
@@ -484,18 +506,24 @@ if _redis is not None:
     class _TurnLock(_Lock):
         """redis-py's ``Lock`` whose acquisition also reads the session's state (one round trip)."""
 
-        def __init__(self, hot: RedisHotState, name: str, keys: list[str], tier_from: int, tok_from: int) -> None:
-            super().__init__(hot.client, name, timeout=hot.lock_timeout_s,
+        def __init__(self, hot: RedisHotState, session_id: str, keys: list[str], tier_from: int, tok_from: int) -> None:
+            super().__init__(hot.client, hot._key(session_id, "lock"), timeout=hot.lock_timeout_s,
                              blocking_timeout=hot.lock_wait_s, sleep=hot.lock_poll_s, thread_local=False)
             self.hot, self.hot_keys, self.tier_from, self.tok_from = hot, keys, tier_from, tok_from
+            self.session_id, self.mark = session_id, hot._key(session_id, "turn")  # its turn mark: see _START_TURN
             self.start: TurnState | None = None
 
         def do_acquire(self, token: str) -> bool:
-            meta, _, tierlog, _, toklog = self.hot_keys
-            got = self.hot._start_script(keys=[self.name, meta, tierlog, toklog],
-                                         args=[token, int(self.timeout * 1000), self.tier_from, self.tok_from])
+            meta, tiers, tierlog, _, toklog = self.hot_keys
+            hot = self.hot
+            mark_ms = hot.ttl_ms + int(1000 * (hot.lock_timeout_s + (hot.renew_s or 0)))  # outlives the meta
+            got = hot._start_script(keys=[self.name, meta, tierlog, toklog, tiers, self.mark],
+                                    args=[token, int(self.timeout * 1000), self.tier_from, self.tok_from, mark_ms])
             if not got:
                 return False
+            if got[5]:
+                log.warning("the previous turn of session %r never ended (its worker died or lost the lock): the hot "
+                            "state is dropped and the session read again from the durable store", self.session_id)
             try:
                 self.start = self._parse(got)
             except (ValueError, TypeError) as exc:  # the lock is ours: give it back before failing
@@ -506,7 +534,7 @@ if _redis is not None:
 
         @staticmethod
         def _parse(got: Any) -> TurnState:
-            (v, n, d, g), tiers, toks, n_tiers, n_toks = got
+            (v, n, d, g), tiers, toks, n_tiers, n_toks, _ = got
             return TurnState(
                 version=None if v is None else int(v), messages=None if n is None else int(n),
                 detached=0 if d is None else int(d), gen=None if g is None else g.decode(),
