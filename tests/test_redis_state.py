@@ -275,6 +275,57 @@ def test_a_worker_dead_between_the_store_commit_and_redis_leaves_no_stale_hot_st
     assert b.brought("s") == "current"
 
 
+def test_two_deployments_sharing_one_redis_keep_their_sessions_apart(pg_dsn, pg_url, redis_server_url, redis_prefix):
+    """Two deployments on other schemas (or databases) given the same Redis URL and a session id
+    both compute (derived from the conversation): the keys were not namespaced by store, so one
+    deployment's turn held the other's session (busy), and each one's writes moved the other's
+    version, message count, tiers and rebase count. The keys now carry a hash of the store."""
+    import uuid
+    from urllib.parse import urlsplit
+
+    import psycopg
+    from _servers import with_query
+
+    schema = "t_" + uuid.uuid4().hex[:12]
+    other_url = with_query(pg_dsn, schema=schema)
+
+    def worker(url: str) -> SharedSessions:
+        return SharedSessions(open_store(url, redis=RedisHotState(redis_server_url, prefix=redis_prefix)),
+                              ContextManager, budget=3000, scorer="rules")
+
+    made = []
+    try:
+        made += [worker(pg_url), worker(pg_url), worker(other_url)]
+        x1, x2, y = made
+        conv = [{"role": "system", "content": "You are a helpful agent."}] + [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"A-side message {i}"} for i in range(9)]
+        with x1.turn("auto-1") as cm:
+            cm.sync(conv)
+        conv += [{"role": "assistant", "content": "A reply 9"}, {"role": "user", "content": "A user 10"}]
+        with x2.turn("auto-1") as cm:
+            cm.sync(conv)
+        with y.turn("auto-1") as cm:  # the other deployment, the same session id
+            cm.sync([{"role": "user", "content": "B-side hello"}])
+        with y.turn("auto-1") as cm:  # whose client edits its first message: a rebase from turn 0
+            cm.sync([{"role": "user", "content": "B-side hello, edited"}])
+            with x1.turn("auto-1", wait=False) as cm_a:  # not held up by the other deployment's turn
+                assert len(cm_a) == len(conv)
+        conv += [{"role": "assistant", "content": "A reply 11"}]
+        with x1.turn("auto-1") as cm:
+            assert cm.sync(conv).mode == "append" and len(cm) == len(conv)
+        assert [r.message.content for r in x1.store.load("auto-1")] == [m["content"] for m in conv]
+        assert [r.message.content for r in y.store.load("auto-1")] == ["B-side hello, edited"]
+        assert x1.hot.namespace == x2.hot.namespace != y.hot.namespace
+        assert x1.hot.keys("auto-1")[0].startswith(f"{redis_prefix}:{x1.hot.namespace}:{{auto-1}}")
+        identity, password = x1.store.store.identity, urlsplit(pg_dsn).password
+        assert identity.endswith(f" {x1.store.store.schema}") and not (password and password in identity)
+    finally:
+        for w in made:
+            w.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def test_a_renewed_lock_outlives_its_timeout_and_keeps_the_hot_state(hot_url):
     """With ``renew_s`` a turn longer than ``lock_timeout_s`` (a proxy waiting for the model) keeps
     its lock: another worker finds the session busy, and the hot state stays."""

@@ -86,10 +86,10 @@ def open_store(spec: Store | str | Path | None, *, redis: Any = None, **options:
         raise ConfigError("the store already keeps its hot state in Redis")
     try:
         hot = redis if isinstance(redis, RedisHotState) else RedisHotState(redis)
+        return HotStore(store, hot)  # binds the hot state's keys to this store (RedisHotState.bind)
     except BaseException:
         store.close()  # a store opened here is not left with its connections open
         raise
-    return HotStore(store, hot)
 
 
 def shown_url(url: str) -> str:

@@ -153,6 +153,13 @@ class PostgresStore:
         session_cache: sessions whose search index (:class:`~ctxscore.store.session_index.SessionIndex`)
             this object keeps in memory (LRU).
 
+    Attributes:
+        identity: what names this store's data -- the server's cluster (system identifier; the
+            host and port given when the role may not read it), the database and the schema; no
+            user or password. A :class:`~ctxscore.store.redis_state.HotStore` namespaces its Redis
+            keys by a hash of it, so deployments on other databases or schemas sharing one Redis
+            never share a session's hot state or lock.
+
     Raises:
         ConfigError: psycopg is not installed, or a bad argument.
         StoreError: the server cannot be reached, refuses the login, the database is not UTF-8,
@@ -199,6 +206,7 @@ class PostgresStore:
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)), options=options) as conn:
                 self._check_server(conn)
+                self.identity = self._identity(conn, base, schema)
                 migrations.migrate(conn, schema)
                 self.pgvector = 3 in migrations.applied_versions(conn)
                 if self.pgvector:
@@ -238,6 +246,19 @@ class PostgresStore:
         if enc != "UTF8":
             raise StoreError(f"cannot open store {self.where}: the database encoding is {enc}; ctxscore needs "
                              "UTF8 (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0). Nothing was changed")
+    @staticmethod
+    def _identity(conn: Any, base: dict[str, Any], schema: str | None) -> str:
+        """What names this store's data for :attr:`identity`: the server's cluster (its system
+        identifier, the same however a worker spells the host; the host and port given when the role
+        may not read it), the database and the schema."""
+        try:
+            with conn.transaction():
+                server = str(conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0])
+        except psycopg.Error:  # a role without the function's privilege
+            server = f"{base.get('host') or 'localhost'}:{base.get('port') or '5432'}"
+        db, default = conn.execute("SELECT current_database(), current_schema()").fetchone()
+        return f"postgresql {server} {db} {schema or default}"
+
     def _backfill_vectors(self, conn: Any) -> None:
         """Copy the embeddings stored before pgvector was installed into ``embedding_v``."""
         while True:

@@ -87,8 +87,9 @@ class RedisHotState:
 
     Args:
         client: a Redis URL (``redis://host:6379/0``) or a ``redis.Redis`` client.
-        prefix: prefix of every key (``{prefix}:{{session}}:meta`` ...; the session is a Redis
-            Cluster hash tag, so one session's keys live on one node).
+        prefix: prefix of every key (``{prefix}:{ns}:{{session}}:meta`` ...; ``ns`` names the durable
+            store, see :meth:`bind`; the session is a Redis Cluster hash tag, so one session's keys
+            live on one node).
         ttl_s: seconds a session's hot state lives after its last write.
         lock_timeout_s: seconds after which a lock held by a dead worker expires.
         lock_wait_s: seconds :meth:`lock` waits for another worker's turn before :class:`StoreError`.
@@ -129,6 +130,8 @@ class RedisHotState:
             if not v > 0:
                 raise ConfigError(f"{name} must be positive seconds, got {v}")
         self.prefix = prefix
+        #: The store's namespace in the keys (:meth:`bind`); ``None``: not bound, ``{prefix}:{{session}}:...``.
+        self.namespace: str | None = None
         self.ttl_ms = int(ttl_s * 1000)
         self.lock_timeout_s, self.lock_wait_s, self.lock_poll_s = lock_timeout_s, lock_wait_s, lock_poll_s
         if renew_s is not None and not renew_s > 0:
@@ -150,7 +153,24 @@ class RedisHotState:
 
     # -- keys -----------------------------------------------------------------------------------
     def _key(self, session_id: str, part: str) -> str:
+        if self.namespace is not None:
+            return f"{self.prefix}:{self.namespace}:{{{session_id}}}:{part}"
         return f"{self.prefix}:{{{session_id}}}:{part}"
+
+    def bind(self, identity: str) -> None:
+        """Namespace every key by the durable store this hot state caches: ``{prefix}:{ns}:{{session}}:...``,
+        ``ns`` the first 12 hex digits of the BLAKE2b hash of ``identity`` (a store's
+        :attr:`~ctxscore.store.postgres.PostgresStore.identity`: server, database, schema; nothing
+        secret). Two deployments on other databases or schemas that share one Redis URL (and
+        prefix) then never share a session's keys. :class:`HotStore` calls this.
+
+        Raises:
+            ConfigError: this object is already bound to another store (one hot state per store).
+        """
+        ns = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+        if self.namespace is not None and self.namespace != ns:
+            raise ConfigError("this RedisHotState already caches another store; make one per store")
+        self.namespace = ns
 
     def keys(self, session_id: str, encoding: str = DEFAULT_ENCODING) -> list[str]:
         """The session's keys: meta (version, message count), tiers, the log of tier changes, token
@@ -555,12 +575,21 @@ class HotStore:
 
     Args:
         store: the durable store (usually :class:`~ctxscore.store.postgres.PostgresStore`).
-        hot: the Redis side.
+        hot: the Redis side; bound to the store (:meth:`RedisHotState.bind`) when the store has an
+            ``identity`` (a PostgreSQL store does: its server, database and schema), so its keys
+            are the store's own. Other stores (SQLite, your own without ``identity``) use the
+            prefix alone: give each deployment its own prefix.
+
+    Raises:
+        ConfigError: ``store`` is not a store, or ``hot`` is already bound to another store.
     """
 
     def __init__(self, store: Store, hot: RedisHotState) -> None:
         if not isinstance(store, Store):
             raise ConfigError(f"store must implement ctxscore.store.Store, got {type(store).__name__}")
+        identity = getattr(store, "identity", None)
+        if isinstance(identity, str):  # a PostgreSQL store: keys namespaced by its server, database, schema
+            hot.bind(identity)
         self.store, self.hot = store, hot
         #: Message counts of the sessions whose lock this process holds (no other writer can add).
         self.held: dict[str, int | None] = {}
