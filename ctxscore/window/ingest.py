@@ -4,9 +4,9 @@ history entries (new messages, resumed sessions and other writers' appends take 
 from __future__ import annotations
 
 import re
-from datetime import date
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import date
 from typing import Any
 
 from ..errors import ConfigError, InputError
