@@ -404,3 +404,43 @@ def test_going_back_and_saying_a_correction_again():
          ["date: June 2 (m2; was June 1)"]),
     ):
         assert ledger_of(turns).lines() == want
+
+
+TRIP = [
+    {"role": "system", "content": "You are a travel booking assistant."},
+    {"role": "user", "content": "Send all confirmations to john.keane+trips@gmail.com please."},
+    {"role": "assistant", "content": "Will do."},
+    {"role": "user", "content": "I'm a Gold member, my member number is WC-88213-GLD."},
+    {"role": "assistant", "content": "Thanks, I have noted Gold membership WC-88213-GLD; the 10% Gold discount applies to hotels."},
+    {"role": "user", "content": "Let's take Aer Lingus EI564 out at 07:05 and EI565 back at 18:40."},
+    {"role": "assistant", "content": "I found 12 options. Excluding Ryanair, the cheapest are listed first. EI564 and EI565 are €437 per person."},
+    {"role": "user", "content": "Also please change the confirmation email to john.keane@work-mail.ie instead."},
+    {"role": "assistant", "content": "Booked: Hotel Neri family room, €1,426.50 total."},
+]
+
+
+def test_values_under_a_slot_nothing_names_do_not_supersede_one_another():
+    """`id: EI564 (m5; was WC-88213-GLD)`, `name: Hotel Neri (m8; was Excluding Ryanair)`: under a slot
+    only the kind's label names (id, name, amount, date), a flight "replaced" a member number and a
+    hotel a phrase of another sentence, since the old value was an assistant's (proposed); in a longer
+    session a return date was an old value of the outbound (a new user's report)."""
+    led = FactLedger()
+    cm = ContextManager(budget=8000, scorer="rules", layers=[led])
+    cm.extend(TRIP)
+    lines = led.lines()
+    assert "id: EI564 (m5)" in lines and "name: Hotel Neri (m8)" in lines, lines
+    assert not any("was WC-88213-GLD" in line or "was Excluding" in line for line in lines), lines
+    cm = ContextManager(budget=4000, scorer="rules", layers=[dates := FactLedger()])
+    cm.extend([{"role": "user", "content": "Find flights out and back."},
+               {"role": "assistant", "content": "I found 12 options on 2025-06-12. Morning or afternoon?"},
+               {"role": "user", "content": "Morning."},
+               {"role": "assistant", "content": "I found 9 options on 2025-06-19. Morning or afternoon?"},
+               {"role": "user", "content": "Afternoon."},
+               {"role": "assistant", "content": "EI564 and EI565 are €437 per person."},
+               {"role": "assistant", "content": "Hotel Neri: €1,083.60."}])
+    lines = [line for line in dates.lines() if line.startswith(("date:", "amount:"))]
+    assert lines == ["date: 2025-06-12 (m1, proposed)", "date: 2025-06-19 (m3, proposed)", "amount: €437 (m5, proposed)",
+                     "amount: €1,083.60 (m6, proposed)"], lines
+    # a correction of a date still replaces the one it corrects (README: "make it May 23")
+    cm.add({"role": "user", "content": "Actually, make it 2025-06-20."})
+    assert any(line.startswith("date: 2025-06-20 (m7; was 2025-06-19") for line in dates.lines()), dates.lines()

@@ -6,7 +6,10 @@ ledger answers "what is current") when it replaces it: the new message is a corr
 "make it", "change the meeting to", 改成 ...; a correction whose value no earlier value's slot
 names replaces the task's one current value of its kind, under that slot), the message says the old
 value is not the one ("Wednesday, not Tuesday", 不是周二), the old value was only proposed or denied (a new offer replaces
-the last), or both come from the same tool-call argument or JSON path (a state update); otherwise,
+the last), or both come from the same tool-call argument or JSON path (a state update) -- except under a slot
+only the value's entity kind names (``id``, ``name``, ``amount``, ``date``: no word named it), where
+only a correction of a date, time or email replaces (a flight number is no new member number, a
+hotel total no new flight price, a return date no new outbound date); otherwise,
 and always for two values of one message (two flights of one offer, the ends of "10:00-22:00"),
 both values stay current (two trips, two references). A value nothing names (slot
 :data:`~ctxscore.scoring.spans.UNNAMED_SLOT`: the learned key-span extractor finds values, not their
@@ -70,6 +73,12 @@ def _unnamed(f: Fact) -> bool:
     the entity kind's label."""
     words = f.slot.lower().split()
     return f.slot == kind_label(f.kind) or bool(words) and all(w in _UNNAMING for w in words)
+
+
+def _generic(f: Fact) -> bool:
+    """Whether ``f``'s slot is only its entity kind's label (``id``, ``name``, ``amount``, ``date`` ...): no
+    word named it."""
+    return bool(f.kind) and f.slot == kind_label(f.kind)
 
 
 #: Entity kinds by what they are: a date and a weekday are both the day of something.
@@ -212,7 +221,11 @@ class FactLedger(Layer):
             return  # the assistant repeats what the user stated: it stays stated (an offer would not be shown)
         if old is not None and old.value != f.value:
             state_update = f.origin == old.origin and f.origin in ("call", "json")
-            if (old.source != f.source and not other_kind
+            # a slot nothing names (``id``, ``name``, ``amount``, ``date``: the kind's label) holds values of
+            # different things (a member number and a flight, a nightly rate and a total, the outbound and the
+            # return date); only a correction of a kind a task holds one of (a date, a time, an email) replaces
+            generic = _generic(f) and not (correction and f.kind in _KIND_LINKED)
+            if (old.source != f.source and not other_kind and not generic
                     and (correction or old.status in ("proposed", "denied") or state_update)):
                 was = self.was.setdefault(key, [])
                 if old.value not in was[-1:]:
