@@ -444,3 +444,13 @@ def test_values_under_a_slot_nothing_names_do_not_supersede_one_another():
     # a correction of a date still replaces the one it corrects (README: "make it May 23")
     cm.add({"role": "user", "content": "Actually, make it 2025-06-20."})
     assert any(line.startswith("date: 2025-06-20 (m7; was 2025-06-19") for line in dates.lines()), dates.lines()
+
+
+def test_a_current_value_is_not_listed_as_its_own_old_value():
+    """`date: 2025-06-12 (m24; was 2025-06-12, 2025-06-19)`, `allergens_menu: no (m209; was no, yes)`:
+    a value that came back, or was said again, was shown as an old value of itself (a new user's report)."""
+    turns = ["The meeting is at 3pm.", "Actually, make the meeting 4pm.", "Actually, make the meeting 3pm."]
+    assert ledger_of(turns).lines() == ["meeting: 3pm (m4; was 4pm)"]
+    assert ledger_of([*turns, "The meeting is at 3pm."]).lines() == ["meeting: 3pm (m6; was 4pm)"]
+    led = ledger_of([*turns, "Actually, make the meeting 5pm."])
+    assert led.lines() == ["meeting: 5pm (m6; was 4pm, 3pm)"] and led.state()["facts"][0]["was"] == ["4pm", "3pm"]

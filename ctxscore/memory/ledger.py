@@ -228,6 +228,8 @@ class FactLedger(Layer):
             if (old.source != f.source and not other_kind and not generic
                     and (correction or old.status in ("proposed", "denied") or state_update)):
                 was = self.was.setdefault(key, [])
+                if f.value in was:  # back to an earlier value: it is current, no longer an old one
+                    was.remove(f.value)
                 if old.value not in was[-1:]:
                     was.append(old.value)
             else:  # another value of the same kind (or of the same message: two flights of one offer, the
@@ -283,7 +285,8 @@ class FactLedger(Layer):
         """The values current fact ``f`` replaced, oldest first: those of its slot, or, for a value kept
         current beside a newer one of its slot (both stay current), those it had replaced itself."""
         alt = _alt_key(f)
-        return self.was.get(alt if self.current.get(alt) is f else _key(f), [])
+        was = self.was.get(alt if self.current.get(alt) is f else _key(f), [])
+        return [v for v in was if v != f.value]  # a value said again is no old value of itself
 
     def ordered(self) -> list[Fact]:
         """Current facts by priority (status weight x the source's intrinsic value), highest first."""
