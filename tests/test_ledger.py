@@ -454,3 +454,34 @@ def test_a_current_value_is_not_listed_as_its_own_old_value():
     assert ledger_of([*turns, "The meeting is at 3pm."]).lines() == ["meeting: 3pm (m6; was 4pm)"]
     led = ledger_of([*turns, "Actually, make the meeting 5pm."])
     assert led.lines() == ["meeting: 5pm (m6; was 4pm, 3pm)"] and led.state()["facts"][0]["was"] == ["4pm", "3pm"]
+
+
+def test_rows_of_later_tool_results_are_new_data_not_corrections():
+    """`search_hotels.0.price_per_night_eur: 281 (m82; was 183, 168)`: the rows of 14 result pages were
+    chained as corrections of one another, and those lines took most of the ledger's share at 8k
+    while the member number and the hold's booking reference lost their room (a new user's report).
+    A later page's row is current with no 'was', and a result's rows rank after the other facts."""
+    led = FactLedger()
+    cm = ContextManager(budget=8000, scorer="rules", layers=[led])
+    cm.extend([{"role": "user", "content": "I'm a Gold member, my member number is WC-88213-GLD."},
+               {"role": "assistant", "content": "", "tool_calls": [{"id": "h", "type": "function", "function": {
+                   "name": "hold_flight", "arguments": '{"flight": "EI564"}'}}]},
+               {"role": "tool", "tool_call_id": "h", "name": "hold_flight",
+                "content": json.dumps({"status": "held", "booking_reference": "K7QX2M"})}])
+    for page, prices in enumerate([(183, 168), (281, 190), (150, 205)]):
+        cm.extend([{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{page}", "type": "function", "function": {
+                       "name": "search_hotels", "arguments": json.dumps({"page": page + 1})}}]},
+                   {"role": "tool", "tool_call_id": f"c{page}", "name": "search_hotels",
+                    "content": json.dumps([{"name": f"Hotel {page}{i}", "price_per_night_eur": p} for i, p in enumerate(prices)])}])
+    rows = [line for line in led.lines() if line.startswith("search_hotels.") and ".page" not in line]
+    assert rows == ["search_hotels.0.name: Hotel 20 (m8)", "search_hotels.0.price_per_night_eur: 150 (m8)",
+                    "search_hotels.1.name: Hotel 21 (m8)", "search_hotels.1.price_per_night_eur: 205 (m8)"], rows
+    assert "search_hotels.page: 3 (m7, proposed; was 1, 2)" in led.lines()  # a call's argument is a state
+    order = [f.slot for f in led.ordered()]
+    assert max(order.index(s) for s in ("member number", "hold_flight.booking_reference")) < min(
+        i for i, s in enumerate(order) if s.startswith("search_hotels.0.")), order
+    for c, status in (("x", "held"), ("y", "cancelled")):
+        cm.extend([{"role": "assistant", "content": "", "tool_calls": [{"id": c, "type": "function", "function": {
+                       "name": "get_booking", "arguments": "{}"}}]},
+                   {"role": "tool", "tool_call_id": c, "name": "get_booking", "content": json.dumps({"status": status})}])
+    assert "get_booking.status: cancelled (m12; was held)" in led.lines()  # a result's field outside rows: a state

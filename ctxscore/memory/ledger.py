@@ -24,7 +24,9 @@ facts whose source message is not verbatim in the window -- a fact visible in it
 second copy, and the section then changes only when tiers change, which keeps provider prompt caches
 warm -- as lines such as ``hotel nightly cap: €240 (m63; was €210)``. Its tokens are capped at
 ``share`` of the budget; when it is full, the lowest-priority facts (the source's intrinsic value x
-a status weight) are left to the store, where page-in finds them.
+a status weight, halved for the fields of a result's rows: one option of a search) are left to the
+store, where page-in finds them. A row of a later tool result (another search, another page) is
+new data, not a correction: it takes the place of the row at its index with no ``was``.
 """
 
 from __future__ import annotations
@@ -79,6 +81,19 @@ def _generic(f: Fact) -> bool:
     """Whether ``f``'s slot is only its entity kind's label (``id``, ``name``, ``amount``, ``date`` ...): no
     word named it."""
     return bool(f.kind) and f.slot == kind_label(f.kind)
+
+
+_INDEX = re.compile(r"(?:^|\.)\d+(?:\.|$)")
+#: A field of a list item of a JSON result (``search_hotels.0.price_per_night_eur``): one option of many.
+_ROW = re.compile(r"(?:^|\.)\d+\.")
+#: Priority weight of such a field (x the status weight): a search's rows come after what the user said.
+ROW_WEIGHT = 0.5
+
+
+def _listed(f: Fact) -> bool:
+    """Whether ``f`` is a leaf of a list item of a JSON message (a path with an index:
+    ``search_hotels.0.price_per_night_eur``): a row of one result, not a state."""
+    return f.origin == "json" and bool(_INDEX.search(f.slot))
 
 
 #: Entity kinds by what they are: a date and a weekday are both the day of something.
@@ -219,7 +234,11 @@ class FactLedger(Layer):
                 return
         if old is not None and old.value == f.value and f.status == "proposed" and old.status in ("stated", "confirmed"):
             return  # the assistant repeats what the user stated: it stays stated (an offer would not be shown)
-        if old is not None and old.value != f.value:
+        if old is not None and old.value != f.value and _listed(old) and _listed(f) and old.source != f.source:
+            # a row of another tool result (another search, another page): new data, not a correction
+            # of the earlier row at that index; it is current instead, with no old value
+            self.was.pop(key, None)
+        elif old is not None and old.value != f.value:
             state_update = f.origin == old.origin and f.origin in ("call", "json")
             # a slot nothing names (``id``, ``name``, ``amount``, ``date``: the kind's label) holds values of
             # different things (a member number and a flight, a nightly rate and a total, the outbound and the
@@ -289,14 +308,16 @@ class FactLedger(Layer):
         return [v for v in was if v != f.value]  # a value said again is no old value of itself
 
     def ordered(self) -> list[Fact]:
-        """Current facts by priority (status weight x the source's intrinsic value), highest first."""
+        """Current facts by priority (status weight x the source's intrinsic value, x :data:`ROW_WEIGHT`
+        for a field of a JSON result's list item), highest first."""
         if self._order is None:
             intr = self.ctx.history.intr.a
             ids = self.ctx.history.ids
 
             def priority(f: Fact) -> float:
                 i = ids.get(f.source)
-                return STATUS_WEIGHT.get(f.status, 1.0) * (float(intr[i]) if i is not None else 0.3)
+                row = ROW_WEIGHT if f.origin == "json" and _ROW.search(f.slot) else 1.0
+                return row * STATUS_WEIGHT.get(f.status, 1.0) * (float(intr[i]) if i is not None else 0.3)
 
             self._order = sorted(self.current.values(), key=lambda f: (-priority(f), -f.turn))
         return self._order
