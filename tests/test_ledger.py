@@ -485,3 +485,20 @@ def test_rows_of_later_tool_results_are_new_data_not_corrections():
                        "name": "get_booking", "arguments": "{}"}}]},
                    {"role": "tool", "tool_call_id": c, "name": "get_booking", "content": json.dumps({"status": status})}])
     assert "get_booking.status: cancelled (m12; was held)" in led.lines()  # a result's field outside rows: a state
+
+
+@pytest.mark.parametrize(("turns", "want", "current"), [
+    (["酒店预算每晚不超过800元。", "等一下，其实预算改成每晚1000元吧。"], ["酒店预算: 1000元 (m2; was 800元)"], {"1000元"}),
+    (["My hotel budget is €180 per night.", "Actually, make the budget €200."], ["hotel budget: €200 (m2; was €180)"], {"€200"}),
+    # another slot that only shares a word, or two slots it could name: both stay
+    (["My hotel budget is €180 per night.", "Actually, make the flight budget €520."], None, {"€180", "€520"}),
+    (["My hotel budget is €180 per night.", "The flight budget is €450.", "Actually, make the budget €200."], None,
+     {"€180", "€450", "€200"}),
+])
+def test_a_correction_under_a_shorter_or_longer_slot_name_replaces_an_amount(turns, want, current):
+    """`酒店预算: 800元 (m3)` and `预算: 1000元 (m75)` were both current: a correction under a shorter
+    or longer name of a slot replaced only dates, times and emails (a new user's report)."""
+    led = ledger_of(turns)
+    if want is not None:
+        assert led.lines() == want
+    assert {f.value for f in led.current.values()} == current, led.lines()

@@ -4,9 +4,10 @@ As messages arrive, their facts (:mod:`ctxscore.memory.facts`) enter the ledger.
 the same slot within a task supersedes the old one (kept and marked: the line says ``was ...``; the
 ledger answers "what is current") when it replaces it: the new message is a correction ("actually",
 "make it", "change the meeting to", 改成 ...; a correction whose value no earlier value's slot
-names replaces the task's one current value of its kind, under that slot), the message says the old
-value is not the one ("Wednesday, not Tuesday", 不是周二), the old value was only proposed or denied (a new offer replaces
-the last), or both come from the same tool-call argument or JSON path (a state update) -- except under a slot
+names replaces the task's one current value of its kind, under that slot; one whose slot is a
+shorter or longer name of one current value's slot replaces it, whatever its kind: 预算 after
+酒店预算), the message says the old value is not the one ("Wednesday, not Tuesday", 不是周二), the
+old value was only proposed or denied (a new offer replaces the last), or both come from the same tool-call argument or JSON path (a state update) -- except under a slot
 only the value's entity kind names (``id``, ``name``, ``amount``, ``date``: no word named it), where
 only a correction of a date, time or email replaces (a flight number is no new member number, a
 hotel total no new flight price, a return date no new outbound date); otherwise,
@@ -231,6 +232,16 @@ class FactLedger(Layer):
             same = fam if loose else related
             if len(same) == 1:
                 self._take_place(*same[0], f)
+                return
+        elif old is None and correction and f.kind and not _unnamed(f):
+            # a correction naming a shorter or longer name of a slot, for values of kinds a task holds
+            # several of (预算改成每晚1000元 after 酒店预算每晚不超过800元: an amount): it replaces the one
+            # current value of its kind whose slot it names, no other (a flight budget is no hotel budget)
+            related = [(k, c) for k, c in self.current.items()
+                       if k[0] == f.task and _family(c.kind) == _family(f.kind) and c.source != f.source
+                       and c.value != f.value and not _generic(c) and _related(key[1], k[1].split("#")[0])]
+            if len(related) == 1:
+                self._take_place(*related[0], f)
                 return
         if old is not None and old.value == f.value and f.status == "proposed" and old.status in ("stated", "confirmed"):
             return  # the assistant repeats what the user stated: it stays stated (an offer would not be shown)
