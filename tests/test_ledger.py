@@ -502,3 +502,21 @@ def test_a_correction_under_a_shorter_or_longer_slot_name_replaces_an_amount(tur
     if want is not None:
         assert led.lines() == want
     assert {f.value for f in led.current.values()} == current, led.lines()
+
+
+def test_a_correction_under_a_slot_sharing_a_noun_replaces_the_tasks_one_email():
+    """`send all confirmations: john.keane+trips@gmail.com (m1)` and `confirmation email:
+    john.keane@work-mail.ie (m7)` were both current after "change the confirmation email to ...
+    instead" (a new user's report): the slots share "confirmation", and the task holds one email."""
+    led = FactLedger()
+    cm = ContextManager(budget=8000, scorer="rules", layers=[led])
+    cm.extend(TRIP[:2] + [{"role": "assistant", "content": "Will do, confirmations go to john.keane+trips@gmail.com."}]
+              + TRIP[3:])
+    emails = [line for line in led.lines() if "@" in line]
+    assert emails == ["send all confirmations: john.keane@work-mail.ie (m7; was john.keane+trips@gmail.com)"], emails
+    # two emails in the task, or slots sharing only the kind's name: no guess
+    led = ledger_of(["Send all confirmations to a@x.com, and invoices to b@x.com.",
+                     "Also please change the confirmation email to c@x.com instead."])
+    assert {f.value for f in led.current.values()} == {"a@x.com", "b@x.com", "c@x.com"}, led.lines()
+    led = ledger_of(["The hotel date is June 3.", "Also please change the flight date to June 5."])
+    assert {f.value for f in led.current.values()} == {"June 3", "June 5"}, led.lines()

@@ -4,7 +4,9 @@ As messages arrive, their facts (:mod:`ctxscore.memory.facts`) enter the ledger.
 the same slot within a task supersedes the old one (kept and marked: the line says ``was ...``; the
 ledger answers "what is current") when it replaces it: the new message is a correction ("actually",
 "make it", "change the meeting to", 改成 ...; a correction whose value no earlier value's slot
-names replaces the task's one current value of its kind, under that slot; one whose slot is a
+names replaces the task's one current value of its kind, under that slot, as does one whose slot
+shares a noun with that value's ("the confirmation email" after "send all confirmations to ...",
+an assistant's echo of the old value leaving with it); one whose slot is a
 shorter or longer name of one current value's slot replaces it, whatever its kind: 预算 after
 酒店预算), the message says the old value is not the one ("Wednesday, not Tuesday", 不是周二), the
 old value was only proposed or denied (a new offer replaces the last), or both come from the same tool-call argument or JSON path (a state update) -- except under a slot
@@ -41,9 +43,10 @@ from typing import Any
 from ..messages import Message, Role
 from ..scoring.rules import typed_entity_spans
 from ..scoring.spans import UNNAMED_SLOT, facts_of
+from ..store.stemming import porter_stem
 from ..window.history import Entry, Pin
 from ..window.layers import Layer, LayerContext, check_share
-from .facts import Extractor, Fact, FactContext, extract_facts, kind_label, session_date, slot_key
+from .facts import _NAME_STOP, Extractor, Fact, FactContext, extract_facts, kind_label, session_date, slot_key
 
 #: Default share of the budget the ledger may use.
 DEFAULT_SHARE = 0.1
@@ -112,6 +115,22 @@ def _related(a: str, b: str) -> bool:
     (``check-in`` and ``check-in time``)."""
     wa, wb = set(a.split()), set(b.split())
     return bool(wa and wb) and (wa <= wb or wb <= wa)
+
+
+#: Words that name a kind of value, not what it is for: a slot sharing only these with another names
+#: another thing ("hotel date" and "flight date").
+_KIND_WORDS = frozenset({"email", "mail", "address", "url", "link", "date", "day", "time", "number", "id", "code",
+                         "name", "amount", "price", "quantity"})
+_SLOT_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _share_noun(a: str, b: str) -> bool:
+    """Whether slot keys ``a`` and ``b`` share a word (by its stem; ``confirmations`` and ``confirmation``)
+    other than a name of a kind of value (:data:`_KIND_WORDS`) or a word that names no slot."""
+    def nouns(key: str) -> set[str]:
+        words = _SLOT_WORD.findall(key.split("#")[0])
+        return {porter_stem(w) for w in words if w not in _KIND_WORDS and w not in _UNNAMING and w not in _NAME_STOP}
+    return bool(nouns(a) & nouns(b))
 
 
 def _key(f: Fact) -> tuple[int, str]:
@@ -232,6 +251,17 @@ class FactLedger(Layer):
             same = fam if loose else related
             if len(same) == 1:
                 self._take_place(*same[0], f)
+                return
+            if not same and len({c.value for _, c in fam}) == 1 and any(_share_noun(key[1], k[1]) for k, _ in fam):
+                # the task's one value of the kind (an assistant's echo of it aside) under a slot sharing a
+                # noun with the correction's ("change the confirmation email to ..." after "send all
+                # confirmations to ..."): it takes the stated copy's place, and the echoes leave
+                rep = next((kc for kc in fam if kc[1].status in ("stated", "confirmed")), fam[0])
+                for k, _ in fam:
+                    if k != rep[0]:
+                        del self.current[k]
+                        self.was.pop(k, None)
+                self._take_place(*rep, f)
                 return
         elif old is None and correction and f.kind and not _unnamed(f):
             # a correction naming a shorter or longer name of a slot, for values of kinds a task holds
