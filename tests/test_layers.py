@@ -74,6 +74,59 @@ def test_rule_types_handmade(text, want):
     assert got.type == want, (text, got)
 
 
+TRIP = ("We're planning a family trip to Barcelona in June; my wife loves architecture and the kids want the beach. "
+        "We'd also love a hotel near the Gothic quarter with breakfast included, ideally with a pool for the kids.")
+
+
+def _hotel_pages(cm: ContextManager, rounds: int, user: str = "Next page please.") -> None:
+    """``rounds`` rounds of a hotel search call, its result, the assistant's note and the user's ``user``."""
+    for i in range(rounds):
+        cm.extend([{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                       "name": "search_hotels", "arguments": json.dumps({"city": "Barcelona", "page": i + 1})}}]},
+                   {"role": "tool", "tool_call_id": f"c{i}", "name": "search_hotels",
+                    "content": json.dumps([{"hotel_id": f"HT-{10000 + i * 10 + j}", "price": 100 + j} for j in range(6)])},
+                   {"role": "assistant", "content": f"Page {i + 1} of hotels shown."},
+                   {"role": "user", "content": user}])
+
+
+def _goal_lines(cm: ContextManager, ct: ContextTypes) -> list[str]:
+    """The goal section's lines as if no message were verbatim."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    return ct.sections[1].lines(SimpleNamespace(history=cm.history, codes=[1] * len(cm.history)))
+
+
+@pytest.mark.parametrize("head", ["default", None])
+def test_the_goal_is_the_tasks_opening_request_not_a_navigation_request(head):
+    """A trip statement that also names the family's tastes opens the task: it is the goal (with user as
+    a secondary type), and the "Next page please." after every page of results is no goal (it was the
+    goal line); a greeting before the request is no goal either, and a goal message restating the
+    request becomes the goal."""
+    ct = ContextTypes(head=head)
+    cm = ContextManager(budget=900, scorer="rules", layers=[ct, FactLedger()])
+    cm.extend([{"role": "system", "content": "You are a travel booking assistant."}, {"role": "user", "content": TRIP},
+               {"role": "assistant", "content": "Sounds lovely! I'll search."}])
+    _hotel_pages(cm, 12)
+    assert ct.type_of("m1").type == ContextType.GOAL and ContextType.USER in ct.type_of("m1").also
+    pages = [e.msg.id for e in cm.history.entries if e.msg.content == "Next page please."]
+    assert len(pages) == 12 and {ct.type_of(i).type for i in pages} == {ContextType.TASK}
+    lines = _goal_lines(cm, ct)
+    assert lines[0].startswith("goal: We're planning a family trip to Barcelona") and lines[0].endswith("(m1)")
+    assert not any("Next page" in line for line in lines)
+    assert "Next page please." not in "".join(m["content"] for m in cm.build().messages if m["role"] == "system")
+
+    ct = ContextTypes(head=head)
+    cm = ContextManager(budget=900, scorer="rules", layers=[ct])
+    cm.extend([{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello! How can I help?"},
+               {"role": "user", "content": "I need a flight from Boston to Denver next Friday."},
+               {"role": "assistant", "content": "Sure, searching."}])
+    assert ct.type_of("m0").type == ContextType.TASK and ct.tasks[0].first_user == 2
+    assert _goal_lines(cm, ct)[0] == "goal: I need a flight from Boston to Denver next Friday. (m2)"
+    cm.add({"role": "user", "content": "Actually, I need a flight from Boston to Seattle instead."})
+    assert cm.history.entries[2].successor == 4
+    assert _goal_lines(cm, ct)[0] == "goal: Actually, I need a flight from Boston to Seattle instead. (m4)"
+
+
 # -- profile --------------------------------------------------------------------------------------
 PHONE = [
     {"role": "user", "content": "I need a new phone under $800. Don't recommend Apple, I'm done with iOS for now."},

@@ -69,11 +69,13 @@ COMPRESSION_RULES: dict[ContextType, str] = {
                       "index entry (archive stub) only",
 }
 
-#: Rule signals, in the fixed order the learned head reads them.
+#: Rule signals, in the fixed order the learned head reads them. A packaged head reads the signals named
+#: in its config (:attr:`HeadSpec.signal_names`): signals added after it was trained (``navigation``,
+#: ``small_talk``) are read by the rules only until the head is retrained.
 SIGNAL_NAMES: tuple[str, ...] = (
     "role_system", "role_user", "role_assistant", "role_tool", "tool_calls", "observation", "task_statement",
     "first_user", "constraint_share", "constraint_any", "bound", "intent", "question", "preference", "profile",
-    "affirm", "reject", "plan", "success", "failure", "short", "long", "values", "zh",
+    "affirm", "reject", "plan", "success", "failure", "short", "long", "values", "zh", "navigation", "small_talk",
 )
 
 _OBSERVATION = re.compile(r"<returncode>|^\s*<output|^\s*Observation:", re.MULTILINE)
@@ -83,6 +85,33 @@ _BOUND = re.compile(r"(?i)\b(?:at most|no more than|not more than|under|below|ma
                     r"(?:不超过|最多|以内|至少|不低于|预算|之前|以前|之后|以后)[^，。；\n]{0,8}\d|\d[^，。；\n]{0,8}(?:以内|以下|以上|之前|以后)")
 _QUESTION = re.compile(r"[?？]|吗[。！!]?\s*$")
 _CJK = re.compile(r"[\u3400-\u9fff]")
+#: A navigation cue: the next / previous page or batch of what is shown, more of it, go on.
+_NAV_CORE = re.compile(r"(?i)\b(?:next|previous|prev|following|more)(?: (?:page|pages|few|batch|set|\d+))?\b|"
+                       r"\b(?:continue|keep going|carry on|go on)\b|下一页|上一页|下一批|换一批|更多|继续|再来[一几]?[个些批页]")
+#: Words a navigation request may hold beside its cue ("Could you show me the next page of hotels, please?").
+_NAV_FILLER = re.compile(r"(?i)\b(?:please|pls|thanks|thank you|ok(?:ay)?|sure|yes|yeah|great|alright|and|now|then|can|"
+                         r"could|would|will|you|show|give|get|load|go|to|on|me|us|let'?s|see|the|a|some|ones?|"
+                         r"results?|options?|items?|of \w+)\b|[请吧呗给我看显示翻再的]")
+#: Greetings and thanks, nothing else ("Hi!", "Hello there", "Thanks!", 你好).
+_SMALL_TALK = re.compile(r"(?i)^\W*(?:(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|greetings|there|all|"
+                         r"everyone|again|thanks?|thank you|thx|cheers|你好|您好|嗨|哈喽|谢谢|早上好|下午好|晚上好|在吗)\W*)+$")
+#: Longest navigation request, in characters.
+_NAV_CHARS = 80
+
+
+def navigation(text: str) -> bool:
+    """Whether a message only asks to move through what is shown ("Next page please.", "Show me more.",
+    "Continue", 下一页, 继续): a navigation cue and nothing but politeness and filler words around it,
+    in at most :data:`_NAV_CHARS` characters ("Show me more hotels near the beach" is a request)."""
+    text = text.strip()
+    if not text or len(text) > _NAV_CHARS or not _NAV_CORE.search(text):
+        return False
+    return not re.search(r"\w", _NAV_FILLER.sub(" ", _NAV_CORE.sub(" ", text)))
+
+
+def small_talk(text: str) -> bool:
+    """Whether a message is a greeting or thanks and nothing else ("Hi!", "Hello there", 你好)."""
+    return bool(_SMALL_TALK.match(text.strip()))
 _VALUE = re.compile(r"\d|[A-Z][a-z]+|[$€£¥￥]")
 _RULE_CONFIDENCE = 0.95
 
@@ -122,7 +151,8 @@ def type_signals(msg: Message, constraints: Sequence[str] = (), first_user: bool
     Args:
         msg: the message.
         constraints: its hard-constraint sentences (:attr:`ctxscore.window.history.Entry.constraints`).
-        first_user: it is the first user message of its task.
+        first_user: it is the first user message of its task (:class:`~ctxscore.memory.typed_sections.ContextTypes`
+            passes over greetings: the task's first user message that is no greeting).
     """
     text = msg.content or ""
     head = text[:1500]
@@ -146,6 +176,7 @@ def type_signals(msg: Message, constraints: Sequence[str] = (), first_user: bool
         "plan": float(bool(lx.PLAN.search(head))), "success": float(bool(lx.SUCCESS.search(head))),
         "failure": float(bool(lx.FAILED.search(head))), "short": float(len(text) < 40), "long": float(len(text) > 1000),
         "values": min(1.0, len(_VALUE.findall(head)) / 6), "zh": float(bool(_CJK.search(head))),
+        "navigation": float(user and navigation(text)), "small_talk": float(user and small_talk(text)),
     }
 
 
@@ -178,10 +209,16 @@ class RuleTypeClassifier:
     def decide(s: Mapping[str, float]) -> tuple[ContextType, float, list[ContextType], str]:
         """(primary type, confidence, secondary types, rule name) from the signals, in this order:
         system -> instruction; tool role, tool calls, agent observations -> tool; for user messages: a
-        task statement -> goal; constraint sentences over half the text -> constraint; the task's
-        first request -> goal; a profile or preference statement -> user; a short affirmation or
-        rejection -> user (a decision); a request, a question or the task's first user message ->
-        goal; other values -> constraint (soft); else task. Assistant messages -> task."""
+        task statement -> goal; constraint sentences over half the text -> constraint; a navigation
+        request ("Next page please.", :func:`navigation`) -> task (it moves the current step on and
+        states no goal); the task's opening message (its first user message that is no greeting)
+        with a request, or of at least 40 characters naming three values or more (places, dates,
+        amounts: "My wife and I are flying from Dublin to Barcelona in June."), -> goal, with user as
+        a secondary type when it also states a preference or a profile item ("We're planning a family
+        trip to Barcelona in June; my wife loves architecture ..."); a profile or preference statement -> user; a short affirmation
+        or rejection -> user (a decision); a request, a question or the task's opening message ->
+        goal; a greeting or thanks alone -> task; other values -> constraint (soft); else task.
+        Assistant messages -> task. Signals missing from ``s`` count as 0."""
         T = ContextType
         cons = [T.CONSTRAINT] if s["constraint_any"] else []
         if s["role_system"]:
@@ -193,14 +230,19 @@ class RuleTypeClassifier:
                 return T.GOAL, 0.9, cons, "task_statement"
             if s["constraint_share"] >= 0.5:
                 return T.CONSTRAINT, 0.8, [T.GOAL] if s["intent"] else [], "constraint_sentences"
-            if s["intent"] and s["first_user"]:
+            if s.get("navigation"):
+                return T.TASK, 0.7, [], "navigation"
+            opening = bool(s["first_user"]) and not s.get("small_talk")
+            if opening and (s["intent"] or (not s["short"] and s["values"] >= 0.5)):
                 return T.GOAL, 0.7, [*cons, *([T.USER] if s["preference"] or s["profile"] else [])], "first_request"
             if s["preference"] or s["profile"]:
                 return T.USER, 0.75, cons, "profile_statement"
             if (s["affirm"] or s["reject"]) and not s["intent"]:
                 return T.USER, 0.6, [], "decision"
-            if s["intent"] or s["question"] or s["first_user"]:
+            if s["intent"] or s["question"] or opening:
                 return T.GOAL, 0.65, cons, "request"
+            if s.get("small_talk"):
+                return T.TASK, 0.6, [], "small_talk"
             if s["constraint_any"] or s["bound"] or s["values"] >= 0.3:
                 return T.CONSTRAINT, 0.5, [], "values"
             return T.TASK, 0.4, [], "user_other"

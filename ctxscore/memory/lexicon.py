@@ -93,8 +93,10 @@ DECISION_STYLE = _rx(r"\b(?:i (?:always|usually) (?:pick|choose|go with|take) th
                      r"shortest|closest|best[- ]rated|earliest|latest)|price (?:matters|is what matters) most)\b|"
                      r"我(?:一般|通常|总是)?(?:都)?(?:选|挑)(?P<zwhat>最便宜|最快|最近|评分最高|最早)")
 #: The user states a goal or asks for something (a request or an intent).
-INTENT = _rx(r"\b(?:i(?:'d| would)? (?:also |really |just |still )?(?:want|need|like) (?:to|a|an|the|some)|i'?m looking for|can you|could you|"
-             r"would you|please|help me|find me|book me|get me|show me|i'?m hoping|looking to|i plan to|"
+INTENT = _rx(r"\b(?:(?:i|we)(?:'d| would)? (?:also |really |just |still )?(?:want|need|like) (?:to|a|an|the|some)|"
+             r"(?:i|we)'?d (?:also |really )?love (?:to|a|an|the|some)|(?:i'?m|we'?re) looking for|can you|could you|"
+             r"would you|please|help me|find me|book me|get me|show me|(?:i'?m|we'?re) hoping|looking to|(?:i|we) plan to|"
+             r"(?:i'?m|we'?re|i am|we are) planning|"
              r"your task is)\b|帮我|我想|我要|想要|需要|请|麻烦|能不能|可以帮|给我找|推荐")
 #: A plan or a list of steps ("First, ... then ...", "1. ... 2. ...", "THOUGHT:").
 PLAN = _rx(r"(?m)^\s*(?:\d+[.)]|[-*] |step \d)|\b(?:first,? i'?ll|then i'?ll|next,? i'?ll|my plan|the plan is|"

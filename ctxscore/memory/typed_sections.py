@@ -7,9 +7,12 @@ hard-constraints section and a goal-and-task-state section.
   user messages), byte-exact, with their source ids, for the messages not verbatim in this build
   (a verbatim message shows them already; the section then changes only when tiers change, which
   keeps provider prompt caches warm). The current budget is one of them ("my budget is $500").
-- ``goal`` (20): the active task's original goal and current sub-goal (their first sentences,
-  verbatim) when their messages are not verbatim, and the task state: one line per tool step of the
-  task (tool, status, the result's first words) whose messages are not verbatim.
+- ``goal`` (20): the active task's goal and current sub-goal (their first sentences, verbatim) when
+  their messages are not verbatim, and the task state: one line per tool step of the task (tool,
+  status, the result's first words) whose messages are not verbatim. The goal is the task's opening
+  request (its first goal message; a greeting, a navigation request such as "Next page please." is
+  no goal message), or the goal message that restated it; the current sub-goal is the task's latest
+  goal message (:meth:`GoalSection.lines`).
 
 Each section is capped at ``share`` of the budget (tokens); lines past the cap are left out (their
 messages stay in the history and the store). The compression rule of every type is
@@ -36,6 +39,7 @@ from .context_types import (
     TypePrediction,
     blend,
     load_default_head,
+    small_talk,
     type_signals,
 )
 from .facts import Fact
@@ -47,7 +51,8 @@ _GOAL_SENTENCES = 2
 
 @dataclass
 class TaskTypes:
-    """What the layer knows of one task: its goal messages, constraint messages and tool steps (indices)."""
+    """What the layer knows of one task: its goal messages, constraint messages and tool steps (indices),
+    and its opening message (``first_user``: the index of its first user message that is no greeting)."""
 
     goals: list[int] = field(default_factory=list)
     constraints: list[int] = field(default_factory=list)
@@ -101,7 +106,7 @@ class ContextTypes(Layer):
         sigs, preds = [], []
         for e in entries:
             t = self.tasks.setdefault(e.task, TaskTypes())
-            first = e.msg.role == Role.USER and t.first_user is None
+            first = e.msg.role == Role.USER and t.first_user is None and not small_talk(e.msg.content or "")
             s = type_signals(e.msg, e.constraints, first)
             sigs.append(s)
             preds.append(self.rules.classify(e.msg, e.constraints, first, s))
@@ -220,14 +225,22 @@ class GoalSection:
         self.layer = layer
 
     def lines(self, view: Any) -> list[str]:
-        """Goal, sub-goal and step lines of the active task."""
+        """Goal, sub-goal and step lines of the active task (the one :attr:`History.task_starts
+        <ctxscore.window.history.History.task_starts>` opened last).
+
+        The goal is the task's first goal message -- its opening request (a greeting, a navigation
+        request such as "Next page please." or a side instruction is no goal message) -- or the last
+        goal message that restates it (:attr:`Entry.successor <ctxscore.window.history.Entry.successor>`,
+        followed through goal messages: "Actually, I need a flight to Seattle instead"); the
+        current sub-goal is the task's latest goal message when it is another one.
+        """
         h = view.history
         task = self.layer.tasks.get(h.task_no)
         if task is None:
             return []
         out = []
         if task.goals:
-            first, last = task.goals[0], task.goals[-1]
+            first, last = _restated(h, task.goals[0], set(task.goals)), task.goals[-1]
             if _hidden(view, first):
                 out.append(f"goal: {_lead(h.entries[first].msg.content)} ({h.entries[first].msg.id})")
             if last != first and _hidden(view, last):
@@ -241,6 +254,15 @@ class GoalSection:
         """The goal note (empty when the goal and every step are verbatim)."""
         lines = self.lines(view)
         return capped_note(view, self.HEADER, lines, view.layer_cap(self.layer.share)) if lines else ([], 0)
+
+
+def _restated(h: Any, i: int, goals: set[int]) -> int:
+    """The last goal message of the chain of restatements of goal message ``i`` (``i`` when none)."""
+    seen = {i}
+    while (j := h.entries[i].successor) is not None and j in goals and j not in seen:
+        seen.add(j)
+        i = j
+    return i
 
 
 def _lead(text: str) -> str:
