@@ -127,6 +127,32 @@ def test_the_goal_is_the_tasks_opening_request_not_a_navigation_request(head):
     assert _goal_lines(cm, ct)[0] == "goal: Actually, I need a flight from Boston to Seattle instead. (m4)"
 
 
+@pytest.mark.parametrize("head", ["default", None])
+def test_a_side_instruction_is_no_goal_nor_sub_goal(head):
+    """"Send all confirmations to ... please." is a standing instruction beside the trip (a soft
+    constraint): it was a goal message, shown as the goal or the current sub-goal while the user paged
+    through hotels; the booking request after the pages is the sub-goal."""
+    ct = ContextTypes(head=head)
+    cm = ContextManager(budget=700, scorer="rules", layers=[ct])
+    cm.extend([{"role": "system", "content": "You are a travel booking assistant."},
+               {"role": "user", "content": "Hi! I need to plan a trip from Dublin to Barcelona for my wife and me in June."},
+               {"role": "assistant", "content": "Happy to help! What dates?"},
+               {"role": "user", "content": "Send all confirmations to john.keane+trips@gmail.com please."},
+               {"role": "assistant", "content": "Will do."}])
+    _hotel_pages(cm, 6)
+    assert ct.type_of("m3").type == ContextType.CONSTRAINT and ct.type_of("m3").rule == "standing_instruction"
+    lines = _goal_lines(cm, ct)
+    assert lines[0].startswith("goal: Hi! I need to plan a trip from Dublin to Barcelona") and lines[0].endswith("(m1)")
+    assert not any("confirmations" in line for line in lines)
+    cm.add({"role": "user", "content": "Please book Hotel Neri for June 12-19."})
+    assert _goal_lines(cm, ct)[1] == f"current sub-goal: Please book Hotel Neri for June 12-19. ({cm.history.entries[-1].msg.id})"
+    rules = RuleTypeClassifier()
+    for text in ("Always quote prices in EUR.", "From now on, reply in French please.", "以后都用中文回复。"):
+        assert rules.classify(Message(role="user", content=text)).type == ContextType.CONSTRAINT, text
+    for text in ("Do you always charge a booking fee?", "Show me all hotels near the beach."):
+        assert rules.classify(Message(role="user", content=text)).type == ContextType.GOAL, text
+
+
 # -- profile --------------------------------------------------------------------------------------
 PHONE = [
     {"role": "user", "content": "I need a new phone under $800. Don't recommend Apple, I'm done with iOS for now."},

@@ -71,11 +71,12 @@ COMPRESSION_RULES: dict[ContextType, str] = {
 
 #: Rule signals, in the fixed order the learned head reads them. A packaged head reads the signals named
 #: in its config (:attr:`HeadSpec.signal_names`): signals added after it was trained (``navigation``,
-#: ``small_talk``) are read by the rules only until the head is retrained.
+#: ``small_talk``, ``standing``) are read by the rules only until the head is retrained.
 SIGNAL_NAMES: tuple[str, ...] = (
     "role_system", "role_user", "role_assistant", "role_tool", "tool_calls", "observation", "task_statement",
     "first_user", "constraint_share", "constraint_any", "bound", "intent", "question", "preference", "profile",
     "affirm", "reject", "plan", "success", "failure", "short", "long", "values", "zh", "navigation", "small_talk",
+    "standing",
 )
 
 _OBSERVATION = re.compile(r"<returncode>|^\s*<output|^\s*Observation:", re.MULTILINE)
@@ -95,6 +96,15 @@ _NAV_FILLER = re.compile(r"(?i)\b(?:please|pls|thanks|thank you|ok(?:ay)?|sure|y
 #: Greetings and thanks, nothing else ("Hi!", "Hello there", "Thanks!", 你好).
 _SMALL_TALK = re.compile(r"(?i)^\W*(?:(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|greetings|there|all|"
                          r"everyone|again|thanks?|thank you|thx|cheers|你好|您好|嗨|哈喽|谢谢|早上好|下午好|晚上好|在吗)\W*)+$")
+#: A standing instruction: how to handle a kind of thing from now on, beside the task ("Send all
+#: confirmations to john@example.com", "Always quote prices in EUR", 以后都用中文回复).
+_STANDING = re.compile(
+    r"(?im)\b(?:from now on|going forward|from here on|for the rest of (?:the|this|our)|by default|whenever you|"
+    r"(?:every|each) time you|(?:all|every|each|any) (?:(?:my|the|of the|future|further|other) )?"
+    r"(?:booking |travel |order )?(?:confirmations?|e-?mails?|messages?|receipts?|tickets?|invoices?|updates?|"
+    r"notifications?|documents?|itinerar(?:y|ies)|replies|reply|answers?|responses?|prices?|amounts?|quotes?))\b|"
+    r"(?:^\W*|[.!?;:,]\s*|\bplease\s+|\band\s+)always\b|"
+    r"以后(?:都|每次|一律)|今后|往后|从现在起|从今以后|一律|统一(?:用|发|按|寄)|所有[^，。；！？\n]{0,8}都(?:发|寄|用|按|抄送|转)")
 #: Longest navigation request, in characters.
 _NAV_CHARS = 80
 
@@ -177,6 +187,7 @@ def type_signals(msg: Message, constraints: Sequence[str] = (), first_user: bool
         "failure": float(bool(lx.FAILED.search(head))), "short": float(len(text) < 40), "long": float(len(text) > 1000),
         "values": min(1.0, len(_VALUE.findall(head)) / 6), "zh": float(bool(_CJK.search(head))),
         "navigation": float(user and navigation(text)), "small_talk": float(user and small_talk(text)),
+        "standing": float(user and bool(_STANDING.search(head))),
     }
 
 
@@ -215,10 +226,14 @@ class RuleTypeClassifier:
         with a request, or of at least 40 characters naming three values or more (places, dates,
         amounts: "My wife and I are flying from Dublin to Barcelona in June."), -> goal, with user as
         a secondary type when it also states a preference or a profile item ("We're planning a family
-        trip to Barcelona in June; my wife loves architecture ..."); a profile or preference statement -> user; a short affirmation
-        or rejection -> user (a decision); a request, a question or the task's opening message ->
-        goal; a greeting or thanks alone -> task; other values -> constraint (soft); else task.
-        Assistant messages -> task. Signals missing from ``s`` count as 0."""
+        trip to Barcelona in June; my wife loves architecture ...") and constraint when it also gives
+        a standing instruction; a profile or preference statement -> user; a short affirmation or
+        rejection -> user (a decision); a standing instruction, i.e. how to handle a kind of thing
+        from now on, beside the task ("Send all confirmations to john@example.com please.", "Always
+        quote prices in EUR.", 以后都用中文回复; not a question without a request) -> constraint
+        (soft: a side instruction is no sub-goal); a request, a question or the task's opening
+        message -> goal; a greeting or thanks alone -> task; other values -> constraint (soft); else
+        task. Assistant messages -> task. Signals missing from ``s`` count as 0."""
         T = ContextType
         cons = [T.CONSTRAINT] if s["constraint_any"] else []
         if s["role_system"]:
@@ -234,11 +249,15 @@ class RuleTypeClassifier:
                 return T.TASK, 0.7, [], "navigation"
             opening = bool(s["first_user"]) and not s.get("small_talk")
             if opening and (s["intent"] or (not s["short"] and s["values"] >= 0.5)):
-                return T.GOAL, 0.7, [*cons, *([T.USER] if s["preference"] or s["profile"] else [])], "first_request"
+                also = [*cons, *([T.CONSTRAINT] if s.get("standing") and not cons else []),
+                        *([T.USER] if s["preference"] or s["profile"] else [])]
+                return T.GOAL, 0.7, also, "first_request"
             if s["preference"] or s["profile"]:
                 return T.USER, 0.75, cons, "profile_statement"
             if (s["affirm"] or s["reject"]) and not s["intent"]:
                 return T.USER, 0.6, [], "decision"
+            if s.get("standing") and (s["intent"] or not s["question"]):
+                return T.CONSTRAINT, 0.65, [], "standing_instruction"
             if s["intent"] or s["question"] or opening:
                 return T.GOAL, 0.65, cons, "request"
             if s.get("small_talk"):

@@ -10,9 +10,10 @@ hard-constraints section and a goal-and-task-state section.
 - ``goal`` (20): the active task's goal and current sub-goal (their first sentences, verbatim) when
   their messages are not verbatim, and the task state: one line per tool step of the task (tool,
   status, the result's first words) whose messages are not verbatim. The goal is the task's opening
-  request (its first goal message; a greeting, a navigation request such as "Next page please." is
-  no goal message), or the goal message that restated it; the current sub-goal is the task's latest
-  goal message (:meth:`GoalSection.lines`).
+  request (its first goal message; a greeting, a navigation request such as "Next page please." or
+  a side instruction such as "Send all confirmations to ..." is no goal message), or the goal
+  message that restated it; the current sub-goal is the task's latest goal message
+  (:meth:`GoalSection.lines`).
 
 Each section is capped at ``share`` of the budget (tokens); lines past the cap are left out (their
 messages stay in the history and the store). The compression rule of every type is
