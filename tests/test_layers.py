@@ -15,7 +15,7 @@ from ctxscore.events import EventLog, rebuild, snapshots, verify_chain
 from ctxscore.memory.context_types import ContextType, RuleTypeClassifier
 from ctxscore.memory.ledger import FactLedger
 from ctxscore.memory.profile import ProfileLayer
-from ctxscore.memory.typed_sections import ContextTypes
+from ctxscore.memory.typed_sections import ContextTypes, GoalSection
 from ctxscore.messages import Message
 from ctxscore.store.sqlite import SQLiteStore
 
@@ -151,6 +151,29 @@ def test_a_side_instruction_is_no_goal_nor_sub_goal(head):
         assert rules.classify(Message(role="user", content=text)).type == ContextType.CONSTRAINT, text
     for text in ("Do you always charge a booking fee?", "Show me all hotels near the beach."):
         assert rules.classify(Message(role="user", content=text)).type == ContextType.GOAL, text
+
+
+@pytest.mark.parametrize("budget", [2000, 4000])
+def test_the_goal_section_keeps_the_latest_steps(budget):
+    """Step lines were tried oldest first, so at the 5% cap a long session's only task state was its
+    first step (a flight search 200 messages back); the latest steps not verbatim win the cap now,
+    shown in their order."""
+    ct = ContextTypes()
+    cm = ContextManager(budget=budget, scorer="rules", layers=[ct])
+    cm.extend([{"role": "system", "content": "You are a travel booking assistant."}, {"role": "user", "content": TRIP},
+               {"role": "assistant", "content": "", "tool_calls": [{"id": "f0", "type": "function", "function": {
+                   "name": "search_flights", "arguments": json.dumps({"to": "BCN"})}}]},
+               {"role": "tool", "tool_call_id": "f0", "name": "search_flights", "content": '[{"flight": "IB3101", "price": 210}]'},
+               {"role": "assistant", "content": "Found IB3101 at 210 EUR."}])
+    _hotel_pages(cm, 50)
+    w = cm.build()
+    note = next(m["content"] for m in w.messages if m["role"] == "system" and m["content"].startswith(GoalSection.HEADER))
+    shown = [line.rsplit("(", 1)[1].rstrip(")") for line in note.splitlines()[1:] if line.startswith("step: ")]
+    tiers = {d.id: d.tier for d in w.decisions}
+    hidden = [e.msg.id for e in cm.history.entries if e.msg.tool_calls and tiers[e.msg.id] != "verbatim"]
+    assert shown and "search_flights" not in note and shown == hidden[-len(shown):], (shown, hidden)
+    assert len(shown) >= budget // 2000  # two steps or more at 4,000 tokens, in their order
+    assert next(s.tokens for s in w.sections if s.name == "goal") <= budget * 0.05
 
 
 # -- profile --------------------------------------------------------------------------------------

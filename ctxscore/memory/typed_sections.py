@@ -9,7 +9,8 @@ hard-constraints section and a goal-and-task-state section.
   keeps provider prompt caches warm). The current budget is one of them ("my budget is $500").
 - ``goal`` (20): the active task's goal and current sub-goal (their first sentences, verbatim) when
   their messages are not verbatim, and the task state: one line per tool step of the task (tool,
-  status, the result's first words) whose messages are not verbatim. The goal is the task's opening
+  status, the result's first words) whose messages are not verbatim; when the cap cuts them, the
+  latest steps are kept (in their order) and the oldest left out. The goal is the task's opening
   request (its first goal message; a greeting, a navigation request such as "Next page please." or
   a side instruction such as "Send all confirmations to ..." is no goal message), or the goal
   message that restated it; the current sub-goal is the task's latest goal message
@@ -167,17 +168,23 @@ def _hidden(view: Any, i: int) -> bool:
     return int(view.codes[i]) != 0
 
 
-def capped_note(view: Any, header: str, lines: Sequence[str], cap: int) -> tuple[list[dict[str, Any]], int]:
-    """A system note of ``header`` and the lines that fit in ``cap`` tokens (in order), counted as
-    spent in ``view`` (:meth:`~ctxscore.window.assemble.BuildView.spend`)."""
+def capped_note(view: Any, header: str, lines: Sequence[str], cap: int,
+                order: Sequence[int] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """A system note of ``header`` and the lines that fit in ``cap`` tokens, counted as spent in
+    ``view`` (:meth:`~ctxscore.window.assemble.BuildView.spend`).
+
+    The lines are tried in ``order`` (indices into ``lines``; default: their own order), a line that
+    does not fit in what is left is skipped, and the kept lines are shown in their own order.
+    """
     tokens = view.counter.count(header) + 4
-    kept = []
-    for line in lines:
-        n = view.counter.count(line) + 1
+    keep = []
+    for k in range(len(lines)) if order is None else order:
+        n = view.counter.count(lines[k]) + 1
         if tokens + n > cap:
             continue
-        kept.append(line)
+        keep.append(k)
         tokens += n
+    kept = [lines[k] for k in sorted(keep)]
     if not kept:
         return [], 0
     msg = Message(role="system", content="\n".join([header, *kept]))
@@ -235,10 +242,15 @@ class GoalSection:
         followed through goal messages: "Actually, I need a flight to Seattle instead"); the
         current sub-goal is the task's latest goal message when it is another one.
         """
+        goals, steps = self._parts(view)
+        return goals + steps
+
+    def _parts(self, view: Any) -> tuple[list[str], list[str]]:
+        """The goal and sub-goal lines, and the step lines oldest first (:meth:`lines`)."""
         h = view.history
         task = self.layer.tasks.get(h.task_no)
         if task is None:
-            return []
+            return [], []
         out = []
         if task.goals:
             first, last = _restated(h, task.goals[0], set(task.goals)), task.goals[-1]
@@ -246,15 +258,16 @@ class GoalSection:
                 out.append(f"goal: {_lead(h.entries[first].msg.content)} ({h.entries[first].msg.id})")
             if last != first and _hidden(view, last):
                 out.append(f"current sub-goal: {_lead(h.entries[last].msg.content)} ({h.entries[last].msg.id})")
-        for i in task.steps:
-            if _hidden(view, i):
-                out.append(_step_line(h, i))
-        return out
+        return out, [_step_line(h, i) for i in task.steps if _hidden(view, i)]
 
     def render(self, view: Any) -> tuple[list[dict[str, Any]], int]:
-        """The goal note (empty when the goal and every step are verbatim)."""
-        lines = self.lines(view)
-        return capped_note(view, self.HEADER, lines, view.layer_cap(self.layer.share)) if lines else ([], 0)
+        """The goal note (empty when the goal and every step are verbatim). Within the cap the goal
+        and sub-goal come first, then the steps newest first: the latest steps are kept, shown in
+        their order, and the oldest are left out."""
+        goals, steps = self._parts(view)
+        lines = goals + steps
+        order = [*range(len(goals)), *range(len(lines) - 1, len(goals) - 1, -1)]
+        return capped_note(view, self.HEADER, lines, view.layer_cap(self.layer.share), order) if lines else ([], 0)
 
 
 def _restated(h: Any, i: int, goals: set[int]) -> int:
