@@ -269,3 +269,24 @@ def test_a_huge_recent_turns_setting_is_all_the_turns():
     some = ContextManager(budget=60, scorer="rules", policy=Policy(recent_turns=6))
     some.extend(msgs)
     assert w.messages == some.build().messages
+
+
+def test_the_recent_turns_clamp_keeps_the_messages_before_the_first_user_message_recent():
+    """The clamp to the session's turns left turn 0 (the messages before any user message) without
+    recency protection: an agent run of 40 tool calls and no user message lost 10 more messages."""
+    import json
+
+    from ctxscore import ContextManager, Policy
+
+    msgs = [{"role": "system", "content": "You are an autonomous build agent."}]
+    for i in range(40):
+        msgs += [{"role": "assistant", "content": "", "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                     "name": "bash", "arguments": json.dumps({"command": f"make step{i}"})}}]},
+                 {"role": "tool", "tool_call_id": f"c{i}", "content": f"step {i}: " + "compiled module ok. " * 12}]
+    windows = []
+    for k in (0, 1, 10**6):
+        cm = ContextManager(budget=3000, scorer="rules", policy=Policy(recent_turns=k))
+        cm.extend(msgs)
+        windows.append(cm.build())
+    # with no user message every message is in the last turn: any recency protects them as one turn
+    assert windows[1].messages == windows[2].messages and windows[1].tokens > windows[0].tokens

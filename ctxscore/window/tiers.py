@@ -530,9 +530,9 @@ def plan_compaction(history: History, values: np.ndarray, forms: Forms, policy: 
         excess: tokens the last unit counts less than it holds (:func:`last_excess`).
     """
     ov = _Overlay(history, forms, policy, budget, reserved, excess)
-    # more turns than the session has are all of them (a huge setting relaxed one turn at a time:
-    # recent_turns=10**12 never finished)
-    k = min(policy.recent_turns, history.turn_no)
+    # more turns than the session has are all of them, its messages before the first user message
+    # too (turn 0): a huge setting relaxed one turn at a time (recent_turns=10**12 never finished)
+    k = min(policy.recent_turns, history.turn_no + 1)
     _archive_large_recent(ov, k)
     _stage(ov, values, k)
     while ov.occupancy() > policy.t_archive * budget and k > 0:
