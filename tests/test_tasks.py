@@ -163,3 +163,23 @@ def test_a_welcome_that_asks_about_the_task_closes_nothing():
     cm.extend([{"role": "assistant", "content": "Booked. You're welcome! Anything else I can do?"},
                {"role": "user", "content": "Can you also find me a dentist in Dublin?"}])
     assert cm.history.task_starts == [0, 5]  # an offer of more help still closes
+
+
+def test_the_opener_after_a_greeting_is_pinned_and_a_pasted_log_is_not():
+    """Review: the first user message was pinned whatever it was, so "Hi there!" took the pin from the
+    request after it, and a 400-line build log pasted first was pinned whole (a 2,000-token window
+    grew to 2,929 tokens with a pinned-over-budget warning)."""
+    cm = ContextManager(budget=2000, scorer="auto")
+    cm.extend([{"role": "user", "content": "Hi there!"},
+               {"role": "assistant", "content": "Hello! What can I do for you?"},
+               {"role": "user", "content": "Let's plan the team offsite in Lisbon for the week of March 3."}])
+    request = cm.history.entries[2]
+    assert request.pinned and request.category == "key_state"  # pinned as the opener, not for its category
+    log = "\n".join(f"[{i:03d}] gcc -O2 -c src/module_{i}.c -o build/module_{i}.o  ok" for i in range(400))
+    cm = ContextManager(budget=2000, scorer="rules")
+    cm.extend([{"role": "user", "content": "Here is the build log:\n" + log}])
+    for i in range(6):
+        cm.extend([{"role": "assistant", "content": f"Checked part {i} of the log."}, {"role": "user", "content": f"And part {i + 1}?"}])
+    w = cm.build()
+    assert not cm.history.entries[0].pinned and w.tokens <= 2000
+    assert not any(x.kind == "pinned_over_budget" for x in w.warnings)

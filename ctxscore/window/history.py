@@ -149,7 +149,7 @@ class History:
         self.call_owner: dict[str, int] = {}  # tool_call_id -> index of the assistant message
         self.turn_no = 0
         self.task_no = 0
-        self.task_turn = 0  # the user turns before the active task: its first user message is turn task_turn + 1
+        self.task_opened = False  # the active task's opening user message has come (ingest.append)
         self.today: date | None = None  # the session's date, when a message gave one
         self.date_source: int | None = None  # index of the message that gave it
         self.task_starts: list[int] = [0]  # index of the first entry of each task
@@ -188,7 +188,7 @@ class History:
         self.active_pins, self.task_corrections = [], []
         self.task_no += 1
         self.task_starts.append(len(self.entries))
-        self.task_turn = self.turn_no
+        self.task_opened = False
         return done
 
     def release_instructions(self, limit: int) -> list[int]:

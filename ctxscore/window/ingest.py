@@ -10,6 +10,7 @@ from datetime import date
 from typing import Any
 
 from ..errors import ConfigError, InputError
+from ..memory.context_types import small_talk
 from ..memory.facts import FactContext, extract_facts, session_date
 from ..messages import CATEGORIES, Category, Message, Role
 from ..scoring.base import Prediction, Scorer
@@ -142,6 +143,11 @@ def stored_prediction(row: StoredMessage) -> Prediction:
                       source=p.get("source", "rules"), signals=p.get("signals", {}), embedding=row.embedding)
 
 
+#: The opening user message of a task is pinned up to this many characters (the hard-constraint
+#: sentences' cap): a 400-line build log pasted first was pinned whole and pushed a 2,000-token window to 2,929.
+OPENER_MAX_CHARS = 4000
+
+
 def append(history: History, values: ValueModel, rules: RuleClassifier, counter: TokenCounter,
            msg: Message, pred: Prediction, entities: tuple[str, ...] | None = None) -> None:
     """Append a stored message (``id`` and ``turn`` set) to the history and update the values."""
@@ -159,8 +165,10 @@ def append(history: History, values: ValueModel, rules: RuleClassifier, counter:
     constraints = (hard_constraints(msg.content, cfg) if msg.role in (Role.USER, Role.SYSTEM) and not observation
                    and len(msg.content) <= 4000 else ())
     pin = pin_reason(msg, pred, entities, cfg)
-    if pin is None and msg.role == Role.USER and not observation and history.turn_no == history.task_turn:
-        pin = Pin.INSTRUCTION  # the message that opens the active task states it, whatever its category
+    if msg.role == Role.USER and not observation and not history.task_opened and not small_talk(msg.content):
+        history.task_opened = True  # the active task's opener states it: pinned whatever its category, when
+        if pin is None and len(msg.content) <= OPENER_MAX_CHARS:  # short enough (a pasted log is no statement
+            pin = Pin.INSTRUCTION  # to keep whole for the task); a greeting before it opens nothing
     e = history.append(msg, msg.text(), counter.count_message(msg), pred, entities, pin, constraints)
     e.values = supersede.typed_values(msg, cfg)
     supersede.link(history, cfg)  # the earlier messages this one restates get it as their successor
