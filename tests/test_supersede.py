@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ctxscore import ContextManager
 from ctxscore.window.supersede import LOOKAHEAD, restates
 
@@ -201,3 +203,25 @@ def test_a_value_whose_slot_is_named_restates_only_messages_naming_that_slot():
     cm.extend([{"role": "user", "content": "The meeting is on Tuesday at 3pm in room 4."},
                {"role": "user", "content": "Change the meeting to 4:30pm."}])
     assert cm.history.entries[5].successor == 6  # the slot it names is there (meeting)
+
+
+@pytest.mark.parametrize("correction", [
+    "Actually, change the time to 8pm.", "Actually make the reservation 8pm instead.", "Sorry, change the day to Saturday.",
+    "Let's try 8pm instead.", "Please book 8pm instead.", "Actually, reserve 8pm instead."])
+def test_a_correction_naming_a_kind_word_or_a_verb_still_restates(correction):
+    """Review: the first slot-name filter read "time", "day", "book" and "reservation" as slot names
+    that the request never said, and left the 7pm booking without its successor."""
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend([{"role": "user", "content": "I need a table for 4 at 7pm on Friday, please."},
+               {"role": "assistant", "content": "Sure, 7pm Friday works."}, {"role": "user", "content": correction}])
+    assert [e.successor for e in cm.history.entries] == [2, 2, None]
+
+
+@pytest.mark.parametrize(("said", "correction"), [
+    ("Please arrange a delivery on Thursday.", "Actually change the delivery to Friday."),  # stems, not substrings
+    ("Check in June 12, check out June 16.", "Actually change the check-in to June 14.")])
+def test_a_named_slot_is_found_by_its_stem(said, correction):
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend([{"role": "user", "content": said}, {"role": "assistant", "content": "OK."},
+               {"role": "user", "content": correction}])
+    assert cm.history.entries[0].successor == 2

@@ -20,8 +20,10 @@ user message within :data:`LOOKAHEAD` messages after it, in the same task, that
   is QX7PLM." then "My frequent flyer number is FF88213."); a correction cue still links them.
 
 A later message that names the slot of its value right before it ("make the flight budget €520",
-"change the meeting to 4:30pm") restates only earlier messages that name that slot too
-(:func:`slot_names`): a hotel's "€172 per night" is no flight budget.
+"change the meeting to 4:30pm"; :func:`slot_names`) restates by another value alone only earlier
+messages that name that slot too ("My flight budget is €480" restates no hotel's "€172 per night"),
+and as a correction only those, when some message of the lookahead names it (else the rules above
+apply as they are: "make the reservation 8pm" after "a table ... at 7pm").
 
 Page-in (:mod:`ctxscore.window.pagein`) shows the successor next to a hit, so the window holding
 the old statement also holds the one that replaced it. The link is computed once, when the later
@@ -77,9 +79,16 @@ def slot_families(values: frozenset[tuple[str, str]]) -> frozenset[str]:
     return frozenset(KIND_FAMILIES.get(k, k) for k, _ in slot_values(values))
 
 
-#: Words before a value that name no slot (cue and filler words of a correction).
+#: Words before a value that name no slot: cue and filler words of a correction, verbs ("book 8pm",
+#: "try 8pm") and words that name only the value's kind ("change the time to 8pm", "the day to
+#: Saturday"), which the message that gave the old value rarely says.
 _NOT_SLOT = frozenset("""make change actually instead rather set move switch update use per each about around only
-just like want need prefer please sorry let lets let's also now then new same other another total""".split())
+just like want need prefer please sorry let lets let's also now then new same other another total book try
+reserve schedule arrange order pay send get take put have see show find search go come bring push shift
+time times day days date dates hour hours minute minutes week weeks month months year years night nights
+price prices cost costs amount amounts number numbers value values count people person persons""".split())
+#: Characters of an earlier message searched for the slot a correction names (:func:`names_slot`).
+SLOT_SEARCH_CHARS = 2000
 _SLOT_BEFORE = re.compile(r"([a-z][a-z-]{2,})(?:\s+(?:to|the|a|an|for|at|of|is|be|on|by|from|as|into|around|about))*\s*$")
 #: A message longer than this names no slot (a tool output in a user turn, a long request).
 SLOT_NAME_CHARS = 600
@@ -106,10 +115,20 @@ def slot_names(text: str, values: frozenset[tuple[str, str]]) -> frozenset[str]:
 
 
 def names_slot(text: str, names: frozenset[str]) -> bool:
-    """Whether ``text`` names one of the slot stems ``names`` (:func:`slot_names`; spaces and hyphens
-    ignored: "check in" names ``checkin``)."""
-    flat = re.sub(r"[\s-]+", "", text.lower())
-    return any(n in flat for n in names)
+    """Whether the start of ``text`` (:data:`SLOT_SEARCH_CHARS`) names one of the slot stems ``names``
+    (:func:`slot_names`): a word with that stem ("deliveries" names ``deliveri``), or two words that
+    make it ("check in" names ``checkin``)."""
+    low = text[:SLOT_SEARCH_CHARS].lower()
+    words = re.findall(r"[a-z][a-z-]*", low)
+    for n in names:
+        head = n[:3]
+        if head not in low:
+            continue
+        for i, w in enumerate(words):
+            if w.startswith(head) and (porter_stem(w.replace("-", "")) == n or (
+                    i + 1 < len(words) and porter_stem(w + words[i + 1]) == n)):
+                return True
+    return False
 
 
 def link(history: History, config: RuleConfig) -> list[int]:
@@ -136,12 +155,16 @@ def link(history: History, config: RuleConfig) -> list[int]:
     kinds = slot_families(e.values) if correction else frozenset()
     shared = {k for k in cands if kinds & slot_families(history.entries[k].values)} if kinds else set()
     names = slot_names(e.msg.content, new) if new else frozenset()
+    named = {k for k in cands if names_slot(history.entries[k].text, names)} if names else set()
+    # a correction restates only the messages naming its slot when some does ("flight budget €520"
+    # after a hotel's €172 and a flight budget), else as before ("make the reservation 8pm"); another
+    # value alone restates a message only if that names its slot too ("My flight budget is €480" is
+    # no new hotel price)
     out = []
     for k in cands:
         old = history.entries[k]
-        if names and not names_slot(old.text, names):
-            continue  # the slot it names is not this message's ("flight budget €520" after a hotel's €172)
-        if (correction and (not shared or k in shared)) or restates(slot_values(old.values), new):
+        corrects = correction and (not shared or k in shared) and (not named or k in named)
+        if corrects or (restates(slot_values(old.values), new) and (not names or k in named)):
             old.successor = j
             out.append(k)
     return out
