@@ -260,3 +260,18 @@ def test_the_compressed_form_of_code_keeps_whole_lines_with_their_indentation():
     indent = "    "  # the indentation the kept lines share is left out, as in the structured form
     assert all(indent + line in original for line in lines)
     assert any(line.startswith("        ") for line in lines) and "…" in res.text
+
+
+def test_a_short_patch_inside_prose_keeps_the_forms_short_and_its_change_whole():
+    """Review: a diff anywhere in a message switched it to the whole-line form at any cost, so 3.3 KB
+    of prose around a 5-line hunk was kept whole in every tier."""
+    from ctxscore.compress.extractive import aggressive_compress, structured_summary
+
+    prose = " ".join("The parser reads the token and then it checks the week handling in some detail, "
+                     "which takes a while." for _ in range(18))
+    patch = ("@@ -138,7 +138,9 @@ class IsoParser:\n     def _parse_week(self, token):\n"
+             "-        week = int(token[1:3])\n+        week = int(token[:2])\n         return week")
+    text = prose + "\n\n" + patch + "\n\n" + prose
+    structured, compressed = structured_summary(text), aggressive_compress(text)
+    assert len(structured) < len(text) / 4 and len(compressed) < len(text) / 4
+    assert "-        week = int(token[1:3])\n+        week = int(token[:2])" in structured  # not the removal alone

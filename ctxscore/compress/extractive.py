@@ -204,13 +204,13 @@ def structured_summary(text: str, config: RuleConfig | None = None, spans: list[
     starts = [s for s, _ in (entity_spans(text, cfg) if spans is None else spans)]
     held = _keep_intervals(text, keep)  # sorted by start
     kinds = diff_lines(text)
-    if kinds:  # a diff's sentences are no summary of it: whole lines, hunks kept whole
+    if _mostly_diff(text, kinds):  # a diff's sentences are no summary of it: whole lines, hunks kept whole
         return _code_lines(text, starts, held, keep_rx, kinds)
     prose = _sentence_lines(text, starts, held, keep_rx)
-    if code_like(text):  # whole lines, unless they cost much more than the sentences
-        form = _code_lines(text, starts, held, keep_rx, kinds)
-        if len(form) <= CODE_FORM_SHARE * len(prose):
-            return form
+    if kinds or code_like(text):  # whole lines, unless they cost much more than the sentences (or the
+        form = _code_lines(text, starts, held, keep_rx, kinds)  # sentences keep a removed line of a
+        if len(form) <= CODE_FORM_SHARE * len(prose) or _keeps_removed(prose, text, kinds):  # patch
+            return form  # without the added lines that replace it)
     return prose
 
 
@@ -354,7 +354,7 @@ def aggressive_compress(text: str, config: RuleConfig | None = None, max_sentenc
     form = None
     if kinds or code_like(body):
         form = _code_lines(body, (), _keep_intervals(body, keep), [concl] if concl else [], kinds, ends=True)
-        if kinds:
+        if _mostly_diff(body, kinds):
             return form
     sents = _sentences(body)
     if len(sents) <= 2:
@@ -392,6 +392,33 @@ def _holding(sents: list[str], wanted: Sequence[str]) -> set[int]:
             out.add(i)
             p = joined.find(k, starts[i + 1]) if i + 1 < len(starts) else -1
     return out
+
+
+def _keeps_removed(form: str, text: str, kinds: dict[int, str]) -> bool:
+    """Whether ``form`` holds a removed line of a diff in ``text`` (``kinds``), which read alone says
+    the line was deleted rather than replaced."""
+    for at, kind in kinds.items():
+        if kind == "-":
+            end = text.find("\n", at)
+            line = text[at + 1: len(text) if end < 0 else end].strip()
+            if line and line in form:
+                return True
+    return False
+
+
+def _mostly_diff(text: str, kinds: dict[int, str]) -> bool:
+    """Whether a diff (``kinds``: :func:`~ctxscore.compress.blocks.diff_lines`, line offsets) makes at
+    least half of the text's characters: then its whole-line form is used at any size. A short patch
+    inside prose takes the code path, whose whole lines must not cost much more than the sentences
+    unless those keep a removed line alone (3.3 KB of prose around a 5-line hunk was kept whole in
+    every tier)."""
+    if not kinds:
+        return False
+    chars = 0
+    for at in kinds:
+        end = text.find("\n", at)
+        chars += (len(text) if end < 0 else end) - at
+    return 2 * chars >= len(text.strip())
 
 
 def archive_stub(message_id: str, text: str, words: int = 8) -> str:
