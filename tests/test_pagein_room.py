@@ -386,3 +386,18 @@ def test_a_page_in_never_leaves_out_a_better_hit_the_window_shows(budget):
         cm.add(m)
     w = cm.build(query="what is my booking ref?")
     assert "ABC123" in json.dumps(w.messages)
+
+
+def test_messages_with_media_are_never_copies_of_each_other():
+    """Review: the copy check compared text only, so a second screenshot sent with the same caption
+    counted as a copy of the first and was never paged in."""
+    from ctxscore.window.pagein import _copies
+
+    def shot(n: int) -> dict:
+        return {"role": "user", "content": [{"type": "text", "text": "Here is the error screen."},
+                                            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,iVBORw0KGgo{n}="}}]}
+
+    cm = ContextManager(budget=4000, scorer="rules")
+    cm.extend([shot(1), {"role": "assistant", "content": "I see."}, shot(2), {"role": "assistant", "content": "I see."}])
+    copy = _copies(cm.history)
+    assert [copy(i) for i in range(4)] == [False, True, False, False]  # the earlier text reply copies the shown one

@@ -430,7 +430,8 @@ def _value_names(text: str, vals: list[Value]) -> dict[Value, frozenset[str]]:
         before = _CLAUSE_END.split(text[start:at])[-1]
         if len(before) > _NAME_BEFORE:  # the last characters, from a word's start
             before = re.sub(r"^[A-Za-z]+", "", before[-_NAME_BEFORE:])
-        after = _CLAUSE_END.split(text[end:])[0]
+        stop = _CLAUSE_END.search(text, end)  # the clause's end, not a split of all the rest per value
+        after = text[end:stop.start() if stop else len(text)]
         if i + 1 < len(spots) and end + len(after) > spots[i + 1][0]:
             after = ""  # the words before the next value name that one
         out[v] = _name_words(before) | _name_words(after[:_NAME_AFTER])

@@ -225,15 +225,15 @@ def _copies(history: History) -> Callable[[int], bool]:
     wins) or a message verbatim among the last :data:`COPIES_LOOKBACK` entries. An agent that says
     "Still failing; ..." after every test run had 12 identical quotes paged in for one question,
     which left no room for the run that showed the first error. Messages without text (a tool call)
-    are never copies."""
+    or with media parts (two screenshots sent with one caption) are never copies."""
     entries = history.entries
     start = max(0, len(entries) - COPIES_LOOKBACK)
     seen = {(e.msg.role, e.msg.content): j for j, e in enumerate(entries[start:], start)
-            if e.tier == Tier.VERBATIM and isinstance(e.msg.content, str) and e.msg.content}
+            if e.tier == Tier.VERBATIM and isinstance(e.msg.content, str) and e.msg.content and not e.msg.has_media}
 
     def copy(i: int) -> bool:
         msg = entries[i].msg
-        if not isinstance(msg.content, str) or not msg.content:
+        if not isinstance(msg.content, str) or not msg.content or msg.has_media:  # two screenshots, one caption
             return False
         j = seen.setdefault((msg.role, msg.content), i)
         return j != i  # another message with this text is shown or was asked before
