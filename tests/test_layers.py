@@ -176,6 +176,23 @@ def test_the_goal_section_keeps_the_latest_steps(budget):
     assert next(s.tokens for s in w.sections if s.name == "goal") <= budget * 0.05
 
 
+def test_a_one_off_request_on_all_the_items_is_a_goal_not_a_standing_instruction():
+    """"all the X" / "all my X" name an existing set (a one-off request, a goal); a standing instruction
+    needs a time-scope cue or "all"/"every" + the kind of item with no article (a stream of future
+    items). The four requests below were typed constraint/standing_instruction."""
+    rules = RuleTypeClassifier()
+    for text in ("Can you summarize all the emails from yesterday?", "Please forward all the invoices to accounting.",
+                 "Could you translate all the messages into English?", "Find me all the tickets under $300 for Friday.",
+                 "Find me all tickets under $300 for Friday."):
+        p = rules.classify(Message(role="user", content=text))
+        assert (p.type, p.rule) == (ContextType.GOAL, "request"), text
+    for text in ("Send all confirmations to john@x.com please.", "Send every receipt to my work address.",
+                 "Whenever you find a flight, check the baggage fee.", "In future, quote prices in EUR.",
+                 "每次都用人民币报价。"):
+        p = rules.classify(Message(role="user", content=text))
+        assert (p.type, p.rule) == (ContextType.CONSTRAINT, "standing_instruction"), text
+
+
 # -- profile --------------------------------------------------------------------------------------
 PHONE = [
     {"role": "user", "content": "I need a new phone under $800. Don't recommend Apple, I'm done with iOS for now."},

@@ -96,15 +96,27 @@ _NAV_FILLER = re.compile(r"(?i)\b(?:please|pls|thanks|thank you|ok(?:ay)?|sure|y
 #: Greetings and thanks, nothing else ("Hi!", "Hello there", "Thanks!", 你好).
 _SMALL_TALK = re.compile(r"(?i)^\W*(?:(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|greetings|there|all|"
                          r"everyone|again|thanks?|thank you|thx|cheers|你好|您好|嗨|哈喽|谢谢|早上好|下午好|晚上好|在吗)\W*)+$")
-#: A standing instruction: how to handle a kind of thing from now on, beside the task ("Send all
-#: confirmations to john@example.com", "Always quote prices in EUR", 以后都用中文回复).
+#: A standing instruction: how to handle a kind of thing from now on, beside the task. It needs either a
+#: time-scope cue ("from now on", "always", "whenever", "going forward", "in future", "by default",
+#: 以后都, 今后, 一律, 每次) or a stream of future items: "all"/"every"/"each" + the kind of item with no
+#: article or possessive ("Send all confirmations to john@example.com", "every receipt"), or marked
+#: future ("all future emails", "any further updates"). "All the emails", "all my invoices" name an
+#: existing set (a one-off request: "Can you summarize all the emails from yesterday?"), and so does a
+#: bare "all emails" scoped to a day or the past ("all tickets ... for Friday", "all emails from
+#: yesterday").
+_STANDING_ITEMS = (r"(?:confirmation|e-?mail|message|receipt|ticket|invoice|update|notification|document|"
+                   r"itinerar(?:y|ie)|repl(?:y|ie)|answer|response|price|amount|quote)")
+_ONE_OFF_SCOPE = (r"(?![^.;!?\n]{0,40}\b(?:yesterday|today|tonight|last \w+|this (?:morning|afternoon|evening|week|month)|"
+                  r"so far|\w+ ago|earlier|(?:mon|tues|wednes|thurs|fri|satur|sun)day)\b)")
 _STANDING = re.compile(
-    r"(?im)\b(?:from now on|going forward|from here on|for the rest of (?:the|this|our)|by default|whenever you|"
-    r"(?:every|each) time you|(?:all|every|each|any) (?:(?:my|the|of the|future|further|other) )?"
-    r"(?:booking |travel |order )?(?:confirmations?|e-?mails?|messages?|receipts?|tickets?|invoices?|updates?|"
-    r"notifications?|documents?|itinerar(?:y|ies)|replies|reply|answers?|responses?|prices?|amounts?|quotes?))\b|"
+    r"(?im)\b(?:from now on|going forward|from here on|for the rest of (?:the|this|our)|by default|whenever|"
+    r"in (?:the )?future|(?:every|each) time\b|"
+    r"(?:all|every|each|any) (?:(?:my|our) )?(?:future|further|upcoming|incoming) (?:booking |travel |order )?"
+    + _STANDING_ITEMS + r"s?\b|"
+    r"all (?:booking |travel |order )?" + _STANDING_ITEMS + r"s\b" + _ONE_OFF_SCOPE + "|"
+    r"(?:every|each) (?:booking |travel |order )?" + _STANDING_ITEMS + r"\b" + _ONE_OFF_SCOPE + ")|"
     r"(?:^\W*|[.!?;:,]\s*|\bplease\s+|\band\s+)always\b|"
-    r"以后(?:都|每次|一律)|今后|往后|从现在起|从今以后|一律|统一(?:用|发|按|寄)|所有[^，。；！？\n]{0,8}都(?:发|寄|用|按|抄送|转)")
+    r"以后(?:都|每次|一律)|今后|往后|从现在起|从今以后|一律|每次都?(?:请|记得|用|发|按|抄送|转)|每当|统一(?:用|发|按|寄)|所有[^，。；！？\n]{0,8}都(?:发|寄|用|按|抄送|转)")
 #: Longest navigation request, in characters.
 _NAV_CHARS = 80
 
@@ -230,8 +242,9 @@ class RuleTypeClassifier:
         a standing instruction; a profile or preference statement -> user; a short affirmation or
         rejection -> user (a decision); a standing instruction, i.e. how to handle a kind of thing
         from now on, beside the task ("Send all confirmations to john@example.com please.", "Always
-        quote prices in EUR.", 以后都用中文回复; not a question without a request) -> constraint
-        (soft: a side instruction is no sub-goal); a request, a question or the task's opening
+        quote prices in EUR.", 以后都用中文回复; not a question without a request, nor a one-off request
+        on an existing set: "Please forward all the invoices to accounting.", see :data:`_STANDING`)
+        -> constraint (soft: a side instruction is no sub-goal); a request, a question or the task's opening
         message -> goal; a greeting or thanks alone -> task; other values -> constraint (soft); else
         task. Assistant messages -> task. Signals missing from ``s`` count as 0."""
         T = ContextType
