@@ -520,3 +520,23 @@ def test_a_correction_under_a_slot_sharing_a_noun_replaces_the_tasks_one_email()
     assert {f.value for f in led.current.values()} == {"a@x.com", "b@x.com", "c@x.com"}, led.lines()
     led = ledger_of(["The hotel date is June 3.", "Also please change the flight date to June 5."])
     assert {f.value for f in led.current.values()} == {"June 3", "June 5"}, led.lines()
+
+
+def test_a_noun_sharing_correction_leaves_the_same_email_given_for_another_thing():
+    """The user gave one address for two things: "change the confirmation email to ..." replaced the
+    confirmations' address and deleted `billing email: john@gmail.com` with it (every entry holding the
+    old value left, not only the assistant's echoes)."""
+    turns = ["Send all confirmations to john@gmail.com please.", "My billing email is john@gmail.com as well."]
+    assert ledger_of(turns).lines() == ["send all confirmations: john@gmail.com (m0)", "billing email: john@gmail.com (m2)"]
+    led = ledger_of([*turns, "Also please change the confirmation email to john@work.ie instead."])
+    assert sorted(led.lines()) == ["billing email: john@gmail.com (m2)",
+                                   "send all confirmations: john@work.ie (m4; was john@gmail.com)"], led.lines()
+    # an assistant's echo of the replaced value leaves; the billing email stays
+    led = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[led])
+    cm.extend([{"role": "user", "content": turns[0]},
+               {"role": "assistant", "content": "Will do, confirmations go to john@gmail.com."},
+               {"role": "user", "content": turns[1]}, {"role": "assistant", "content": "OK."},
+               {"role": "user", "content": "Also please change the confirmation email to john@work.ie instead."}])
+    assert sorted(line for line in led.lines() if "@" in line) == [
+        "billing email: john@gmail.com (m2)", "send all confirmations: john@work.ie (m4; was john@gmail.com)"], led.lines()

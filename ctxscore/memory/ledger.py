@@ -6,7 +6,9 @@ ledger answers "what is current") when it replaces it: the new message is a corr
 "make it", "change the meeting to", 改成 ...; a correction whose value no earlier value's slot
 names replaces the task's one current value of its kind, under that slot, as does one whose slot
 shares a noun with that value's ("the confirmation email" after "send all confirmations to ...",
-an assistant's echo of the old value leaving with it); one whose slot is a
+an assistant's echo of the old value leaving with it; when the user gave that value for another
+thing too, "my billing email is ... as well", only the copy whose slot shares the noun is replaced,
+the other stays); one whose slot is a
 shorter or longer name of one current value's slot replaces it, whatever its kind: 预算 after
 酒店预算), the message says the old value is not the one ("Wednesday, not Tuesday", 不是周二), the
 old value was only proposed or denied (a new offer replaces the last), or both come from the same tool-call argument or JSON path (a state update) -- except under a slot
@@ -133,6 +135,26 @@ def _share_noun(a: str, b: str) -> bool:
     return bool(nouns(a) & nouns(b))
 
 
+#: Statuses of a value the user gave (not an assistant's echo or proposal).
+_USER_STATUSES = ("stated", "confirmed")
+
+
+def _noun_sharing_copy(slot: str, fam: list[tuple[tuple[int, str], Fact]]) -> tuple[tuple[int, str], Fact] | None:
+    """The entry of ``fam`` (the task's current values of one kind) that a correction under ``slot``
+    replaces through a shared noun (:func:`_share_noun`), or ``None``: ``fam`` holds one value and some
+    slot of it shares a noun with ``slot``; its one user-stated copy (else its first entry) -- or, when
+    the user gave the value for several things ("send all confirmations to john@..." and "my billing
+    email is john@... as well"), the one user-stated copy whose slot shares the noun (none or several:
+    no guess)."""
+    if len({c.value for _, c in fam}) != 1 or not any(_share_noun(slot, k[1]) for k, _ in fam):
+        return None
+    users = [kc for kc in fam if kc[1].status in _USER_STATUSES]
+    if len(users) <= 1:
+        return users[0] if users else fam[0]
+    sharing = [kc for kc in users if _share_noun(slot, kc[0][1])]
+    return sharing[0] if len(sharing) == 1 else None
+
+
 def _key(f: Fact) -> tuple[int, str]:
     """The ledger's key of a fact: its task and :func:`~ctxscore.memory.facts.slot_key` of its slot."""
     return f.task, slot_key(f.slot)
@@ -252,15 +274,17 @@ class FactLedger(Layer):
             if len(same) == 1:
                 self._take_place(*same[0], f)
                 return
-            if not same and len({c.value for _, c in fam}) == 1 and any(_share_noun(key[1], k[1]) for k, _ in fam):
+            rep = _noun_sharing_copy(key[1], fam) if not same else None
+            if rep is not None:
                 # the task's one value of the kind (an assistant's echo of it aside) under a slot sharing a
                 # noun with the correction's ("change the confirmation email to ..." after "send all
-                # confirmations to ..."): it takes the stated copy's place, and the echoes leave
-                rep = next((kc for kc in fam if kc[1].status in ("stated", "confirmed")), fam[0])
-                for k, _ in fam:
-                    if k != rep[0]:
-                        del self.current[k]
-                        self.was.pop(k, None)
+                # confirmations to ..."): it takes the stated copy's place, and the echoes and other
+                # copies under slots sharing the noun leave; the same value the user gave for another
+                # thing stays ("my billing email is ... as well")
+                for kc in fam:
+                    if kc[0] != rep[0] and (kc[1].status not in _USER_STATUSES or _share_noun(key[1], kc[0][1])):
+                        del self.current[kc[0]]
+                        self.was.pop(kc[0], None)
                 self._take_place(*rep, f)
                 return
         elif old is None and correction and f.kind and not _unnamed(f):
