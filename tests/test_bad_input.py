@@ -666,25 +666,34 @@ def test_registry_export_into_a_folder_that_is_not_an_export(tmp_path, capsys):
 @case("M22", "error")
 def test_a_sqlite_database_of_another_application(tmp_path):
     """Opening another application's database added ctxscore's tables and switched it to WAL; one
-    with its own ``messages`` table said "the file was not modified" after both."""
+    with its own ``messages`` table said "the file was not modified" after both. A lone
+    ``meta(key, value)`` of another application (its own rows) was adopted as a store (the schema
+    version written into it); ``meta`` beside a ``messages`` table of other columns got ``sessions``
+    and WAL, then "the file was not modified"."""
     import hashlib
     import sqlite3
 
-    for n, schema in enumerate(("CREATE TABLE users(id INTEGER, name TEXT)", "CREATE TABLE messages(id, body)")):
+    apps = [["CREATE TABLE users(id INTEGER, name TEXT)", "INSERT INTO users VALUES(1, 'a')"],
+            ["CREATE TABLE messages(id, body)", "INSERT INTO messages VALUES(1, 'a')"],
+            ["CREATE TABLE meta(key, value)", "INSERT INTO meta VALUES('app', 'wordpress')"],
+            ["CREATE TABLE meta(key, value)", "CREATE TABLE messages(x)"],
+            ["CREATE TABLE meta(x)"]]
+    for n, schema in enumerate(apps):
         path = tmp_path / f"other_app{n}.db"
         db = sqlite3.connect(path)
-        db.execute(schema)
-        db.execute(f"INSERT INTO {schema.split()[2].split('(')[0]} VALUES(1, 'a')")
+        for sql in schema:
+            db.execute(sql)
         db.commit()
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         db.close()
         before = hashlib.sha256(path.read_bytes()).hexdigest()
         with pytest.raises(StoreError, match="a SQLite database of another application .*the file was not modified"):
             rules_cm(store=str(path))
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == before, schema
         assert not (tmp_path / f"other_app{n}.db-wal").exists()
         db = sqlite3.connect(path)
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")} == {schema.split()[2].split("(")[0]}
+        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")} == tables, schema
         db.close()
     empty = tmp_path / "empty.db"  # an empty file (touch) is a new store
     empty.write_bytes(b"")
@@ -692,6 +701,12 @@ def test_a_sqlite_database_of_another_application(tmp_path):
     cm.add({"role": "user", "content": "hello"})
     cm.close()
     assert [m.content for m in rules_cm(store=str(empty)).messages] == ["hello"]
+    half = tmp_path / "half.db"  # an earlier ctxscore creating the file: an empty meta first, then its tables
+    db = sqlite3.connect(half)
+    db.executescript("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
+                     "CREATE TABLE sessions(session_id TEXT PRIMARY KEY, created REAL, state TEXT);")
+    db.close()
+    rules_cm(store=str(half)).close()
 
 
 @case("M23", "error")

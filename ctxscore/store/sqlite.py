@@ -30,6 +30,7 @@ file, a full disk, a lock held too long) is raised as :class:`~ctxscore.errors.S
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
@@ -76,7 +77,20 @@ CREATE TABLE IF NOT EXISTS events(
     scope TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, created REAL NOT NULL,
     PRIMARY KEY(scope, seq));
 """
+_META = "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);"
 _COLUMNS = "id, turn, role, text, message, prediction, tier, embedding"
+
+
+@functools.cache
+def _schema_columns() -> dict[str, frozenset[str]]:
+    """The columns of every table ctxscore creates (read from :data:`_SCHEMA` in a memory database)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(_META + _SCHEMA)
+        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: frozenset(r[1] for r in db.execute(f'PRAGMA table_info("{t}")')) for t in names}
+    finally:
+        db.close()
 #: The tables a ctxscore store holds, or held (the FTS5 indexes of schema 2-4 and their shadow tables).
 _OUR_TABLES = frozenset({"meta", "sessions", "messages", "records", "events", "messages_fts", "messages_stem"})
 _OUR_TABLE_PREFIXES = ("messages_fts_", "messages_stem_", "sqlite_")
@@ -128,8 +142,11 @@ class SQLiteStore:
             in-memory database.
 
     Raises:
-        StoreError: the path is a folder, the file is not a SQLite database or not a ctxscore store,
-            has another schema version, or cannot be opened; the file is left untouched.
+        StoreError: the path is a folder, the file is not a SQLite database or not a ctxscore store
+            (another application's tables, a ``meta`` table holding other rows, a ``messages`` table
+            without ctxscore's columns), has another schema version, or cannot be opened. A file
+            refused as not ours or of another version is left untouched (checked before any table is
+            created or the journal mode is switched to WAL); the error says so.
     """
 
     #: 3 added the stemmed index, 4 the layer records and events, 5 dropped the FTS5 indexes.
@@ -151,53 +168,79 @@ class SQLiteStore:
             self._db = sqlite3.connect(str(where), check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {where}: {exc}; check the path and its permissions") from None
+        touched = False  # the file was changed (its journal mode): the error must not say it was not
         try:
             self._db.execute("PRAGMA busy_timeout=5000")
             self._check_ours()  # before anything is created or the journal mode is changed
-            self._db.execute("PRAGMA journal_mode=WAL")
+            was = self._db.execute("PRAGMA journal_mode").fetchone()[0].lower()
+            now = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower()
+            touched = now == "wal" and was != "wal"
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._init_schema()
         except (sqlite3.Error, StoreError) as exc:
             self._db.close()
+            kept = ("its journal mode was switched to WAL, nothing else was changed" if touched
+                    else "the file was not modified")
             if isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise StoreError(
                     f"cannot open store {where}: it is locked by another connection (a process in the middle of a "
-                    "write, or one that holds a transaction open) and stayed locked for 5 s; retry, or end that "
-                    "transaction; the file was not modified"
+                    f"write, or one that holds a transaction open) and stayed locked for 5 s; retry, or end that "
+                    f"transaction; {kept}"
                 ) from None
             raise StoreError(
-                f"cannot open store {where}: {exc}. If the file is not a ctxscore store, pass another path; "
-                "the file was not modified."
+                f"cannot open store {where}: {exc}. If the file is not a ctxscore store, pass another path; {kept}."
             ) from None
+
+    def _columns(self, table: str) -> set[str]:
+        return {r[1] for r in self._db.execute(f'PRAGMA table_info("{table}")')}
 
     def _check_ours(self) -> None:
         """Refuse a database that is not a ctxscore store, or one of another schema version, before
-        anything is written: an empty file is new; a file of ours has the table ``meta`` with a
-        ``schema_version`` row, or (being created by another connection: ``meta`` comes first) ``meta``
-        and only tables of ours."""
+        anything is written (it only reads). An empty file is new; a file of ours has the table ``meta``
+        with a ``schema_version`` row, or is one an earlier ctxscore was creating (it created ``meta``
+        first, the version row last): an empty ``meta`` and only tables of ours. Every table of ours
+        the file holds must have at least ctxscore's columns (another application's ``messages`` or
+        ``meta(key, value)`` holding its own rows is refused).
+
+        Raises:
+            StoreError: not a ctxscore store (it names the tables or columns), or another schema version.
+        """
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            return
+        foreign = "it is a SQLite database of another application ({}), not a ctxscore store; pass the path of a new " \
+                  "file or of a ctxscore store"
+        others = sorted(t for t in tables if t not in _OUR_TABLES and not t.startswith(_OUR_TABLE_PREFIXES))
+        for table, want in _schema_columns().items():
+            if table in tables and not want <= (cols := self._columns(table)):
+                raise StoreError(foreign.format(f"its table {table} has the columns {', '.join(sorted(cols))}, not "
+                                                f"ctxscore's {', '.join(sorted(want))}"))
         version = None
         if "meta" in tables:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             version = None if row is None else str(row[0])
-        others = sorted(t for t in tables if t not in _OUR_TABLES and not t.startswith(_OUR_TABLE_PREFIXES))
-        if version is None and tables and ("meta" not in tables or others):  # ours creates meta first
-            shown = ", ".join(others[:5] or sorted(tables)[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-            raise StoreError(f"it is a SQLite database of another application (tables {shown}; no ctxscore "
-                             "schema version), not a ctxscore store; pass the path of a new file or of a ctxscore store")
+        if version is None:
+            rows = self._db.execute("SELECT COUNT(*) FROM meta").fetchone()[0] if "meta" in tables else 0
+            if "meta" not in tables or others or rows:
+                shown = ", ".join(others[:5] or sorted(tables)[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+                held = f"; its meta table holds {rows} other row{'s' * (rows != 1)}" if rows else ""
+                raise StoreError(foreign.format(f"tables {shown}; no ctxscore schema version{held}"))
         if version not in (None, *self.UPGRADES_FROM, str(self.SCHEMA_VERSION)):
             raise StoreError(f"schema version {version} is not one this ctxscore reads "
                              f"({', '.join(self.UPGRADES_FROM)} or {self.SCHEMA_VERSION})")
 
     def _init_schema(self) -> None:
+        """Create what is missing and write the schema version, in one transaction (another process
+        opening the new file at the same time sees no table or all of them, with the version row)."""
         db = self._db
-        db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
-        db.executescript(_SCHEMA)  # creates what is missing (4: records and events)
-        db.execute("BEGIN IMMEDIATE")
-        for table in ("messages_fts", "messages_stem"):  # 5: the FTS5 indexes of 2-4 are not read any more
-            db.execute(f"DROP TABLE IF EXISTS {table}")
-        db.execute("INSERT OR REPLACE INTO meta VALUES('schema_version', ?)", (str(self.SCHEMA_VERSION),))
-        db.execute("COMMIT")
+        drops = "".join(f"DROP TABLE IF EXISTS {t};" for t in ("messages_fts", "messages_stem"))  # 5: not read any more
+        try:
+            db.executescript(f"BEGIN IMMEDIATE;{_META}{_SCHEMA}{drops}"
+                             f"INSERT OR REPLACE INTO meta VALUES('schema_version', '{int(self.SCHEMA_VERSION)}');COMMIT;")
+        except sqlite3.Error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _guard(self, what: str, transaction: bool = False) -> Iterator[sqlite3.Connection]:
