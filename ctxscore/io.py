@@ -152,14 +152,17 @@ def _first_char_of(data: bytes) -> str:
 
 
 def _session_field(obj: dict[str, Any], key: str, where: str) -> str | None:
-    """A session line's ``session_id`` or ``user``: ``None`` when absent, else a non-empty string of valid
-    Unicode (an :class:`InputError` for ``null``, a number, an object ..., which would become "None" or
-    "{'a': 1}")."""
-    if key not in obj:
+    """A session line's ``session_id`` or ``user``: ``None`` when absent or ``null`` (the caller falls back:
+    the session to ``line<n>``, the user to the session id), an integer as its decimal string (``17`` ->
+    ``"17"``), else a non-empty string of valid Unicode (an :class:`InputError` for a float, a boolean, an
+    object or a list, which would become "1.5", "True" or "{'a': 1}", and for a lone surrogate)."""
+    v = obj.get(key)
+    if v is None:
         return None
-    v = obj[key]
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
     if not isinstance(v, str) or not v.strip():
-        raise InputError(f"{where}: {key!r} must be a non-empty string, got {json.dumps(v)[:60]}; "
+        raise InputError(f"{where}: {key!r} must be a non-empty string (or a whole number), got {json.dumps(v)[:60]}; "
                          f"write it as a string (\"{key}\": \"alice-1\") or leave it out")
     try:
         v.encode("utf-8")
@@ -222,10 +225,11 @@ def read_sessions(path: str | Path) -> list[Conversation]:
             if not isinstance(obj["messages"], list) or not obj["messages"]:
                 raise InputError(f"{p}: line {lineno}: 'messages' must be a non-empty list")
             sid = _session_field(obj, "session_id", f"{p}: line {lineno}") or f"line{lineno}"
-            _session_field(obj, "user", f"{p}: line {lineno} (session {sid})")
+            user = _session_field(obj, "user", f"{p}: line {lineno} (session {sid})")
             msgs = _validate_messages(obj["messages"], [f"{p}: line {lineno} (session {sid}) message {i}"
                                                         for i in range(len(obj["messages"]))])
-            sessions.append(Conversation(sid, msgs, {k: v for k, v in obj.items() if k not in ("session_id", "messages")}))
+            extra = {k: v for k, v in obj.items() if k not in ("session_id", "messages", "user")}
+            sessions.append(Conversation(sid, msgs, extra if user is None else {**extra, "user": user}))
         else:
             loose.append(obj)
             lines.append(f"{p}: line {lineno}")

@@ -22,6 +22,7 @@ from ctxscore import ConfigError, ContextManager, InputError, Message, Policy
 from ctxscore.cli import main
 from ctxscore.compress import structured_summary
 from ctxscore.errors import StoreError
+from ctxscore.io import read_sessions
 from ctxscore.scoring.base import Prediction
 from ctxscore.scoring.rules import RuleConfig
 from ctxscore.window.result import WarningKind
@@ -756,21 +757,35 @@ def test_an_input_file_nested_too_deeply(tmp_path, capsys):
 
 @case("M26", "error")
 def test_session_and_user_ids_that_are_not_strings_or_hold_a_lone_surrogate(tmp_path, capsys):
-    """A lone surrogate in ``session_id`` or ``user`` was a UnicodeEncodeError; ``"session_id": null``
-    became the session "None" and ``{"a": 1}`` the session "{'a': 1}"; ``"user": {"id": 5}`` a TypeError."""
+    """A lone surrogate in ``session_id`` or ``user`` was a UnicodeEncodeError; ``"session_id": {"a": 1}``
+    became the session "{'a': 1}", ``1.5`` "1.5", ``true`` "True"; ``"user": {"id": 5}`` a TypeError.
+    ``null`` is an absent field (the session ``line<n>``, the user its session id) and a whole number
+    its decimal string (both were refused for a while)."""
     with pytest.raises(ConfigError, match="session_id holds a lone surrogate"):
         rules_cm(session_id="s\ud83d")
     src = tmp_path / "sessions.jsonl"
     msgs = [{"role": "user", "content": "I prefer window seats."}]
     for line, says in (({"session_id": "s\ud83d"}, "line 1: 'session_id' holds a lone surrogate"),
-                       ({"session_id": None}, "line 1: 'session_id' must be a non-empty string, got null"),
-                       ({"session_id": {"a": 1}}, "line 1: 'session_id' must be a non-empty string, got {\"a\": 1}"),
+                       ({"session_id": {"a": 1}}, "line 1: 'session_id' must be a non-empty string (or a whole number), "
+                                                  "got {\"a\": 1}"),
+                       ({"session_id": 1.5}, "line 1: 'session_id' must be a non-empty string (or a whole number), got 1.5"),
+                       ({"session_id": True}, "line 1: 'session_id' must be a non-empty string (or a whole number), got true"),
+                       ({"session_id": ""}, "line 1: 'session_id' must be a non-empty string"),
                        ({"session_id": "s1", "user": "\ud83d"}, "line 1 (session s1): 'user' holds a lone surrogate"),
-                       ({"session_id": "s1", "user": {"id": 5}}, "line 1 (session s1): 'user' must be a non-empty string")):
+                       ({"session_id": "s1", "user": {"id": 5}}, "line 1 (session s1): 'user' must be a non-empty string"),
+                       ({"session_id": "s1", "user": ["a"]}, "line 1 (session s1): 'user' must be a non-empty string")):
         src.write_text(json.dumps({**line, "messages": msgs}) + "\n", encoding="utf-8")
         for cmd in ("score", "profile"):
             assert main([cmd, str(src), "--model", "rules"]) == 2
             assert says in capsys.readouterr().err
+    src.write_text("".join(json.dumps({**line, "messages": msgs}) + "\n" for line in (
+        {"session_id": 17, "user": None}, {"session_id": None}, {"session_id": "s3", "user": 42})), encoding="utf-8")
+    assert [s.session_id for s in read_sessions(src)] == ["17", "line2", "s3"]
+    assert main(["score", str(src), "--model", "rules"]) == 0
+    assert [json.loads(r)["session_id"] for r in capsys.readouterr().out.splitlines()] == ["17", "line2", "s3"]
+    assert main(["profile", str(src), "--model", "rules"]) == 0
+    assert [r.split(":")[0] for r in capsys.readouterr().out.splitlines() if r.startswith("user ")] == [
+        "user 17", "user line2", "user 42"]
 
 
 @case("M27", "error")
