@@ -408,17 +408,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ctxscore`` command; returns the exit status."""
+    """Entry point of the ``ctxscore`` command; returns the exit status: 2 for a ctxscore error (bad input,
+    a JSON input nested too deeply included: the reader names it) or a failed write, with the message;
+    any other exception (a bug, a ``RecursionError`` after reading) is raised, not reported as bad input."""
     args = build_parser().parse_args(argv)
     logging.getLogger("ctxscore").setLevel(logging.ERROR)  # window warnings are printed by the commands
     try:
         return args.func(args)
     except CtxScoreError as exc:
         print(f"ctxscore: error: {exc}", file=sys.stderr)
-        return 2
-    except RecursionError:  # a value nested too deeply for a step after reading (the reader names the line)
-        print("ctxscore: error: the input nests arrays and objects too deeply to be processed; "
-              "write flatter values", file=sys.stderr)
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0

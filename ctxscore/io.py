@@ -172,13 +172,17 @@ def _session_field(obj: dict[str, Any], key: str, where: str) -> str | None:
     return v
 
 
-def _validate_messages(items: list[Any], where: list[str]) -> list[dict[str, Any]]:
+def _validate_messages(items: list[Any], where: list[str], src: str) -> list[dict[str, Any]]:
     """``items`` after checking them as one conversation (each a valid message, ids unique, every tool
-    message after its call), each named in an error by ``where`` (its file and line)."""
+    message after its call), each named in an error by ``where`` (its file and line); ``src`` (the
+    file, or its line) names a conversation nested too deeply to be checked."""
     from .window.history import History  # noqa: PLC0415 - the window package imports this module
     from .window.ingest import validate  # noqa: PLC0415
 
-    validate(items, History(), 0, where)
+    try:
+        validate(items, History(), 0, where)
+    except RecursionError:  # read, but too deep to be checked (the reader stops near 1,000 levels)
+        raise InputError(f"{src}: {TOO_DEEP}") from None
     return items
 
 
@@ -191,7 +195,8 @@ def read_sessions(path: str | Path) -> list[Conversation]:
 
     Raises:
         InputError: missing file or a folder, a file above :data:`MAX_FILE_BYTES`, non-UTF-8 bytes,
-            malformed JSON (with the line number), a line that is neither a message nor a session,
+            malformed JSON (with the line number), JSON nested too deeply to be read or checked (about
+            1,000 levels), a line that is neither a message nor a session,
             an invalid message (unknown role, empty content, a lone surrogate ...), or no messages.
     """
     p = Path(path)
@@ -214,7 +219,7 @@ def read_sessions(path: str | Path) -> list[Conversation]:
             raise InputError(f"{p}: {TOO_DEEP}") from None
         if not data:
             raise InputError(f"{p}: the JSON array is empty; give at least one message")
-        return [Conversation(None, _validate_messages(data, [f"{p}: message {i}" for i in range(len(data))]))]
+        return [Conversation(None, _validate_messages(data, [f"{p}: message {i}" for i in range(len(data))], str(p)))]
     sessions: list[Conversation] = []
     loose: list[dict[str, Any]] = []
     lines: list[str] = []
@@ -227,7 +232,7 @@ def read_sessions(path: str | Path) -> list[Conversation]:
             sid = _session_field(obj, "session_id", f"{p}: line {lineno}") or f"line{lineno}"
             user = _session_field(obj, "user", f"{p}: line {lineno} (session {sid})")
             msgs = _validate_messages(obj["messages"], [f"{p}: line {lineno} (session {sid}) message {i}"
-                                                        for i in range(len(obj["messages"]))])
+                                                        for i in range(len(obj["messages"]))], f"{p}: line {lineno}")
             extra = {k: v for k, v in obj.items() if k not in ("session_id", "messages", "user")}
             sessions.append(Conversation(sid, msgs, extra if user is None else {**extra, "user": user}))
         else:
@@ -236,7 +241,7 @@ def read_sessions(path: str | Path) -> list[Conversation]:
     if sessions and loose:
         raise InputError(f"{p}: mixes session lines and message lines; use one format per file")
     if loose:
-        return [Conversation(None, _validate_messages(loose, lines))]
+        return [Conversation(None, _validate_messages(loose, lines, str(p)))]
     if not sessions:
         raise InputError(f"{p}: no messages found; the file is empty")
     return sessions

@@ -91,3 +91,35 @@ def test_errors_exit_2_with_line_numbers(tmp_path, capsys):
     write_jsonl(src, SESSION)
     assert main(["score", str(src), "--model", "rules", "--rules", str(rules)]) == 2
     assert "not valid TOML" in capsys.readouterr().err
+
+
+def test_a_recursion_error_is_reported_as_too_deep_only_when_reading(tmp_path, capsys, monkeypatch):
+    """main() turned any RecursionError into "the input nests too deeply": a bug in a command (here the
+    window build) was misreported as bad input. Only reading the input turns it into an error naming
+    the file (and line); a tool call whose arguments string nests 990 levels (read, but too deep for
+    the ledger's JSON reader) was "too deeply" too: it is processed, its call gives no facts."""
+    import pytest  # noqa: PLC0415
+
+    from ctxscore.window import ingest  # noqa: PLC0415
+    from ctxscore.window.manager import ContextManager  # noqa: PLC0415
+
+    src = tmp_path / "s.jsonl"
+    deep = "[" * 990 + "]" * 990
+    write_jsonl(src, [*SESSION[:2], {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c9", "type": "function", "function": {"name": "find_hotel", "arguments": deep}}]},
+        {"role": "tool", "tool_call_id": "c9", "content": "none"}])
+    for cmd in (["compress", str(src), "--budget", "4000"], ["score", str(src)]):
+        assert main([*cmd, "--model", "rules"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+
+    def bug(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    with monkeypatch.context() as m:
+        m.setattr(ContextManager, "build", bug)
+        with pytest.raises(RecursionError):
+            main(["compress", str(src), "--budget", "4000", "--model", "rules"])
+    with monkeypatch.context() as m:
+        m.setattr(ingest, "validate", bug)
+        assert main(["score", str(src), "--model", "rules"]) == 2
+        assert f"{src}: the JSON nests arrays and objects too deeply to be read" in capsys.readouterr().err

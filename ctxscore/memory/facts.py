@@ -306,7 +306,7 @@ def _call_facts(msg: Message) -> list[tuple[str, str, str]]:
     for c in msg.tool_calls:
         try:
             args = json.loads(c.arguments) if c.arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply to parse: no call facts
             continue
         for _, path, value in _leaves(args) if isinstance(args, dict) else []:
             if value in c.arguments:
