@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -273,6 +274,53 @@ def test_a_worker_dead_between_the_store_commit_and_redis_leaves_no_stale_hot_st
     with b.turn("s") as cm:  # a turn that ended leaves the hot state in place
         assert len(cm) == 4
     assert b.brought("s") == "current"
+
+
+def redis_away(hot: RedisHotState, *calls: str) -> None:
+    """Make the next call of each of ``hot``'s Redis operations named ``calls`` (as its ``_guard``
+    names them: "record a write", "drop the hot state" ...) fail as if Redis were briefly away."""
+    away, guard = set(calls), hot._guard
+
+    @contextmanager
+    def flaky(what: str):
+        with guard(what):
+            if what in away:
+                away.discard(what)
+                raise redis.ConnectionError("Error 111 connecting to Redis: Connection refused (injected)")
+            yield
+
+    hot._guard = flaky
+
+
+def test_a_turn_whose_write_redis_missed_leaves_no_stale_hot_state(hot_url):
+    """PostgreSQL committed a turn's reply, then Redis was briefly away: the version bump and the
+    drop of the hot state both failed (logged, the write is durable), and the turn's end, Redis back,
+    deleted the turn mark. The next turn took its manager for current (the version never moved),
+    skipped the load and stored the client's resent reply twice. The turn's end now drops the hot
+    state, and the next turn reads the session from the store."""
+    a, b = workers(hot_url, 2)
+    hist = [{"role": "system", "content": "You are a travel agent."}, {"role": "user", "content": "Book HA1 to Paris?"}]
+    reply = {"role": "assistant", "content": "HA1 is available at 09:40; shall I book it?"}
+    with b.turn("s") as cm:
+        cm.sync(hist)
+    with a.turn("s") as cm:
+        assert len(cm) == 2
+    with a.turn("s") as cm:
+        redis_away(a.hot, "record a write", "drop the hot state")
+        cm.add(reply)  # durable; Redis heard nothing
+    with b.turn("s") as cm:
+        res = cm.sync([*hist, reply, {"role": "user", "content": "Yes, book it."}])
+        assert res.mode == "append"
+        assert [m.role for m in cm.messages] == ["system", "user", "assistant", "user"]
+    assert b.brought("s") == "opened"
+    assert [r.message.role for r in b.store.load("s")] == ["system", "user", "assistant", "user"]
+    with b.turn("s") as cm:  # a turn whose writes Redis recorded leaves the hot state in place
+        assert len(cm) == 4
+    assert b.brought("s") == "current"
+    with a.hot.lock("s"):  # the plain lock drops it too
+        redis_away(a.hot, "record a write", "drop the hot state")
+        a.store.add("s", [NewRecord(Message(role="assistant", content="Booked."), "Booked.")])
+    assert a.hot.version("s") is None and b.store.count("s") == 5
 
 
 def test_two_deployments_sharing_one_redis_keep_their_sessions_apart(pg_dsn, pg_url, redis_server_url, redis_prefix):

@@ -20,7 +20,9 @@ a worker needs to continue a session it did not serve last, cheaply and consiste
   turn's token counts (another): a turn costs two round trips besides one per write. A turn that
   never ended -- its worker died, perhaps between a durable write and the version bump that
   records it, or lost its lock -- leaves a mark the next turn finds: that one drops the hot state
-  and reads the session from the durable store (:meth:`RedisHotState.turn`).
+  and reads the session from the durable store (:meth:`RedisHotState.turn`). A turn one of whose
+  durable writes Redis did not record (Redis briefly away) drops the hot state when it ends, or,
+  Redis still away then, leaves its mark.
 
 Predictions are not duplicated in Redis: they are stored with each message, so a worker that never
 saw a session reads them with the messages and never re-scores (``tests/test_redis_state.py``
@@ -138,6 +140,7 @@ class RedisHotState:
             raise ConfigError(f"renew_s must be positive seconds or None, got {renew_s}")
         self.renew_s = renew_s
         self._held: dict[Any, float] = {}  # lock -> renew until (monotonic)
+        self._turns: dict[str, Any] = {}  # session -> the lock this object holds on it (see unrecorded)
         self._held_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
         self._closing = threading.Event()
@@ -318,7 +321,10 @@ class RedisHotState:
         after committing a write to the durable store and before recording it here) or lost the
         lock. The hot state (version, count, tiers) may then be behind the store, so it is dropped
         and the turn starts with no version: the manager is read from the durable store
-        (:meth:`lock` sets no mark).
+        (:meth:`lock` sets no mark). A turn one of whose durable writes went unrecorded here
+        (:meth:`unrecorded`: the version bump failed, Redis away) drops the hot state when it ends
+        (:attr:`TurnState.after` then holds no version), and, when Redis is still away then, its
+        mark stays for the next turn to find.
 
         With ``wait=False`` the lock is tried once: a session held by another worker raises
         :class:`SessionBusy` at once (a caller that waits elsewhere -- the proxy, in its event loop --
@@ -335,15 +341,17 @@ class RedisHotState:
         try:
             yield ts
         finally:
-            with self._held_lock:
-                self._held.pop(lk, None)
+            stale = self._let_go(lk, session_id)
+            if stale:
+                log.warning("a write of session %r to the durable store went unrecorded in the hot state (Redis "
+                            "was away); the turn's end drops the hot state", session_id)
             counts = ts.publish or {}
-            args: list[Any] = [lk.local.token, self.ttl_ms, json.dumps(counts) if counts else ""]
+            args: list[Any] = [lk.local.token, self.ttl_ms, int(stale), json.dumps(counts) if counts else ""]
             for k, v in counts.items():
                 args += [k, v]
             try:
                 version, tierlog, toklog, released = self._end_script(
-                    keys=[lk.name, keys[3], keys[4], keys[0], keys[2], lk.mark], args=args)
+                    keys=[lk.name, keys[3], keys[4], keys[0], keys[2], lk.mark, keys[1]], args=args)
                 lk.local.token = None
                 ts.after = (None if version is None else int(version)), int(tierlog), int(toklog)
             except _redis.RedisError as exc:
@@ -370,8 +378,32 @@ class RedisHotState:
             if not wait:
                 raise SessionBusy(f"session {session_id!r} is held by another worker")
             raise self.busy(session_id)
+        with self._held_lock:
+            self._turns[session_id] = lk
         if self.renew_s is not None:
             self._keep(lk)
+
+    def _let_go(self, lk: Any, session_id: str) -> bool:
+        """Stop renewing ``lk`` and forget it as the session's holder; whether a write of its turn went
+        unrecorded (:meth:`unrecorded`)."""
+        with self._held_lock:
+            self._held.pop(lk, None)
+            if self._turns.get(session_id) is lk:
+                del self._turns[session_id]
+        return bool(getattr(lk, "stale", False))
+
+    def unrecorded(self, session_id: str) -> bool:
+        """Note that a write of the turn this object holds on ``session_id`` reached the durable store
+        but not Redis (:meth:`bump` failed): the hot state may be behind the store even when dropping
+        it (:meth:`forget`) failed too, Redis being away, so the turn's end drops it (:meth:`turn`,
+        :meth:`lock`); if Redis is still away then, the turn mark stays and the next turn drops it.
+        :class:`HotStore` calls this. Returns whether this object holds the session (``False``: a
+        write outside any turn, nothing noted)."""
+        with self._held_lock:
+            lk = self._turns.get(session_id)
+            if lk is not None:
+                lk.stale = True
+        return lk is not None
 
     def busy(self, session_id: str) -> StoreError:
         """The error of a turn that waited ``lock_wait_s`` for the session in vain."""
@@ -404,8 +436,12 @@ class RedisHotState:
         try:
             yield
         finally:
-            with self._held_lock:
-                self._held.pop(lk, None)
+            if self._let_go(lk, session_id):  # a write went unrecorded (unrecorded): drop the hot state
+                try:
+                    self.forget(session_id)
+                except StoreError as exc:
+                    log.warning("%s; the hot state of session %r may be behind the durable store until it "
+                                "expires", exc, session_id)
             try:
                 lk.release()
             except _redis.exceptions.LockError:
@@ -472,16 +508,19 @@ return {redis.call('hmget', KEYS[2], 'version', 'messages', 'detached', 'gen'), 
         redis.call('llen', KEYS[3]), redis.call('llen', KEYS[4]), dropped}
 """
 
-# KEYS: lock, token counts, token-count log, meta, tierlog, turn mark; ARGV: token, TTL ms, the counts as
-# one JSON object ('' when none), then key, count, key, count ... Publishes the counts, deletes the turn
-# mark and releases the lock when they are still this token's (the lock: redis-py's release script),
-# reads the version and the logs' lengths.
+# KEYS: lock, token counts, token-count log, meta, tierlog, turn mark, tiers; ARGV: token, TTL ms, stale (1:
+# a write of the turn went unrecorded, RedisHotState.unrecorded), the counts as one JSON object ('' when
+# none), then key, count, key, count ... A stale turn drops the hot state (meta, tiers, tier log: the
+# durable store may be ahead of it). Publishes the counts, deletes the turn mark and releases the lock
+# when they are still this token's (the lock: redis-py's release script), reads the version and the logs'
+# lengths. When this script cannot run (Redis away), the mark stays: the next turn drops the hot state.
 _END_TURN = """
+if ARGV[3] == '1' then redis.call('del', KEYS[4], KEYS[7], KEYS[5]) end
 if redis.call('get', KEYS[6]) == ARGV[1] then redis.call('del', KEYS[6]) end
-if ARGV[3] ~= '' then
-  for i = 4, #ARGV, 2 do redis.call('hset', KEYS[2], ARGV[i], ARGV[i + 1]) end
+if ARGV[4] ~= '' then
+  for i = 5, #ARGV, 2 do redis.call('hset', KEYS[2], ARGV[i], ARGV[i + 1]) end
   redis.call('pexpire', KEYS[2], ARGV[2])
-  redis.call('rpush', KEYS[3], ARGV[3])
+  redis.call('rpush', KEYS[3], ARGV[4])
   redis.call('pexpire', KEYS[3], ARGV[2])
 end
 local released = 0
@@ -569,9 +608,12 @@ class HotStore:
     when the wrapped store does) by delegation: :meth:`add` and :meth:`set_tiers` write the durable
     store first and then bump the session's version (tiers and message count included);
     :meth:`load` skips the durable store when the count says there is nothing new; :meth:`detach`
-    drops the hot state. Every writer of a session shared this way must write through a HotStore. A Redis failure after a durable write is logged and drops nothing: the write is
-    acknowledged (it is durable), and the session's hot state is rebuilt by the next worker that
-    finds it missing or stale.
+    drops the hot state. Every writer of a session shared this way must write through a HotStore.
+    A Redis failure after a durable write is logged, not raised: the write is acknowledged (it is
+    durable); the session's hot state is dropped at once and, when the write ran in a turn this
+    process holds, again when the turn ends (:meth:`RedisHotState.unrecorded`; Redis still away
+    then, the turn's mark makes the next turn drop it), and the next worker that finds it missing
+    rebuilds it from the durable store.
 
     Args:
         store: the durable store (usually :class:`~ctxscore.store.postgres.PostgresStore`).
@@ -601,10 +643,17 @@ class HotStore:
             self.hot.bump(session_id, **kw)
         except StoreError as exc:
             log.warning("%s; the write is durable, the session's hot state is rebuilt when Redis is back", exc)
-            try:
-                self.hot.forget(session_id)
-            except StoreError:
-                pass
+            self._unrecorded(session_id)
+
+    def _unrecorded(self, session_id: str) -> None:
+        """A durable write Redis did not record: drop the hot state now, and again when the turn ends
+        (:meth:`RedisHotState.unrecorded`: dropping it now may fail too, and a later write of the turn
+        may write a hot state without this one)."""
+        self.hot.unrecorded(session_id)
+        try:
+            self.hot.forget(session_id)
+        except StoreError:
+            pass
 
     def add(self, session_id: str, records: Sequence[NewRecord]) -> list[StoredMessage]:
         """:meth:`Store.add`, then bump the session's version."""
@@ -634,10 +683,7 @@ class HotStore:
             self.hot.detached(session_id, from_turn)
         except StoreError as exc:
             log.warning("%s", exc)
-            try:
-                self.hot.forget(session_id)
-            except StoreError:
-                pass
+            self._unrecorded(session_id)
         return target
 
     def get(self, session_id: str, message_id: str) -> StoredMessage | None:
