@@ -261,6 +261,57 @@ def test_a_request_waiting_for_another_proxys_session_holds_no_worker_thread(pg_
     assert stored(pg_url, "cyc-2") == [("user", "quick two"), ("assistant", "ok")]
 
 
+def test_a_request_waiting_for_a_session_backs_off_and_keeps_its_deadline(pg_url, redis_server_url, redis_prefix):
+    """A request waiting for a session another process held tried the lock every 5 ms, each try a
+    thread hop and a Redis round trip (about 200 a second: 100 waiting requests made 20,000). The
+    pauses now double from 5 ms up to 50 ms: a request waiting about 1 s tries at most 40 times and
+    still starts soon after the release; one waiting past ``lock_wait_s`` is busy at its deadline."""
+    import asyncio
+    import itertools
+
+    from ctxscore import ContextManager
+    from ctxscore.errors import StoreError
+    from ctxscore.serve.app import SharedProxySessions, _Session
+    from ctxscore.store.redis_state import SharedSessions
+
+    def proxy(**hot) -> SharedProxySessions:
+        state = RedisHotState(redis_server_url, prefix=redis_prefix, **hot)
+        return SharedProxySessions(SharedSessions(open_store(pg_url, redis=state), ContextManager, budget=BUDGET,
+                                                  scorer="rules"), 16)
+
+    holder, waiter, impatient = proxy(), proxy(), proxy(lock_wait_s=0.3)
+    tries: list[float] = []
+    enter = waiter.enter
+
+    def counted(s, wait=True):
+        tries.append(time.monotonic())
+        return enter(s, wait)
+
+    waiter.enter = counted
+    try:
+        held = _Session("wait-1", None)
+        asyncio.run(holder.take(held))  # another process's turn, in its model call
+        with pytest.raises(StoreError, match="busy"):
+            t0 = time.monotonic()
+            asyncio.run(impatient.take(_Session("wait-1", None)))
+        assert 0.3 <= time.monotonic() - t0 < 0.6
+        release = threading.Timer(1.0, holder.leave, args=(held,))
+        t0 = time.monotonic()
+        release.start()
+        mine = _Session("wait-1", None)
+        asyncio.run(waiter.take(mine))
+        waited = time.monotonic() - t0
+        waiter.leave(mine)
+        release.join()
+        assert 1.0 <= waited < 1.5, waited  # started soon after the release (at most ~60 ms of pause)
+        assert 10 <= len(tries) <= 40, len(tries)  # 180 before, about 22 now
+        gaps = [b - a for a, b in itertools.pairwise(tries)]
+        assert gaps[0] < 0.05 and max(gaps) < 0.25, gaps
+    finally:
+        for p in (holder, waiter, impatient):
+            p.close()
+
+
 def test_bad_shared_settings_are_config_errors(pg_url, tmp_path):
     with pytest.raises(ConfigError, match="needs a server store"):
         create_app("http://127.0.0.1:9/v1", 1000, store=str(tmp_path / "s.db"), redis="redis://127.0.0.1:6390/0")

@@ -101,6 +101,8 @@ class RedisHotState:
             still loses it after ``lock_timeout_s``; ``None`` (default): no renewal.
         lock_poll_s: seconds between two tries of a worker waiting for the lock (redis-py's ``Lock``
             polls; its default, 0.1 s, made a waiter start up to 100 ms after the holder released).
+            The proxy's waiting requests start with this pause and back off from it
+            (``ctxscore.serve.app.SharedProxySessions.take``).
 
     Raises:
         ConfigError: redis-py is not installed, or a bad argument (a URL it cannot read included).
