@@ -22,6 +22,7 @@ redis = pytest.importorskip("redis")
 from ctxscore.store.redis_state import (  # noqa: E402
     HotStore,
     RedisHotState,
+    SessionBusy,
     SharedSessions,
     SharedTokenCounter,
     text_key,
@@ -368,6 +369,65 @@ def test_two_deployments_sharing_one_redis_keep_their_sessions_apart(pg_dsn, pg_
         url = urlsplit(pg_dsn)  # the identity holds the server, database and schema, no credentials
         kind, _server, database, held = x1.store.store.identity.split(" ")
         assert (kind, database, held) == ("postgresql", url.path.lstrip("/"), x1.store.store.schema)
+    finally:
+        for w in made:
+            w.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def other_spelling(url: str) -> str:
+    """``url`` with its host spelled another way (``127.0.0.1`` <-> ``localhost``, a name -> its address)."""
+    import socket
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    other = "localhost" if host == "127.0.0.1" else socket.gethostbyname(host)
+    if other == host:
+        pytest.skip(f"no other spelling of the PostgreSQL host {host!r}")
+    user, _, hostport = parts.netloc.rpartition("@")
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}@{other}{port}" if user else f"{other}{port}"))
+
+
+def test_workers_spelling_the_host_differently_share_the_lock_without_the_system_identifier(
+        pg_dsn, pg_url, redis_server_url, redis_prefix, monkeypatch):
+    """Where the store's role may not call pg_control_system() (managed services revoke it from
+    PUBLIC), the store identity fell back to the host and port as written: workers of one
+    deployment spelling the host differently got other Redis namespaces and no longer shared the
+    session lock. The identity is then the random id the store keeps in its schema (one per
+    schema: another schema of the same database stays apart)."""
+    import uuid
+
+    import psycopg
+    from _servers import with_query
+
+    from ctxscore.store import postgres
+
+    monkeypatch.setattr(postgres, "_SYSTEM_ID_SQL", "SELECT system_identifier FROM ctx_no_such_function()")
+    schema = "t_" + uuid.uuid4().hex[:12]
+
+    def worker(url: str) -> SharedSessions:
+        return SharedSessions(open_store(url, redis=RedisHotState(redis_server_url, prefix=redis_prefix)),
+                              ContextManager, budget=3000, scorer="rules")
+
+    made = []
+    try:
+        made += [worker(pg_url), worker(other_spelling(pg_url)), worker(with_query(pg_dsn, schema=schema))]
+        x1, x2, y = made
+        assert x1.store.store.identity == x2.store.store.identity
+        assert x1.store.store.identity.split(" ")[1].startswith("store:")
+        assert x1.hot.namespace == x2.hot.namespace != y.hot.namespace
+        with x1.turn("s") as cm:
+            cm.add({"role": "user", "content": "held by the first worker"})
+            with pytest.raises(SessionBusy), x2.turn("s", wait=False):
+                pass
+            with y.turn("s", wait=False):  # the other schema's session of the same id
+                pass
+        with x2.turn("s") as cm:
+            assert [m.content for m in cm.messages] == ["held by the first worker"]
+        assert x2.brought("s") == "opened"
     finally:
         for w in made:
             w.close()

@@ -41,7 +41,7 @@ def test_migrations_are_recorded_once(pg_url):
         rows = conn.execute("SELECT version, name, checksum FROM ctx_schema_migrations ORDER BY version").fetchall()
     files = {m.version: m for m in migrations()}
     required = [m.version for m in files.values() if m.requires is None]
-    assert [r[0] for r in rows if files[r[0]].requires is None] == required == [1, 2]
+    assert [r[0] for r in rows if files[r[0]].requires is None] == required == [1, 2, 4]
     assert all(files[v].checksum == c and files[v].name == n for v, n, c in rows)
     assert s.pgvector == (3 in [r[0] for r in rows])
     s.close()
@@ -87,6 +87,40 @@ def test_concurrent_first_opens_migrate_once(pg_url):
     with admin(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM ctx_schema_migrations WHERE version = 1").fetchone()[0] == 1
     for s in stores:
+        s.close()
+
+
+def test_concurrent_first_opens_agree_on_one_store_id(pg_url, monkeypatch):
+    """Without the server's system identifier (a role that may not call pg_control_system()) the
+    identity is the store's own id, written by the first open that needs it: opens racing for it
+    agree on one; a deleted id (a copy of the database) is written anew at the next open."""
+    from ctxscore.store import postgres
+
+    monkeypatch.setattr(postgres, "_SYSTEM_ID_SQL", "SELECT system_identifier FROM ctx_no_such_function()")
+    PostgresStore(pg_url).close()  # migrated; the id is written below, by the racing opens
+    with admin(pg_url) as conn:
+        conn.execute("DELETE FROM ctx_store")
+    stores, errors = [], []
+
+    def open_one() -> None:
+        try:
+            stores.append(PostgresStore(pg_url, pool_min=1, pool_max=1))
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and len({s.identity for s in stores}) == 1
+    with admin(pg_url) as conn:
+        (stored,) = conn.execute("SELECT store_id FROM ctx_store").fetchall()
+        assert stores[0].identity.split(" ")[1] == f"store:{stored[0]}"
+        conn.execute("DELETE FROM ctx_store")
+    again = PostgresStore(pg_url)
+    assert again.identity != stores[0].identity
+    for s in [*stores, again]:
         s.close()
 
 

@@ -41,9 +41,11 @@ Failures of the server, the network or the pool are raised as :class:`~ctxscore.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -86,6 +88,9 @@ URL_OPTIONS = ("schema", "pool_min", "pool_max", "timeout", "redis")
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _COLUMNS = "id, turn, role, text, text_exact, message, prediction, tier, embedding"
+#: The server's system identifier (the same however a worker spells the host), for :attr:`PostgresStore.identity`.
+_SYSTEM_ID_SQL = "SELECT system_identifier FROM pg_control_system()"
+log = logging.getLogger("ctxscore")
 
 def _require_driver() -> None:
     if psycopg is None:
@@ -154,11 +159,16 @@ class PostgresStore:
             this object keeps in memory (LRU).
 
     Attributes:
-        identity: what names this store's data -- the server's cluster (system identifier; the
-            host and port given when the role may not read it), the database and the schema; no
-            user or password. A :class:`~ctxscore.store.redis_state.HotStore` namespaces its Redis
-            keys by a hash of it, so deployments on other databases or schemas sharing one Redis
-            never share a session's hot state or lock.
+        identity: what names this store's data -- the server's cluster (its system identifier;
+            when the role may not read it, as on managed services that revoke
+            ``pg_control_system()`` from PUBLIC, the random id the store keeps in its schema,
+            ``store:<hex>``, migration 0004), the database and the schema; no user, password or
+            host. A :class:`~ctxscore.store.redis_state.HotStore` namespaces its Redis keys by a
+            hash of it, so deployments on other databases or schemas sharing one Redis never share
+            a session's hot state or lock, and workers of one deployment share them however they
+            spell the host. A copy of the database made with ``pg_dump`` keeps the schema's id:
+            before its deployment shares a Redis (and prefix) with the original's on such a server,
+            ``DELETE FROM ctx_store`` in the copy (the next open writes a new id).
 
     Raises:
         ConfigError: psycopg is not installed, or a bad argument.
@@ -206,8 +216,8 @@ class PostgresStore:
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, int(timeout)), options=options) as conn:
                 self._check_server(conn)
-                self.identity = self._identity(conn, base, schema)
                 migrations.migrate(conn, schema)
+                self.identity = self._identity(conn, base, schema)
                 self.pgvector = 3 in migrations.applied_versions(conn)
                 if self.pgvector:
                     self._backfill_vectors(conn)
@@ -248,16 +258,34 @@ class PostgresStore:
                              "UTF8 (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0). Nothing was changed")
     @staticmethod
     def _identity(conn: Any, base: dict[str, Any], schema: str | None) -> str:
-        """What names this store's data for :attr:`identity`: the server's cluster (its system
-        identifier, the same however a worker spells the host; the host and port given when the role
-        may not read it), the database and the schema."""
+        """What names this store's data for :attr:`identity` (on a migrated connection): the server's
+        cluster (its system identifier, the same however a worker spells the host; when the role may
+        not read it, the store's own id, :meth:`_store_id`), the database and the schema."""
         try:
             with conn.transaction():
-                server = str(conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()[0])
-        except psycopg.Error:  # a role without the function's privilege
-            server = f"{base.get('host') or 'localhost'}:{base.get('port') or '5432'}"
+                server = str(conn.execute(_SYSTEM_ID_SQL).fetchone()[0])
+        except psycopg.Error:  # a role without the function's privilege (managed services revoke it)
+            try:
+                server = f"store:{PostgresStore._store_id(conn)}"
+            except psycopg.Error as exc:  # e.g. a role that may not read ctx_store
+                server = f"{base.get('host') or 'localhost'}:{base.get('port') or '5432'}"
+                log.warning("cannot read the store id (%s); the Redis namespace of this store names the host as "
+                            "written, %s: give every worker the same spelling", _first_line(exc), server)
         db, default = conn.execute("SELECT current_database(), current_schema()").fetchone()
         return f"postgresql {server} {db} {schema or default}"
+
+    @staticmethod
+    def _store_id(conn: Any) -> str:
+        """The random id kept in the schema's ``ctx_store`` (migration 0004), written the first time
+        it is needed: concurrent first opens insert with ``ON CONFLICT DO NOTHING`` and read back the
+        one row, so they agree (three statements, each its own transaction on this autocommit
+        connection: the last one sees the row another open committed, at any isolation level)."""
+        row = conn.execute("SELECT store_id FROM ctx_store").fetchone()
+        if row is None:
+            conn.execute("INSERT INTO ctx_store(store_id) VALUES (%s) ON CONFLICT (one) DO NOTHING",
+                         (uuid.uuid4().hex,))
+            row = conn.execute("SELECT store_id FROM ctx_store").fetchone()
+        return str(row[0])
 
     def _backfill_vectors(self, conn: Any) -> None:
         """Copy the embeddings stored before pgvector was installed into ``embedding_v``."""

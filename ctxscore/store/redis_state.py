@@ -165,9 +165,11 @@ class RedisHotState:
     def bind(self, identity: str) -> None:
         """Namespace every key by the durable store this hot state caches: ``{prefix}:{ns}:{{session}}:...``,
         ``ns`` the first 12 hex digits of the BLAKE2b hash of ``identity`` (a store's
-        :attr:`~ctxscore.store.postgres.PostgresStore.identity`: server, database, schema; nothing
-        secret). Two deployments on other databases or schemas that share one Redis URL (and
-        prefix) then never share a session's keys. :class:`HotStore` calls this.
+        :attr:`~ctxscore.store.postgres.PostgresStore.identity`: the server's system identifier, or
+        the store's own id where it is not readable, the database and the schema; no host, nothing
+        secret). Two deployments on other databases or schemas that share one Redis URL (and prefix)
+        then never share a session's keys, and workers of one deployment share them however they
+        spell the host. :class:`HotStore` calls this.
 
         Raises:
             ConfigError: this object is already bound to another store (one hot state per store).
