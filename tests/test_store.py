@@ -313,3 +313,25 @@ def test_a_damaged_embedding_is_a_store_error_naming_the_row_and_leaves_the_inde
     assert sorted(h.id for h in s.search("s", "hotel")) == ["m0", "m1", "m2"]
     assert [m.id for m in s._indexes["s"].messages] == ["m0", "m1", "m2"]
     s.close()
+
+
+def test_a_manager_adding_after_another_rebased_the_session_reads_it_again(tmp_path):
+    """Two managers on one session file; B syncs an edited history (a rebase), then A adds: A's add
+    returned an old detached message ('Booked HA1 ...') and A's history kept the detached turns (a new
+    user's report)."""
+    from ctxscore import ContextManager
+
+    store = str(tmp_path / "s.db")
+    base = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Book flight HA1 to Oslo"},
+            {"role": "assistant", "content": "Booked HA1 to Oslo, ref ABC"}, {"role": "user", "content": "thanks"}]
+    a = ContextManager(budget=3000, scorer="rules", store=store, session_id="s")
+    a.sync(base)
+    b = ContextManager(budget=3000, scorer="rules", store=store, session_id="s")
+    assert b.sync(base[:1] + [{"role": "user", "content": "Actually book HA2 to Rome"}]).mode == "rebased"
+    got = a.add({"role": "assistant", "content": "Anything else?"})
+    assert got.content == "Anything else?" and got.turn == 2
+    want = ["sys", "Actually book HA2 to Rome", "Anything else?"]
+    assert [m.content for m in a.messages] == want
+    assert [m.content for m in ContextManager(budget=3000, scorer="rules", store=store, session_id="s").messages] == want
+    assert "HA1" not in str(a.build().messages)
+    a.close(), b.close()

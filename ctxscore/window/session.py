@@ -100,6 +100,8 @@ class SessionState:
         scored = ingest.score(self.scorer, self.rules, msgs, len(self.history))
         rows = self.store.add(self.session_id, ingest.records(scored, self.history, self.rules))
         if rows[0].turn != len(self.history):  # another writer appended in between: read its messages first
+            if rows[0].turn < len(self.history):  # another manager rebased the session since (an edited
+                self.reset()  # history moved to a detached session): what this one holds is no longer it
             self.catch_up()
             return [self.history.entries[r.turn].msg for r in rows]
         start = len(self.history)
