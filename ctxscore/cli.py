@@ -281,21 +281,23 @@ def _print_verify(sid: str, builds: list[Any], full: list[Any], n: int, budget: 
         print(f"  {f}")
 
 
-def _positive_int(s: str) -> int:
+def _int(s: str, what: str) -> int:
+    """``s`` as an int, or the argparse error "expected <what>, got ..."."""
     try:
-        v = int(s)
+        return int(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of tokens, got {s!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {s!r}") from None
+
+
+def _positive_int(s: str) -> int:
+    v = _int(s, "a whole number of tokens")
     if v <= 0:
         raise argparse.ArgumentTypeError(f"budget must be positive, got {v}")
     return v
 
 
 def _count(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
+    v = _int(s, "a whole number")
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {v}")
     return v
@@ -319,10 +321,7 @@ def _positive_float(s: str) -> float:
 
 
 def _port(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {s!r}") from None
+    v = _int(s, "a port number")
     if not 1 <= v <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {v}")
     return v

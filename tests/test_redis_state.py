@@ -247,6 +247,17 @@ def test_a_turn_that_outlives_its_lock_drops_the_hot_state(hot_url):
     assert a.brought("s") == "opened"
 
 
+def _resend_reads_the_store_again(b, hist: list[dict], reply: dict) -> None:
+    """Worker ``b`` takes the next turn with the client's resent history: it opens the session from
+    the store and stores the reply once."""
+    with b.turn("s") as cm:
+        res = cm.sync([*hist, reply, {"role": "user", "content": "Yes, book it."}])
+        assert res.mode == "append"
+        assert [m.role for m in cm.messages] == ["system", "user", "assistant", "user"]
+    assert b.brought("s") == "opened"
+    assert [r.message.role for r in b.store.load("s")] == ["system", "user", "assistant", "user"]
+
+
 def test_a_worker_dead_between_the_store_commit_and_redis_leaves_no_stale_hot_state(hot_url):
     """A worker killed after PostgreSQL committed its reply but before Redis recorded it: once its
     lock expired, another worker took its manager for current (the version never moved), skipped the
@@ -266,12 +277,7 @@ def test_a_worker_dead_between_the_store_commit_and_redis_leaves_no_stale_hot_st
     a.store.hot.bump = lambda *args, **kw: None  # the process dies right after the commit: Redis never hears
     cm.add(reply)
     time.sleep(1.3)  # its lock expires; the turn never ends
-    with b.turn("s") as cm:
-        res = cm.sync([*hist, reply, {"role": "user", "content": "Yes, book it."}])
-        assert res.mode == "append"
-        assert [m.role for m in cm.messages] == ["system", "user", "assistant", "user"]
-    assert b.brought("s") == "opened"
-    assert [r.message.role for r in b.store.load("s")] == ["system", "user", "assistant", "user"]
+    _resend_reads_the_store_again(b, hist, reply)
     with b.turn("s") as cm:  # a turn that ended leaves the hot state in place
         assert len(cm) == 4
     assert b.brought("s") == "current"
@@ -309,12 +315,7 @@ def test_a_turn_whose_write_redis_missed_leaves_no_stale_hot_state(hot_url):
     with a.turn("s") as cm:
         redis_away(a.hot, "record a write", "drop the hot state")
         cm.add(reply)  # durable; Redis heard nothing
-    with b.turn("s") as cm:
-        res = cm.sync([*hist, reply, {"role": "user", "content": "Yes, book it."}])
-        assert res.mode == "append"
-        assert [m.role for m in cm.messages] == ["system", "user", "assistant", "user"]
-    assert b.brought("s") == "opened"
-    assert [r.message.role for r in b.store.load("s")] == ["system", "user", "assistant", "user"]
+    _resend_reads_the_store_again(b, hist, reply)
     with b.turn("s") as cm:  # a turn whose writes Redis recorded leaves the hot state in place
         assert len(cm) == 4
     assert b.brought("s") == "current"

@@ -446,7 +446,7 @@ def archive_stub(message_id: str, text: str, words: int = 8) -> str:
 
 #: A character of a word or value that a stub must not split (not a space, CJK text or CJK punctuation).
 _STUB_TOKEN = re.compile(r"[^\s\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]")
-_STUB_TAIL = re.compile(r"[^\s\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef]*$")
+_STUB_TAIL = re.compile(_STUB_TOKEN.pattern + "*$")
 
 
 class ExtractiveCompressor:

@@ -114,19 +114,16 @@ def records(scored: Sequence[Scored], history: History, rules: RuleClassifier) -
     return out
 
 
-def record(s: Scored, history: History, rules: RuleClassifier, prev: Sequence[str] | None = None,
-           today: date | None = None) -> NewRecord:
+def record(s: Scored, history: History, rules: RuleClassifier, prev: Sequence[str], today: date | None) -> NewRecord:
     """The store record of a scored message. Its index context (searched with a lower weight than the
-    text): the start of the previous messages (the question it answers; ``prev``, default the
-    history's last ones), its facts named by their slots (``pickup time 17:00``) and the session's
-    date when one is known (the message's own, else ``today``, default the history's)."""
+    text): the start of the previous messages (``prev``: the question it answers), its facts named
+    by their slots (``pickup time 17:00``) and the session's date when one is known (the message's
+    own, else ``today``)."""
     p = s.pred
     cfg = rules.config
     msg = replace(s.msg, turn=None)
-    today = session_date(msg) or (history.today if today is None else today)
+    today = session_date(msg) or today
     facts = extract_facts(msg, history.task_no, FactContext(cfg, today=today, spans=lambda t: typed_entity_spans(t, cfg)))
-    if prev is None:
-        prev = [e.text for e in history.entries[-CONTEXT_MESSAGES:]]
     context = "\n".join([*(t[:CONTEXT_CHARS] for t in prev),
                          "; ".join(f"{f.slot} {f.value}" for f in facts[:CONTEXT_FACTS]),
                          f"date {today.isoformat()}" if today else ""]).strip()

@@ -172,6 +172,8 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     idents = identifier_terms(terms)
     holds = (lambda h: _holds(history, h.id, idents)) if idents else None
     hits = above_floor(hits, policy, holds)
+    copy = _copies(history)  # once for the build's planners: a copy of a better hit or a shown message
+    hits = [h for h in hits if (i := history.ids.get(h.id)) is not None and not copy(i)]
     if not hits:
         return PageInPlan()
     first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place", excess=excess)
@@ -380,11 +382,8 @@ class _Planner:
         cands: list[tuple[str, int]] = []  # (hit id, entry to show)
         shown_above: list[int] = []  # per candidate: how many hits verbatim in the window rank above it
         verbatim: list[int] = []  # the units of those hits, best first
-        copies = _copies(self.h)
-        for h in hits:
-            i = ids.get(h.id)
-            if i is None or copies(i):
-                continue
+        for h in hits:  # known, and no copies (plan_page_in)
+            i = ids[h.id]
             if entries[i].successor is not None:  # what replaced a hit is never evicted to make room
                 self.keep.add(entries[entries[i].successor].unit)  # type: ignore[index]
             if entries[i].tier != Tier.VERBATIM:
