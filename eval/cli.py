@@ -196,7 +196,8 @@ def _run_inputs(args: argparse.Namespace) -> tuple[list, list[Budget]]:
     """The sessions and budgets of ``eval run``.
 
     Raises:
-        SystemExit: (exit status 2) a missing or malformed session file, a bad budget, no sessions.
+        SystemExit: (exit status 2) a missing or malformed session file, a bad budget, no sessions,
+            a ``--feedback-budgets`` key that is not one of the budgets.
     """
     try:
         sessions = load_sessions(args.sessions, args.max_sessions)
@@ -206,6 +207,12 @@ def _run_inputs(args: argparse.Namespace) -> tuple[list, list[Budget]]:
         raise SystemExit(2) from None
     if not sessions:
         print(f"error: {args.sessions} holds no sessions", file=sys.stderr)
+        raise SystemExit(2)
+    keys = [b.key for b in budgets]
+    unknown = [k for k in (args.feedback_budgets or "").split(",") if k.strip() and k.strip() not in keys]
+    if unknown and not args.no_feedback:  # else no record would match it and the run would append none
+        print(f"error: --feedback-budgets {','.join(unknown)}: not a budget of this run; its budget keys: "
+              f"{', '.join(keys)}", file=sys.stderr)
         raise SystemExit(2)
     return sessions, budgets
 

@@ -308,3 +308,18 @@ def test_flat_metrics_of_the_new_figures():
     assert m["rules/source_rank/kind/slot_x_/top1"] == 0.0  # characters MLflow refuses become "_"
     assert m["boundaries/precision"] == 0.9 and "boundaries/f1" not in m
     assert m["boundaries/sgd/f1"] == 0.6667 and m["eval_runtime_s"] == 1.5
+
+
+def test_run_refuses_feedback_budgets_that_are_not_budgets_of_the_run(tmp_path, capsys):
+    """``--budget 0.25 --feedback-budgets 0.25`` (the key is f0.25) replayed every session and appended
+    no record at all ("Feedback records appended this run: 0"); now it is refused before any work."""
+    out, fb = tmp_path / "out", tmp_path / "fb"
+    args = ["run", "--sessions", str(MINI), "--budget", "0.25", "--budget-tokens", "400", "--policies", "rules",
+            "--probe-every", "4", "--out", str(out), "--no-mlflow", "--feedback-dir", str(fb), "--quiet"]
+    assert main([*args, "--feedback-budgets", "0.25,t400"]) == 2
+    err = capsys.readouterr().err
+    assert "--feedback-budgets 0.25: not a budget of this run; its budget keys: f0.25, t400" in err
+    assert not out.exists() and not fb.exists()
+    assert main([*args, "--feedback-budgets", "t400"]) == 0
+    rows = [json.loads(x) for x in (fb / "recall_failures.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert rows and {r["budget"] for r in rows} == {"t400"}
