@@ -366,7 +366,8 @@ _FINGERPRINT_DIRS = ("eval", "ctxscore")
 
 def _run_fingerprint(args: argparse.Namespace, sessions: list, budgets: list[Budget], model: dict[str, Any]) -> str:
     """sha256 of what an evaluation's figures depend on: the sessions, budgets, policies, probe and
-    page-in settings, the learned model (run id and version) and the code of ``eval/`` and ``ctxscore/``."""
+    page-in settings, the learned model (run id and version, or a folder's ``config.json`` hash) and
+    the code of ``eval/`` and ``ctxscore/``."""
     import hashlib
     import json
 
@@ -375,7 +376,8 @@ def _run_fingerprint(args: argparse.Namespace, sessions: list, budgets: list[Bud
     h = hashlib.sha256()
     h.update(sessions_hash(sessions).encode())
     h.update(json.dumps([[b.key for b in budgets], args.policies, args.probe_every, args.pagein, args.min_budget,
-                         model.get("run_id"), model.get("version"), model.get("source"), str(args.model)],
+                         model.get("run_id"), model.get("version"), model.get("source"), model.get("config_sha256"),
+                         str(args.model)],
                         sort_keys=True, default=str).encode())
     h.update(code_hash().encode())
     return h.hexdigest()

