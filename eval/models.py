@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import weakref
@@ -100,7 +101,7 @@ def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, 
     if spec == "default":
         return load_packaged(DEFAULT_MODEL_DIR), folder_info(DEFAULT_MODEL_DIR, "shipped default"), None
     p = Path(spec)
-    if p.is_dir():
+    if p.exists() or "/" in spec or os.sep in spec:  # a path (no alias holds a slash): its own error when it is wrong
         return load_packaged(p), folder_info(p), None
     if spec != "auto":
         scorer, info = load_registered(spec)

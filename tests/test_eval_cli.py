@@ -354,3 +354,18 @@ def test_run_reuse_sees_a_new_scorer_in_the_same_folder(tmp_path, capsys):
     assert "reusing" not in capsys.readouterr().out
     model = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["run"]["model"]
     assert model["config_sha256"] != "" and model["uri"] == str(scorer.resolve())
+
+
+def test_run_with_a_model_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    """``eval run --model out/scorer`` before any export said "registered model 'ctxscore-scorer' has
+    no alias or version 'out/scorer'" (and created an MLflow store, even with --no-mlflow); now the
+    error is about the folder."""
+    missing = tmp_path / "out" / "scorer"
+    a_file = tmp_path / "config.json"
+    a_file.write_text("{}", encoding="utf-8")
+    for model, says in ((missing, "the folder does not exist"), (a_file, "it is a file, not a folder")):
+        assert main(["run", "--sessions", str(MINI), "--budget-tokens", "400", "--policies", "rules,learned",
+                     "--model", str(model), "--out", str(tmp_path / "o"), "--no-mlflow", "--no-feedback",
+                     "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert f"--model {model}: no packaged scorer at {model}: {says}" in err and "registered model" not in err
