@@ -76,6 +76,13 @@ def _non_negative(text: str) -> int:
     return v
 
 
+def _drop(text: str) -> float:
+    v = float(text)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"an allowed drop must be a fraction >= 0 (0.01 for one point), got {text}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (sub-commands ``run``, ``promote``, ``validate``, ``summary``, ``boundaries``)."""
     ap = argparse.ArgumentParser(prog="python -m eval", description="Evaluate ctxscore context policies on held-out sessions.")
@@ -134,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("promote", help="evaluate candidate vs champion and move the champion alias if not worse")
     common(p)
     p.add_argument("--reference-budget", type=_fraction, default=0.25, help="fraction budget compared (default 0.25)")
-    p.add_argument("--max-recall-drop", type=float, default=0.0, help="allowed drop in recall with page-in (fraction)")
-    p.add_argument("--max-reduction-drop", type=float, default=0.0, help="allowed drop in token reduction (fraction)")
+    p.add_argument("--max-recall-drop", type=_drop, default=0.0, help="allowed drop in recall with page-in (fraction)")
+    p.add_argument("--max-reduction-drop", type=_drop, default=0.0, help="allowed drop in token reduction (fraction)")
     p.add_argument("--out", type=Path, default=OUT_DIR / "promote", help="output folder (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, but do not move the alias")
     p.add_argument("--no-reuse", action="store_true",

@@ -385,3 +385,13 @@ def test_run_with_the_champion_of_a_fresh_store_uses_the_shipped_baseline(tmp_pa
                  "--feedback-dir", str(tmp_path / "fb"), "--quiet"]) == 0
     model = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["run"]["model"]
     assert model["alias"] == "champion" and model["baseline"] == "shipped" and model["version"] == "1"
+
+
+def test_promote_refuses_a_negative_allowed_drop_before_evaluating(tmp_path, capsys):
+    """``eval promote --max-recall-drop -0.01`` replayed both versions (minutes) and then ended in a
+    ValueError traceback from the decision; now argparse refuses it at once."""
+    for flag in ("--max-recall-drop", "--max-reduction-drop"):
+        with pytest.raises(SystemExit) as exc:
+            main(["promote", "--sessions", str(MINI), "--out", str(tmp_path / "p"), flag, "-0.01"])
+        assert exc.value.code == 2
+        assert "an allowed drop must be a fraction >= 0 (0.01 for one point), got -0.01" in capsys.readouterr().err
