@@ -435,14 +435,23 @@ def _print_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    """``python -m eval summary``: the table and targets of ``OUT/metrics.json``. Exit 2 when absent."""
+    """``python -m eval summary``: the table and targets of ``OUT/metrics.json``. Exit 2 when absent
+    or damaged."""
     import json
 
     path = args.out / "metrics.json"
     if not path.is_file():
         print(f"error: {path} not found; run `python -m eval run --out {args.out}` first", file=sys.stderr)
         return 2
-    summary = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        summary = {"error": exc}
+    if not isinstance(summary, dict) or not {"run", "results"} <= summary.keys():
+        why = f"not valid JSON ({summary['error']})" if "error" in summary else "no 'run' and 'results'"
+        print(f"error: {path}: not the metrics of an evaluation run ({why}); run `python -m eval run --out "
+              f"{args.out}` again", file=sys.stderr)
+        return 2
     if args.budget_key:
         known = list(dict.fromkeys(r["budget"]["key"] for r in summary["results"]))
         if args.budget_key not in known:

@@ -395,3 +395,16 @@ def test_promote_refuses_a_negative_allowed_drop_before_evaluating(tmp_path, cap
             main(["promote", "--sessions", str(MINI), "--out", str(tmp_path / "p"), flag, "-0.01"])
         assert exc.value.code == 2
         assert "an allowed drop must be a fraction >= 0 (0.01 for one point), got -0.01" in capsys.readouterr().err
+
+
+def test_summary_of_a_damaged_or_foreign_metrics_file(tmp_path, capsys):
+    """``eval summary`` of a truncated metrics.json was a JSONDecodeError traceback, and of a JSON file
+    that is not an evaluation's metrics a KeyError traceback; now an error naming the file, exit 2."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for text, says in (('{"results": [', "not valid JSON"), ("{}", "no 'run' and 'results'"),
+                       ("[1, 2]", "no 'run' and 'results'")):
+        (out / "metrics.json").write_text(text, encoding="utf-8")
+        assert main(["summary", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"{out / 'metrics.json'}: not the metrics of an evaluation run" in err and says in err
