@@ -171,3 +171,18 @@ def test_distilled_sample_with_default_embedder(tmp_path):
     assert m["macro_f1"] > 0.7
     assert m["value_spearman"] > 0.3
     assert r.latency["p95_ms"] < 200
+
+
+def test_a_feedback_file_with_a_bad_line_is_an_error_not_a_traceback(bundled_data, tmp_path, capsys):
+    """``python -m training.train`` with a recall_failures.jsonl whose last line was cut short (an
+    evaluation killed while appending) ended in an InputError traceback; now 'error: FILE: line N: ...',
+    exit 2, before any training."""
+    from training import train
+
+    fb = tmp_path / "recall_failures.jsonl"
+    fb.write_text('{"message_id": "a", "role": "user", "text": "hi"}\n{"message_id": "b", "role": "us\n',
+                  encoding="utf-8")
+    rc = train.main(["--data", str(bundled_data), "--embedder", "hashing-64", "--head", "logreg",
+                     "--feedback", str(fb), "--no-mlflow", "--latency-n", "0", "--cache-dir", str(tmp_path / "c")])
+    assert rc == 2
+    assert f"error: {fb}: line 2: invalid JSON" in capsys.readouterr().err

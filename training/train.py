@@ -887,7 +887,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         ctx = load_context(args.data, args.feedback, args.rules, args.limit)
-    except (FileNotFoundError, ConfigError) as exc:  # no dataset (the message says how to build it), a bad rule file
+    except (FileNotFoundError, ConfigError, InputError) as exc:  # no dataset (the message says how to build it),
+        # a bad rule file, a feedback file with a line that is not a JSON object (the message names it)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log.info("data: %s; feedback %s", {k: len(v) for k, v in ctx.splits.items()}, ctx.feedback_stats)
