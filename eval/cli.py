@@ -192,11 +192,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return status
 
 
-def _labels_path(arg: Path | None) -> Path | None:
-    if arg is not None:
-        return arg
-    p = corpora_root() / "labels" / "distilled.jsonl"
-    return p if p.is_file() else None
+def _labels(arg: Path | None) -> dict[str, dict[str, Any]]:
+    """The distilled labels for key-span retention: ``--labels``, else the corpora's when present.
+
+    Raises:
+        SystemExit: (exit status 2) ``--labels`` is not a file, or a line of it is not a label.
+    """
+    from .retention import load_labels
+
+    if arg is not None and not arg.is_file():
+        print(f"error: --labels {arg}: no such file (distilled labels, e.g. <corpora>/labels/distilled.jsonl)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    p = arg if arg is not None else corpora_root() / "labels" / "distilled.jsonl"
+    try:
+        return load_labels(p if p.is_file() else None)
+    except ValueError as exc:  # LabelFormatError names the file and line
+        print(f"error: --labels: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _run_inputs(args: argparse.Namespace) -> tuple[list, list[Budget]]:
@@ -313,7 +326,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from . import tracking
     from .engine import make_engine
-    from .retention import load_labels
     from .runner import EvalConfig, run_eval
     from .sessions import sessions_hash
 
@@ -323,6 +335,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     try:
         sessions, budgets = _run_inputs(args)
+        labels = _labels(args.labels)
         scorer, model, skip = _learned_model(args)
     except SystemExit as exc:
         return int(exc.code)
@@ -336,7 +349,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     cfg = EvalConfig(budgets=budgets, policies=args.policies, probe_every=args.probe_every, pagein=args.pagein,
                      learned_scorer=scorer, learned_skip_reason=skip, model=model,
-                     labels=load_labels(_labels_path(args.labels)))
+                     labels=labels)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     fb_iter = str(model.get("feedback_iteration") or "0")

@@ -408,3 +408,17 @@ def test_summary_of_a_damaged_or_foreign_metrics_file(tmp_path, capsys):
         assert main(["summary", "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert f"{out / 'metrics.json'}: not the metrics of an evaluation run" in err and says in err
+
+
+def test_run_with_a_labels_file_that_is_missing_or_not_labels(tmp_path, capsys):
+    """``eval run --labels typo.jsonl`` ran and reported "No message of these sessions has annotated
+    key spans" (the file was silently ignored); ``--labels`` naming a session file ended in a
+    LabelFormatError traceback. Both are now refused before the replay (exit 2)."""
+    out = tmp_path / "out"
+    args = ["run", "--sessions", str(MINI), "--budget-tokens", "400", "--policies", "rules", "--no-mlflow",
+            "--no-feedback", "--quiet", "--out", str(out)]
+    assert main([*args, "--labels", str(tmp_path / "typo.jsonl")]) == 2
+    assert f"--labels {tmp_path / 'typo.jsonl'}: no such file" in capsys.readouterr().err
+    assert main([*args, "--labels", str(MINI)]) == 2
+    assert f"error: --labels: {MINI}:1: expected an object with a string 'id'" in capsys.readouterr().err
+    assert not out.exists()
