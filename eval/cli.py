@@ -581,6 +581,10 @@ def cmd_boundaries(args: argparse.Namespace) -> int:
 
     from .boundaries import boundary_figures, boundary_table, detect_tasks, session_row
 
+    if args.json is not None and args.json.is_dir():
+        print(f"error: --json {args.json}: is a folder; give a file path such as {args.json / 'boundaries.json'}",
+              file=sys.stderr)
+        return 2
     try:
         sessions = load_sessions(args.sessions, args.max_sessions)
     except (SessionFormatError, FileNotFoundError) as exc:

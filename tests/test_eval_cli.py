@@ -422,3 +422,10 @@ def test_run_with_a_labels_file_that_is_missing_or_not_labels(tmp_path, capsys):
     assert main([*args, "--labels", str(MINI)]) == 2
     assert f"error: --labels: {MINI}:1: expected an object with a string 'id'" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_boundaries_json_into_a_folder_is_refused_first(tmp_path, capsys):
+    """``eval boundaries --json out/`` fed every session through a manager and then ended in an
+    IsADirectoryError traceback; now it is refused before any work (exit 2)."""
+    assert main(["boundaries", "--sessions", str(MINI), "--json", str(tmp_path)]) == 2
+    assert f"--json {tmp_path}: is a folder; give a file path such as" in capsys.readouterr().err
