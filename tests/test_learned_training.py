@@ -186,3 +186,23 @@ def test_a_feedback_file_with_a_bad_line_is_an_error_not_a_traceback(bundled_dat
                      "--feedback", str(fb), "--no-mlflow", "--latency-n", "0", "--cache-dir", str(tmp_path / "c")])
     assert rc == 2
     assert f"error: {fb}: line 2: invalid JSON" in capsys.readouterr().err
+
+
+def test_export_into_a_folder_that_is_not_a_scorer_is_refused_before_training(bundled_data, tmp_path, capsys):
+    """``python -m training.train --export DIR`` trained, then wrote its config.json, rules.toml and
+    .skops files into DIR whatever it held (a user's own config.json was replaced); ``training.registry
+    export`` refuses such a folder. Now training refuses it too, before any work, and DIR is untouched."""
+    pytest.importorskip("mlflow")
+    from training import train
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": true}', encoding="utf-8")
+    (mine / "notes.txt").write_text("keep", encoding="utf-8")
+    rc = train.main(["--data", str(bundled_data), "--embedder", "hashing-64", "--head", "logreg", "--lexical-dim", "64",
+                     "--feedback", str(tmp_path / "none.jsonl"), "--no-mlflow", "--latency-n", "0", "--no-ranker",
+                     "--no-spans", "--cache-dir", str(tmp_path / "c"), "--export", str(mine)])
+    assert rc == 2
+    assert "--export " + str(mine) + ": is a folder that is not an exported scorer" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "notes.txt"]
+    assert (mine / "config.json").read_text(encoding="utf-8") == '{"mine": true}'

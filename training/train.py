@@ -885,6 +885,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: --embedder: {exc}", file=sys.stderr)
         return 2
+    if args.export:  # refused before training: the export replaces config.json and the .skops files there
+        from .registry import check_export_target
+
+        try:
+            check_export_target(Path(args.export))
+        except FileExistsError as exc:
+            print(f"error: {str(exc).replace('--out', '--export', 1)}", file=sys.stderr)
+            return 2
     try:
         ctx = load_context(args.data, args.feedback, args.rules, args.limit)
     except (FileNotFoundError, ConfigError, InputError) as exc:  # no dataset (the message says how to build it),
