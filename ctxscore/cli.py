@@ -185,7 +185,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("ctxscore").setLevel(logging.WARNING)
     print(f"ctxscore proxy on http://{args.host}:{args.port}/v1 -> {args.upstream} (budget {args.budget} tokens)",
           file=sys.stderr, flush=True)
-    run(app, host=args.host, port=args.port, log_level=args.log_level)
+    try:
+        run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if comp is not None:  # batches not sent yet are dropped; one in flight does not hold the exit
+            comp.close(wait=False)
     return 0
 
 
