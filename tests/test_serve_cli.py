@@ -132,6 +132,25 @@ def test_serve_stops_at_once_while_a_summary_batch_waits_on_the_llm():
     assert proc.returncode == 0 and took < 10, (took, err[-2000:])
 
 
+def test_serve_sends_its_upstream_key_to_the_llm_on_the_upstream(monkeypatch):
+    # --upstream-key-env with --llm-model and no --llm-base-url: the summaries went to the upstream
+    # with "Bearer not-needed" (a real upstream answers 401 to every batch), the chat with the key
+    for name in ("CTXSCORE_LLM_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CTXSCORE_TEST_UPSTREAM_KEY", "sk-proxy-own")
+    with FakeOpenAI(_summarizing()) as f:
+        proc, url = _serve("--upstream", f.url, "--budget", "2000", "--model", "rules", "--llm-model", "summarizer",
+                           "--summary-every", "1", "--upstream-key-env", "CTXSCORE_TEST_UPSTREAM_KEY")
+        try:
+            _until_summarizing(f, url)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+        auth = {(r["body"]["model"], r["headers"].get("authorization")) for r in f.requests
+                if r["path"].endswith("/chat/completions")}
+    assert auth == {("agent", "Bearer sk-proxy-own"), ("summarizer", "Bearer sk-proxy-own")}
+
+
 def test_serve_cli_refuses_bad_options():
     r = subprocess.run([sys.executable, "-m", "ctxscore.cli", "serve", "--upstream", "http://127.0.0.1:9/v1",
                         "--budget", "1000", "--query-writer"], cwd=REPO, capture_output=True, text=True)
