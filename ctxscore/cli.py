@@ -164,7 +164,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from .llm import LLMClient, LLMCompressor, LLMQueryWriter  # noqa: PLC0415
         except ImportError as exc:
             raise CtxScoreError(str(exc)) from None
-        client = LLMClient(base_url=args.llm_base_url or args.upstream, model=args.llm_model)
+        # on the upstream, the proxy's own upstream key unless the LLM has its own (a client's key is never used)
+        llm_key = None if args.llm_base_url else os.environ.get("CTXSCORE_LLM_API_KEY") or key
+        client = LLMClient(base_url=args.llm_base_url or args.upstream, model=args.llm_model, api_key=llm_key)
         comp = LLMCompressor(client, every=args.summary_every, timing=args.summary_timing)
         writer = LLMQueryWriter(client) if args.query_writer else None
     policy = Policy(recent_turns=args.recent_turns) if args.recent_turns is not None else None
@@ -185,7 +187,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("ctxscore").setLevel(logging.WARNING)
     print(f"ctxscore proxy on http://{args.host}:{args.port}/v1 -> {args.upstream} (budget {args.budget} tokens)",
           file=sys.stderr, flush=True)
-    run(app, host=args.host, port=args.port, log_level=args.log_level)
+    try:
+        run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if comp is not None:  # batches not sent yet are dropped; one in flight does not hold the exit
+            comp.close(wait=False)
     return 0
 
 

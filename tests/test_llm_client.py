@@ -3,6 +3,7 @@ malformed bodies, streaming, the concurrency limit and token accounting."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -115,6 +116,20 @@ def test_streaming_accumulates_content_tool_calls_and_usage(fake):
     assert out.finish_reason == "tool_calls" and not out.estimated and out.prompt_tokens > 0
     body = fake.chat_requests()[-1]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+
+
+def test_a_stream_request_answered_without_a_stream_is_retried_then_raises(fake):
+    # an endpoint that ignores "stream": true and sends a JSON body (or an HTML error page) with 200:
+    # complete(stream=True) returned an empty completion as if the model had answered ""
+    c = client(fake, max_retries=1)
+    whole = {"id": "x", "object": "chat.completion", "created": 1, "model": "fake-model",
+             "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
+    fake.push({"raw": json.dumps(whole).encode()})
+    assert c.complete(HI, stream=True).attempts == 2  # retried, then the real stream
+    fake.push({"raw": json.dumps(whole).encode()}, {"raw": b"<html>bad gateway</html>"})
+    with pytest.raises(LLMResponseError, match="malformed completion"):
+        c.complete(HI, stream=True)
+    assert c.usage.by_status == {"malformed": 3} and c.usage.requests == 1
 
 
 def test_tokens_are_estimated_when_the_endpoint_reports_no_usage():

@@ -15,7 +15,7 @@ from fake_openai import FakeOpenAI  # noqa: E402
 
 from ctxscore import ContextManager, Tier  # noqa: E402
 from ctxscore.compress import ExtractiveCompressor, key_spans  # noqa: E402
-from ctxscore.compress.verify import negation_spans  # noqa: E402
+from ctxscore.compress.verify import negation_spans, verify  # noqa: E402
 from ctxscore.errors import ConfigError  # noqa: E402
 from ctxscore.llm import LLMClient, LLMCompressor, meaning_problems  # noqa: E402
 from ctxscore.llm.prompts import COMPRESSOR_RULES  # noqa: E402
@@ -142,6 +142,27 @@ def test_a_form_that_drops_or_invents_is_rejected_for_the_extractive_one(fake, b
         assert "ORD-1007" in rej["missing"]
     else:
         assert rej["invented"] in (["RF-77812"], ["not insured"])
+
+
+@pytest.mark.parametrize("text, bad, good, lost", [
+    ("The refund of $5 was issued on May 2, and the fee of $50 stays as it is; order ORD-1007 is closed now.",
+     "refund: $50, May 2; fee: $50 stays; ORD-1007 closed", "refund: $5, May 2; fee: $50 stays; ORD-1007 closed", "$5"),
+    ("I leave on May 2 and come back on May 20; the fare is $120 and we check in 12 bags in total, thanks.",
+     "leave: May 20; back: May 20; fare: $120; 12 bags", "leave: May 2; back: May 20; fare: $120; 12 bags", "May 2"),
+    ("Call me at 10:1 or at 10:15 tomorrow, whichever suits the courier DHL better, and thanks for the help.",
+     "call: 10:15 or 10:15 tomorrow; courier DHL", "call: 10:1 or 10:15 tomorrow; courier DHL", "10:1"),
+])
+def test_a_form_that_turns_a_value_into_a_longer_one_of_the_original_is_rejected(fake, text, bad, good, lost):
+    # "$5" -> "$50", "May 2" -> "May 20": the longer value is in the original too, and the shorter one
+    # is a substring of it; the form lost a value and is not shown (the faithful form is)
+    assert verify(text, good).ok and not verify(text, bad).ok
+    fake.responder = answering(lambda t: bad)
+    comp = make(fake)
+    comp.submit([(text, Tier.STRUCTURED, "assistant")])
+    assert comp.wait(10)
+    assert comp.stats["rejected"] == 1 and comp.stats["accepted"] == 0
+    assert lost in comp.rejections[-1]["missing"]
+    assert comp.compress(text, Tier.STRUCTURED) != bad
 
 
 def test_negations_hedges_and_certainty_are_checked(fake):

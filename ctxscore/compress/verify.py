@@ -1,7 +1,8 @@
 """The shared verifier: every compressor's output is checked the same way before it enters a window.
 
 A compressed form passes when (1) every key span of the original occurs in it, byte-exact after
-collapsing whitespace, (2) every negation of the original (:func:`negation_spans`: "not allowed",
+collapsing whitespace, and not only inside a longer Latin word or number where the original has it
+standing alone ("$5" is not kept by "$50", nor "May 2" by "May 20"), (2) every negation of the original (:func:`negation_spans`: "not allowed",
 "never book", "don't want", "no garage", 不要, 没有 ...) occurs in it as a whole phrase, case aside,
 (3) it invents no entity (every entity the rule patterns find in the output occurs in the original)
 and no negation (a form that negates where the original negates nothing, in that language), and
@@ -114,6 +115,50 @@ def _wordish(c: str) -> bool:
     return c.isalnum() or c in "_'"
 
 
+def _ascii_alnum(c: str) -> bool:
+    return c.isascii() and c.isalnum()
+
+
+def _inside_token(text: str, i: int, j: int) -> bool:
+    """``text[i:j]`` continues a longer Latin word or number on either side: a letter or digit
+    touching its first or last letter or digit ("May 2" in "May 20", "10:1" in "10:15"), or a
+    number going on past a decimal point or separator ("$5" in "$5.50" or "$5,000"). Chinese
+    characters next to a value continue nothing."""
+    if i > 0:
+        a, b = text[i - 1], text[i]
+        if _ascii_alnum(a) and _ascii_alnum(b) or b.isdigit() and a in ".,:" and i > 1 and text[i - 2].isdigit():
+            return True
+    if j < len(text):
+        a, b = text[j - 1], text[j]
+        if _ascii_alnum(a) and _ascii_alnum(b) or a.isdigit() and b in ".,:" and j + 1 < len(text) and text[j + 1].isdigit():
+            return True
+    return False
+
+
+def _standalone(span: str, text: str) -> bool | None:
+    """Whether some occurrence of ``span`` in ``text`` stands alone (:func:`_inside_token`); ``None``
+    when it does not occur at all."""
+    i = text.find(span)
+    if i < 0:
+        return None
+    while i >= 0:
+        if not _inside_token(text, i, i + len(span)):
+            return True
+        i = text.find(span, i + 1)
+    return False
+
+
+def _kept(span: str, form: str, original: str) -> bool:
+    """``span`` (whitespace collapsed) is kept in ``form``: it occurs there, and standing alone
+    wherever it stands alone in ``original``. "$5" is not kept by "$50", nor "May 2" by "May 20",
+    when the original has both; a span that the original has only inside a longer token may be
+    inside one in the form too."""
+    found = _standalone(span, form)
+    if found is None:
+        return False
+    return found or not _standalone(span, original)
+
+
 def key_spans(text: str, config: RuleConfig | None = None, *, learned: bool = True,
               extractor: Callable[[str], Sequence[str]] | None = None) -> list[str]:
     """The spans of ``text`` a compressed form must keep: its entities (IDs, numbers with units,
@@ -169,7 +214,7 @@ def verify(original: str, form: str, spans: Sequence[str] | None = None,
     cfg = config or default_config()
     want = key_spans(original, cfg) if spans is None else list(spans)
     norm_form, norm_orig = _norm(form), _norm(original)
-    missing = tuple(s for s in want if _norm(s) not in norm_form)
+    missing = tuple(s for s in want if not _kept(_norm(s), norm_form, norm_orig))
     negations = [s for s in negation_spans(original) if s not in missing]
     if negations:
         neg_form = _neg_norm(norm_form)

@@ -270,10 +270,12 @@ class LLMClient:
         calls: dict[int, dict[str, Any]] = {}
         finish = None
         prompt = completion = -1
+        answered = False
         for chunk in self._client.chat.completions.create(**req):
             if getattr(chunk, "usage", None):
                 prompt, completion = int(chunk.usage.prompt_tokens or 0), int(chunk.usage.completion_tokens or 0)
             for ch in chunk.choices or ():
+                answered = True
                 d = ch.delta
                 if d is None:
                     continue
@@ -286,6 +288,8 @@ class LLMClient:
                         c["function"]["name"] += tc.function.name or ""
                         c["function"]["arguments"] += tc.function.arguments or ""
                 finish = ch.finish_reason or finish
+        if not answered:  # no event held a choice: a JSON body or an error page sent instead of a stream
+            raise LLMResponseError("no choices in the stream")
         return Completion(text="".join(parts), tool_calls=tuple(calls[i] for i in sorted(calls)), finish_reason=finish,
                           prompt_tokens=prompt, completion_tokens=completion)
 

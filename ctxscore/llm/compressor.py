@@ -32,11 +32,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
 import re
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,7 +149,7 @@ class LLMCompressor:
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
         self._futures: set[Future[None]] = set()
-        self._executor = ThreadPoolExecutor(max_workers=client.max_concurrency, thread_name_prefix="ctxscore-llm")
+        self._executor = _Workers(client.max_concurrency, "ctxscore-llm")
         self._closed = False
         self.stats = {"batches": 0, "requests": 0, "items": 0, "accepted": 0, "rejected": 0, "malformed": 0,
                       "failed": 0, "misses": 0}
@@ -239,7 +240,9 @@ class LLMCompressor:
             return _key(text, Tier(tier)) in self._forms
 
     def close(self, wait: bool = True) -> None:
-        """Stop scheduling; finish (``wait``) or cancel the requests in flight."""
+        """Stop scheduling; finish the scheduled requests (``wait``), or cancel those not yet sent and
+        leave the ones in flight to end on their own (the forms are a cache: at the process's exit
+        they are dropped, and never hold it open: the workers are daemon threads)."""
         with self._lock:
             self._closed = True
             if self._timer is not None:
@@ -266,12 +269,14 @@ class LLMCompressor:
         fut = self._executor.submit(self._run, chunk)
         with self._lock:
             self._futures.add(fut)
-        fut.add_done_callback(self._done)
+        fut.add_done_callback(lambda f: self._done(f, chunk))
         return fut
 
-    def _done(self, fut: Future[None]) -> None:
+    def _done(self, fut: Future[None], chunk: list[_Item]) -> None:
         with self._lock:
             self._futures.discard(fut)
+            if fut.cancelled():  # never sent (closed): its texts are no longer awaited
+                self._inflight.difference_update(it.key for it in chunk)
 
     def _run(self, chunk: list[_Item]) -> None:
         """One request for ``chunk``; every item gets a form (the LLM's if it passes, else the fallback's)."""
@@ -349,6 +354,60 @@ class LLMCompressor:
                 self._seen.popitem(last=False)
             self.stats["items"] += 1
             self.stats[kind] += 1
+
+
+class _Workers:
+    """A pool of daemon threads (``ThreadPoolExecutor``'s interface as the compressor uses it): the
+    interpreter joins an executor's threads at exit, so a batch waiting on a stalled endpoint (a
+    timeout, times the retries) held a stopped proxy open for minutes; a daemon thread does not."""
+
+    def __init__(self, n: int, name: str) -> None:
+        self._n, self._name = n, name
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Any, tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Any, *args: Any) -> Future[Any]:
+        """Run ``fn(*args)`` on a worker; its future."""
+        fut: Future[Any] = Future()
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._jobs.put((fut, fn, args))
+            if len(self._threads) < self._n:
+                t = threading.Thread(target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True)
+                self._threads.append(t)
+                t.start()
+        return fut
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fut, fn, args = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - the future carries it
+                fut.set_exception(exc)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Take no more jobs; cancel the queued ones (``cancel_futures``); join the threads (``wait``)."""
+        with self._lock:
+            self._shut = True
+            threads = list(self._threads)
+        while cancel_futures:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].cancel()
+        for _ in threads:
+            self._jobs.put(None)
+        if wait:
+            for t in threads:
+                t.join()
 
 
 class SummaryLayer(Layer):
