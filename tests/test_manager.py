@@ -319,3 +319,17 @@ def test_extend_and_a_loop_of_add_index_alike():
     for q in ("what is my booking ref?", "the lookup for SEA", "what happened on 2024-05-02?"):
         assert [h["id"] for h in batch.search(q)] == [h["id"] for h in one.search(q)]
         assert batch.build(query=q).messages == one.build(query=q).messages
+
+
+def test_extend_of_something_that_is_not_a_list_says_so():
+    """``extend(None)`` was a bare ``TypeError: 'NoneType' object is not iterable`` from inside the
+    validation, ``extend({...})`` (one message) "message 0: expected a JSON object ..., got str" (it
+    iterated the dict's keys) and ``extend("hi")`` read each character as a message."""
+    cm = ContextManager(budget=500, scorer="rules")
+    cm.add({"role": "user", "content": "first"})
+    for bad in (None, {"role": "user", "content": "hi"}, "hi", b"hi", 5):
+        with pytest.raises(InputError, match=rf"extend takes a list of messages .*got {type(bad).__name__}; "
+                                             r"for one message use add\(\)"):
+            cm.extend(bad)
+    assert [m.content for m in cm.messages] == ["first"]
+    assert [m.content for m in cm.extend(iter([{"role": "user", "content": "a"}]))] == ["a"]  # any iterable

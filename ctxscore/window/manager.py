@@ -130,10 +130,14 @@ class ContextManager:
         in one transaction (all or nothing).
 
         Raises:
-            InputError: the first invalid message (see :meth:`Message.from_dict`), an id already used,
+            InputError: ``messages`` is not an iterable of messages (``None``, a string, one message
+                dict), the first invalid message (see :meth:`Message.from_dict`), an id already used,
                 or a tool message answering no earlier call, named by its position; nothing is stored.
             StoreError: the store cannot be written; nothing is stored.
         """
+        if isinstance(messages, str | bytes | dict) or not isinstance(messages, Iterable):
+            raise InputError(f"extend takes a list of messages (message dicts or Message objects), got "
+                             f"{type(messages).__name__}; for one message use add()")
         with self._lock:
             self.state.catch_up()
             msgs = ingest.validate(messages, self.history, len(self.history))
