@@ -40,6 +40,19 @@ def test_json_and_tool_call_facts_keep_values_as_written():
     assert fs["get_user.price"] == "12.50" and fs["get_user.reservations.0"] == "M05KNL"
 
 
+def test_tool_call_argument_numbers_keep_their_spelling():
+    """Call arguments were parsed as floats: ``"amount": 49.90`` gave the ledger line
+    ``pay.amount: 49.9`` (a value the model never wrote) and ``"limit": 1e3`` no fact at all."""
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "pay", "arguments": '{"amount": 49.90, "rate": 1.10, "limit": 1e3, "nights": 3}'}}]}
+    fs = {f.slot: f.value for f in facts_of(call)}
+    assert fs == {"pay.amount": "49.90", "pay.rate": "1.10", "pay.limit": "1e3", "pay.nights": "3"}
+    ledger = FactLedger()
+    cm = ContextManager(budget=4000, scorer="rules", layers=[ledger])
+    cm.extend([{"role": "user", "content": "Pay the hotel please."}, call])
+    assert "pay.amount: 49.90 (m1, proposed)" in ledger.lines()
+
+
 def test_relative_dates_are_resolved_when_the_session_gives_a_date():
     today = date(2024, 5, 15)  # a Wednesday
     assert resolve_date("tomorrow", today) == "2024-05-16"

@@ -26,7 +26,6 @@ Friday", "明天") are resolved to absolute ones when the session gives a date (
 from __future__ import annotations
 
 import bisect
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -304,10 +303,7 @@ def _status(msg: Message, config: RuleConfig) -> str:
 def _call_facts(msg: Message) -> list[tuple[str, str, str]]:
     out = []
     for c in msg.tool_calls:
-        try:
-            args = json.loads(c.arguments) if c.arguments.strip() else {}
-        except (ValueError, RecursionError):  # not JSON, or nested too deeply to parse: no call facts
-            continue
+        args = _json_value(c.arguments)  # numbers as written; None when not JSON or nested too deeply
         for _, path, value in _leaves(args) if isinstance(args, dict) else []:
             if value in c.arguments:
                 out.append((f"{c.name}.{path}", value, "call"))
