@@ -333,3 +333,20 @@ def test_extend_of_something_that_is_not_a_list_says_so():
             cm.extend(bad)
     assert [m.content for m in cm.messages] == ["first"]
     assert [m.content for m in cm.extend(iter([{"role": "user", "content": "a"}]))] == ["a"]  # any iterable
+
+
+@pytest.mark.parametrize(("kw", "says"), [
+    ({"compressor": 5}, r"compressor must be an object with compress\(text, tier\), got int"),
+    ({"counter": "cl100k_base"}, r"counter must be a ctxscore.TokenCounter.*got str; for an encoding pass encoding="),
+    ({"sections": [5]}, r"sections\[0\] \(int\) is not a section: it needs name, position and render\(view\)"),
+    ({"sections": 5}, r"sections must be a list of sections, got int"),
+    ({"hooks": [5]}, r"hooks\[0\] \(int\) is not callable"),
+    ({"hooks": None}, r"hooks must be a list of callables, got NoneType"),
+    ({"rules": 5}, r"rules must be a RuleConfig, a rule-file path or None, got int"),
+])
+def test_a_seam_given_the_wrong_object_is_refused_when_the_manager_is_made(kw, says):
+    """These were accepted and failed later, at an add or at every build, with a bare AttributeError
+    or TypeError from deep inside (``'int' object has no attribute 'compress'``, ``'int' object is
+    not callable``)."""
+    with pytest.raises(ConfigError, match=says):
+        ContextManager(budget=200, scorer="rules", **kw)

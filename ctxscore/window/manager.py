@@ -47,6 +47,38 @@ from .sync import SyncResult, is_append, plan_sync, prefix_history
 log = logging.getLogger("ctxscore")
 
 
+def _check_seams(rules: Any, compressor: Any, counter: Any, sections: Any,
+                 hooks: Any) -> tuple[list[Section], list[PostBuildHook]]:
+    """The manager's seams checked when it is made (a wrong one failed later, at an add or at every
+    build, with a bare ``AttributeError`` or ``TypeError``): ``sections`` and ``hooks`` as lists.
+
+    Raises:
+        ConfigError: naming the argument, what it got and what it takes.
+    """
+    if rules is not None and not isinstance(rules, RuleConfig | str | Path):
+        raise ConfigError(f"rules must be a RuleConfig, a rule-file path or None, got {type(rules).__name__}")
+    if compressor is not None and not callable(getattr(compressor, "compress", None)):
+        raise ConfigError(f"compressor must be an object with compress(text, tier), got {type(compressor).__name__}")
+    if counter is not None and not isinstance(counter, TokenCounter):
+        raise ConfigError(f"counter must be a ctxscore.TokenCounter (or a subclass), got {type(counter).__name__}; "
+                          "for an encoding pass encoding=")
+    out = []
+    for what, seq in (("sections", sections), ("hooks", hooks)):
+        if isinstance(seq, str | bytes) or not isinstance(seq, Iterable):
+            kind = "sections" if what == "sections" else "callables"
+            raise ConfigError(f"{what} must be a list of {kind}, got {type(seq).__name__}")
+        out.append(list(seq))
+    for i, sec in enumerate(out[0]):
+        if not all(hasattr(sec, a) for a in ("name", "position")) or not callable(getattr(sec, "render", None)):
+            raise ConfigError(f"sections[{i}] ({type(sec).__name__}) is not a section: it needs name, position and "
+                              "render(view) (ctxscore.window.assemble.Section)")
+    for i, hook in enumerate(out[1]):
+        if not callable(hook):
+            raise ConfigError(f"hooks[{i}] ({type(hook).__name__}) is not callable: a hook is called with each "
+                              "window and its build view, hook(window, view)")
+    return out[0], out[1]
+
+
 class ContextManager:
     """Keeps a long conversation inside a token budget, message by message.
 
@@ -72,7 +104,9 @@ class ContextManager:
 
     Raises:
         ConfigError: bad budget, session id (empty, holding NUL, longer than 512 characters or 1,024
-            bytes), policy, rule file, scorer, store argument or layers (not
+            bytes), policy, rule file, scorer, store argument, a seam of the wrong kind (a compressor
+            without ``compress``, a counter that is no :class:`TokenCounter`, a section without
+            ``name``, ``position`` and ``render``, a hook that is not callable) or layers (not
             layers, given twice, or serving another manager's session).
         StoreError: the store cannot be opened or read.
     """
@@ -95,6 +129,7 @@ class ContextManager:
         if store is not None and archive_path is not None:
             raise ConfigError("pass either store= or archive_path=, not both")
         layers = check_layers(layers)
+        sections, hooks = _check_seams(rules, compressor, counter, sections, hooks)
         self.policy = policy or Policy()
         if not isinstance(self.policy, Policy):
             raise ConfigError(f"policy must be a ctxscore.Policy, got {type(self.policy).__name__}")
