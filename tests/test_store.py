@@ -335,3 +335,24 @@ def test_a_manager_adding_after_another_rebased_the_session_reads_it_again(tmp_p
     assert [m.content for m in ContextManager(budget=3000, scorer="rules", store=store, session_id="s").messages] == want
     assert "HA1" not in str(a.build().messages)
     a.close(), b.close()
+
+
+def test_a_store_path_no_file_can_have_is_refused_and_a_non_utf8_name_opens(tmp_path):
+    """A path holding NUL was a bare ``ValueError: embedded null byte`` and one holding a lone
+    surrogate (``"\\ud83d"``) a bare ``UnicodeEncodeError``, both from ``sqlite3.connect``; a file
+    name that is not UTF-8 (``os.listdir`` and ``sys.argv`` give its bytes as ``\\udc80``-``\\udcff``,
+    ``caf\\udce9.db``) opens, as before."""
+    import os
+
+    from ctxscore import ContextManager
+
+    path = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"caf\xe9.db"))
+    cm = ContextManager(budget=500, scorer="rules", store=path, session_id="s")
+    cm.add({"role": "user", "content": "kept"})
+    cm.close()
+    assert os.path.isfile(os.fsencode(path)) and os.listdir(bytes(tmp_path)) == [b"caf\xe9.db"]
+    assert [m.content for m in ContextManager(budget=500, scorer="rules", store=path, session_id="s").messages] == ["kept"]
+    for bad, shown in (("a\x00b.db", r"'\\x00'"), ("\ud83d.db", r"'\\ud83d'")):
+        with pytest.raises(StoreError, match=rf"cannot open store .*: the path holds {shown} at character \d+, which no "
+                                             "file name can hold"):
+            ContextManager(budget=500, scorer="rules", store=str(tmp_path / bad))

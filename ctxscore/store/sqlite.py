@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -134,15 +135,33 @@ def _indexed(row: tuple[Any, ...], where: str, session_id: str) -> IndexedMessag
                            embedding, short_terms=False)
 
 
+def _check_path(path: str) -> None:
+    """Refuse a path no file can have: one holding NUL, or a lone surrogate that is not a byte of a
+    file name that is not UTF-8 (``os.fsdecode`` gives those as ``\udc80``-``\udcff``; they open).
+
+    Raises:
+        StoreError: naming the character and its position.
+    """
+    bad = path.find("\0")
+    if bad < 0:
+        try:
+            os.fsencode(path)
+        except UnicodeEncodeError as exc:
+            bad = exc.start
+    if bad >= 0:
+        raise StoreError(f"cannot open store {path!r}: the path holds {path[bad]!r} at character {bad}, which no file "
+                         "name can hold; remove it")
+
+
 class SQLiteStore:
     """SQLite implementation of :class:`ctxscore.store.base.Store`.
 
     Args:
-        path: database file (created if missing) or ``None`` / ``":memory:"`` for a private
-            in-memory database.
+        path: database file (created if missing; a name that is not UTF-8 may come as
+            :func:`os.fsdecode` gives it) or ``None`` / ``":memory:"`` for a private in-memory database.
 
     Raises:
-        StoreError: the path is a folder, the file is not a SQLite database or not a ctxscore store
+        StoreError: the path is a folder or holds NUL or a lone surrogate, the file is not a SQLite database or not a ctxscore store
             (another application's tables, a ``meta`` table holding other rows, a ``messages`` table
             without ctxscore's columns), has another schema version, or cannot be opened. A file
             refused as not ours or of another version is left untouched (checked before any table is
@@ -164,6 +183,7 @@ class SQLiteStore:
         where = self.path or ":memory:"
         if self.path is not None and self.path.is_dir():
             raise StoreError(f"cannot open store {where}: it is a folder; pass the path of a database file")
+        _check_path(str(where))
         try:
             self._db = sqlite3.connect(str(where), check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
