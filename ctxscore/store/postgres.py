@@ -47,11 +47,11 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -101,7 +101,8 @@ def _require_driver() -> None:
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Split a ``postgresql://`` URL into the libpq URL and ctxscore's options (:data:`URL_OPTIONS`).
 
-    A ``key=value`` conninfo string is returned as is, with no options.
+    A ``key=value`` conninfo string is returned as is, with no options. The libpq URL keeps its
+    other parameters exactly as written (:func:`split_query`).
 
     Raises:
         ConfigError: the URL cannot be read (the message shows no password).
@@ -109,13 +110,32 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     if "://" not in url:
         return url, {}
     try:
-        parts = urlsplit(url)
+        rest, opts = split_query(url, URL_OPTIONS)
     except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
         raise ConfigError(f"bad PostgreSQL URL {redact(url)!r}: {exc}") from None
-    q = parse_qsl(parts.query, keep_blank_values=True)
-    opts = {k: v for k, v in q if k in URL_OPTIONS}
-    rest = urlencode([(k, v) for k, v in q if k not in URL_OPTIONS])
-    return urlunsplit(parts._replace(query=rest)), opts
+    return rest, dict(opts)
+
+
+def split_query(url: str, names: Collection[str]) -> tuple[str, list[tuple[str, str]]]:
+    """(``url`` without its query parameters named in ``names``, those parameters decoded, in order).
+
+    The other parameters are kept exactly as written: they go to libpq, which decodes ``%20`` but
+    takes ``+`` literally, so re-encoding them (``+`` for a space) would change them
+    (``options=-c%20statement_timeout%3D5000``).
+
+    Raises:
+        ValueError: the URL cannot be split (an unclosed ``[``).
+    """
+    parts = urlsplit(url)
+    kept: list[str] = []
+    taken: list[tuple[str, str]] = []
+    for piece in parts.query.split("&"):
+        pair = parse_qsl(piece, keep_blank_values=True)
+        if pair and pair[0][0] in names:
+            taken.append(pair[0])
+        elif piece:
+            kept.append(piece)
+    return urlunsplit(parts._replace(query="&".join(kept))), taken
 
 
 def redact(dsn: str) -> str:
