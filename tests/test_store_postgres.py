@@ -372,3 +372,19 @@ def test_libpq_url_parameters_with_spaces_reach_the_server(pg_url):
     with open_store(url) as s, s._conn("read settings") as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
         assert conn.execute("SHOW application_name").fetchone()[0] == "my app"
+
+
+@pytest.mark.parametrize("dsn", [
+    "host=127.0.0.1 dbname=db user=u password=hunter2 schema=x",
+    "host=127.0.0.1 password='hunter2 and more' pool_max=3",
+    "host=127.0.0.1 password='hunter2",
+])
+def test_a_keyword_string_that_does_not_parse_never_shows_its_password(dsn):
+    """A libpq ``key=value`` string libpq cannot read (a ctxscore URL option in it, an unclosed
+    quote) was shown whole in the ConfigError, password included."""
+    with pytest.raises(ConfigError, match="cannot parse the PostgreSQL DSN host=127.0.0.1") as err:
+        open_store(dsn)
+    assert "hunter2" not in str(err.value) and "password=***" in str(err.value)
+    assert "hunter2" not in redact(dsn)
+    if "schema" in dsn:  # ctxscore's own options go as keyword arguments with such a string
+        assert "open_store(dsn, schema=...)" in str(err.value)

@@ -87,6 +87,8 @@ CHECK_IDLE_S = 1.0
 URL_OPTIONS = ("schema", "pool_min", "pool_max", "timeout", "redis")
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: A ``key=value`` pair of a libpq keyword string (a quoted value, closed or not, or a word).
+_KEY_VALUE = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)")
 _COLUMNS = "id, turn, role, text, text_exact, message, prediction, tier, embedding"
 #: The server's system identifier (the same however a worker spells the host), for :attr:`PostgresStore.identity`.
 _SYSTEM_ID_SQL = "SELECT system_identifier FROM pg_control_system()"
@@ -139,11 +141,16 @@ def split_query(url: str, names: Collection[str]) -> tuple[str, list[tuple[str, 
 
 
 def redact(dsn: str) -> str:
-    """``dsn`` without its password, for messages (``postgresql://user@host:5432/db``)."""
+    """``dsn`` without its password, for messages (``postgresql://user@host:5432/db``). One libpq
+    cannot read is shown as its scheme and host part (a URL), or as the ``key=value`` pairs that
+    can be made out, the password's value masked (a keyword string)."""
     try:
         info = _conninfo.conninfo_to_dict(dsn) if psycopg is not None else {}
-    except Exception:  # noqa: BLE001 - a DSN that does not parse is shown as its host part only
-        return dsn.split("@")[-1]
+    except Exception:  # noqa: BLE001 - a DSN that does not parse is shown without what may be secret
+        scheme, sep, rest = dsn.partition("://")
+        if sep:
+            return f"{scheme}://{rest.split('@')[-1]}"
+        return " ".join(f"{k}=***" if k == "password" else f"{k}={v}" for k, v in _KEY_VALUE.findall(dsn))
     user = info.get("user", "")
     host = info.get("host", "localhost")
     port = info.get("port", "5432")
@@ -229,7 +236,11 @@ class PostgresStore:
         try:
             base = _conninfo.conninfo_to_dict(dsn)
         except psycopg.Error as exc:
-            raise ConfigError(f"cannot parse the PostgreSQL DSN {redact(dsn)}: {exc}") from None
+            hint = ""
+            if any(f'option "{k}"' in str(exc) for k in URL_OPTIONS):
+                hint = ("; with a key=value string, ctxscore's options (schema, pool_min, pool_max, timeout) are "
+                        "keyword arguments: open_store(dsn, schema=...), or use a postgresql:// URL")
+            raise ConfigError(f"cannot parse the PostgreSQL DSN {redact(dsn)}: {str(exc).strip()}{hint}") from None
         if base.get("options"):
             options = f"{base['options']} {options}"
         self.pgvector = False
