@@ -388,3 +388,11 @@ def test_a_keyword_string_that_does_not_parse_never_shows_its_password(dsn):
     assert "hunter2" not in redact(dsn)
     if "schema" in dsn:  # ctxscore's own options go as keyword arguments with such a string
         assert "open_store(dsn, schema=...)" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_a_config_error(pg_url, value):
+    """``?timeout=nan`` or ``inf`` passed the check (``nan <= 0`` is false) and failed deep inside
+    with a bare ValueError / OverflowError (``int(timeout)``); ``ctxscore serve`` printed a traceback."""
+    with pytest.raises(ConfigError, match=f"timeout must be positive, finite seconds, got {value}"):
+        open_store(pg_url + f"&timeout={value}")

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -222,8 +223,8 @@ class PostgresStore:
             raise ConfigError(f"schema must be letters, digits and _ (at most 63), got {schema!r}")
         if not 1 <= pool_min <= pool_max:
             raise ConfigError(f"need 1 <= pool_min <= pool_max, got {pool_min}, {pool_max}")
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive seconds, got {timeout}")
+        if not 0 < timeout < math.inf:  # nan too: int(timeout) below would raise
+            raise ConfigError(f"timeout must be positive, finite seconds, got {timeout}")
         self.where = redact(dsn) + (f" (schema {schema})" if schema else "")
         self.schema = schema
         self.timeout = timeout
