@@ -6,6 +6,7 @@ loses nothing."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -517,3 +518,33 @@ def test_the_message_count_is_never_set_back_by_a_late_bump(hot_url):
     assert c.hot.messages("race") == 2
     for s in (a, b, c):
         s.close()
+
+
+@pytest.mark.parametrize("part", ["meta", "tiers", "tierlog", "tok", "toklog", "turn", "lock"])
+def test_a_foreign_value_under_a_session_key_is_named_and_leaves_no_lock(hot_url, part):
+    """A key of the session holding another kind of value (another application writing under
+    ctxscore's prefix): the turn's script took the lock, then failed with WRONGTYPE, so the lock
+    stayed and every worker found the session "busy" until it expired -- and then the same again.
+    The turn now fails at once naming the key, takes no lock, and works once the key is deleted."""
+    a, b = workers(hot_url, 2, hot={"lock_wait_s": 0.5})
+    with a.turn("s") as cm:
+        cm.add({"role": "user", "content": "first question"})
+    meta, tiers, tierlog, tok, toklog = a.hot.keys("s")
+    key = {"meta": meta, "tiers": tiers, "tierlog": tierlog, "tok": tok, "toklog": toklog,
+           "turn": a.hot._key("s", "turn"), "lock": a.hot._key("s", "lock")}[part]
+    client = a.hot.client
+    client.delete(key)
+    if part in ("turn", "lock"):
+        client.hset(key, "foreign", "value")
+    else:
+        client.set(key, "foreign value")
+    for w in (b, a, b):
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match=re.escape(f"key {key} holds a Redis ") + "(string|hash), not"), w.turn("s"):
+            pass
+        assert time.monotonic() - t0 < 0.4  # refused at once, not waited for as busy
+    assert client.type(a.hot._key("s", "lock")) in (b"none", b"hash")  # no lock left behind
+    client.delete(key)
+    with b.turn("s") as cm:
+        cm.add({"role": "assistant", "content": "answered"})
+        assert [m.content for m in cm.messages] == ["first question", "answered"]

@@ -335,7 +335,9 @@ class RedisHotState:
         tries again; :meth:`busy` is the error to raise when it gives up).
 
         Raises:
-            StoreError: as :meth:`lock`; nothing of the turn has run then.
+            StoreError: as :meth:`lock`, or a key of the session holds another kind of value than
+                ctxscore keeps there (the message names it; no lock is taken); nothing of the turn
+                has run then.
             SessionBusy: with ``wait=False``, the session is held by another worker.
         """
         keys = self.keys(session_id, encoding)
@@ -491,13 +493,20 @@ if n == nil or n < tonumber(ARGV[1]) then redis.call('hset', KEYS[1], 'messages'
 return 0
 """
 
-# KEYS: lock, meta, tierlog, toklog, tiers, turn mark; ARGV: token, lock ms, tier log start, token-count log
-# start (-1: none), turn mark ms. Takes the lock (as redis-py's Lock does: SET NX PX) and, only then,
-# reads the state. The turn mark names the token of the turn in progress and is deleted when the turn
+# KEYS: lock, meta, tierlog, toklog, tiers, turn mark, token counts; ARGV: token, lock ms, tier log start,
+# token-count log start (-1: none), turn mark ms. First checks that no key holds another kind of value than
+# ctxscore keeps there ({'foreign', key, its type, the expected type}: a script stopped by WRONGTYPE after
+# the SET would keep the lock until it expires). Takes the lock (as redis-py's Lock does: SET NX PX) and,
+# only then, reads the state. The turn mark names the token of the turn in progress and is deleted when the turn
 # ends (_END_TURN): found with another token, the previous holder never ended its turn (it died, or lost
 # its lock), and may have written the durable store without recording it here: the hot state is
 # dropped (meta, tiers, tier log), so the turn reads the session from the store.
 _START_TURN = """
+local kinds = {'string', 'hash', 'list', 'list', 'hash', 'string', 'hash'}
+for i, kind in ipairs(kinds) do
+  local t = redis.call('type', KEYS[i]).ok
+  if t ~= 'none' and t ~= kind then return {'foreign', KEYS[i], t, kind} end
+end
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and redis.call('get', KEYS[1]) ~= ARGV[1] then return false end
 local prev, dropped = redis.call('get', KEYS[6]), 0
 if prev and prev ~= ARGV[1] then
@@ -577,13 +586,20 @@ if _redis is not None:
             self.start: TurnState | None = None
 
         def do_acquire(self, token: str) -> bool:
-            meta, tiers, tierlog, _, toklog = self.hot_keys
+            meta, tiers, tierlog, tok, toklog = self.hot_keys
             hot = self.hot
             mark_ms = hot.ttl_ms + int(1000 * (hot.lock_timeout_s + (hot.renew_s or 0)))  # outlives the meta
-            got = hot._start_script(keys=[self.name, meta, tierlog, toklog, tiers, self.mark],
+            got = hot._start_script(keys=[self.name, meta, tierlog, toklog, tiers, self.mark, tok],
                                     args=[token, int(self.timeout * 1000), self.tier_from, self.tok_from, mark_ms])
             if not got:
                 return False
+            if got[0] == b"foreign":  # nothing taken
+                key, kind, want = (x.decode(errors="replace") for x in got[1:])
+                raise StoreError(
+                    f"hot state at {hot.where}: key {key} holds a Redis {kind}, not the {want} ctxscore keeps there "
+                    f"(another application writing under the prefix {hot.prefix!r}?); nothing of the turn has run. "
+                    "Delete that key (the session's hot state is rebuilt from the durable store), or give the "
+                    "other application or ctxscore (RedisHotState(prefix=...)) a prefix of its own")
             if got[5]:
                 log.warning("the previous turn of session %r never ended (its worker died or lost the lock): the hot "
                             "state is dropped and the session read again from the durable store", self.session_id)
