@@ -290,8 +290,8 @@ def redis_away(hot: RedisHotState, *calls: str) -> None:
     away, guard = set(calls), hot._guard
 
     @contextmanager
-    def flaky(what: str):
-        with guard(what):
+    def flaky(what: str, *key: str | None):
+        with guard(what, *key):
             if what in away:
                 away.discard(what)
                 raise redis.ConnectionError("Error 111 connecting to Redis: Connection refused (injected)")
@@ -548,3 +548,38 @@ def test_a_foreign_value_under_a_session_key_is_named_and_leaves_no_lock(hot_url
     with b.turn("s") as cm:
         cm.add({"role": "assistant", "content": "answered"})
         assert [m.content for m in cm.messages] == ["first question", "answered"]
+
+
+@pytest.mark.parametrize("part", ["tiers", "tok"])
+def test_an_unreadable_value_in_the_hot_state_is_a_store_error_naming_the_key(hot_url, part):
+    """A tier or token count ctxscore cannot read (``"bogus"``, ``"nan"``): a worker opening the
+    session raised a bare ValueError ("'bogus' is not a valid Tier"), which the proxy answered
+    with a bare 500. It is a StoreError naming the key now, and once the key is deleted the
+    session is read from the durable store."""
+    a, b = workers(hot_url, 2)
+    with a.turn("s") as cm:
+        cm.add({"role": "user", "content": "first question"})
+    meta, tiers, _, tok, _ = a.hot.keys("s")
+    key = tiers if part == "tiers" else tok
+    a.hot.client.hset(key, "x", "bogus" if part == "tiers" else "nan")
+    with pytest.raises(StoreError, match=re.escape(f"key {key} holds a value ctxscore cannot read")), b.turn("s"):
+        pass
+    a.hot.client.delete(key)
+    with b.turn("s") as cm:
+        assert [m.content for m in cm.messages] == ["first question"]
+
+
+def test_an_unreadable_message_count_is_read_past(hot_url):
+    """A message count that is not a number: a manager over the HotStore raised a bare ValueError
+    at its first read; the count is unknown then, and the session is read from the durable store."""
+    pg, rurl, prefix = hot_url
+    store = HotStore(open_store(pg), RedisHotState(rurl, prefix=prefix))
+    ContextManager(budget=500, scorer="rules", store=store, session_id="s").add({"role": "user", "content": "kept"})
+    store.hot.client.hset(store.hot.keys("s")[0], "messages", "abc")
+    cm = ContextManager(budget=500, scorer="rules", store=store, session_id="s")
+    cm.add({"role": "user", "content": "added"})
+    assert [m.content for m in cm.messages] == ["kept", "added"] and store.count("s") == 2
+    with pytest.raises(StoreError, match="holds a value ctxscore cannot read"):
+        store.hot.client.hset(store.hot.keys("s")[0], "messages", "abc")
+        store.hot.messages("s")
+    store.close()

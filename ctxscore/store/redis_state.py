@@ -186,18 +186,27 @@ class RedisHotState:
                 self._key(session_id, f"tok:{encoding}"), self._key(session_id, f"toklog:{encoding}")]
 
     @contextmanager
-    def _guard(self, what: str) -> Iterator[None]:
+    def _guard(self, what: str, key: str | None = None) -> Iterator[None]:
+        """Redis failures -> :class:`StoreError`; with ``key``, a value read from it that ctxscore
+        cannot read (not a number, not a tier, not JSON) too, naming the key."""
         try:
             yield
         except _redis.RedisError as exc:
             raise StoreError(f"hot state at {self.where}: cannot {what}: {exc}; check that Redis is up") from None
+        except (ValueError, TypeError, AttributeError) as exc:  # AttributeError: a JSON entry not an object
+            if key is None:
+                raise
+            raise StoreError(f"hot state at {self.where}: cannot {what}: key {key} holds a value ctxscore cannot "
+                             f"read ({exc}); delete that key (the session's hot state is rebuilt from the "
+                             "durable store)") from None
 
     # -- state ----------------------------------------------------------------------------------
     def version(self, session_id: str) -> int | None:
         """The session's version, or ``None`` when it has no hot state (expired or never written)."""
-        with self._guard("read the session version"):
-            v = self.client.hget(self._key(session_id, "meta"), "version")
-        return None if v is None else int(v)
+        key = self._key(session_id, "meta")
+        with self._guard("read the session version", key):
+            v = self.client.hget(key, "version")
+            return None if v is None else int(v)
 
     def state(self, session_id: str) -> tuple[int | None, int | None, int, str | None]:
         """(version, message count, detaches, generation) of the session in one round trip: ``detaches``
@@ -206,10 +215,11 @@ class RedisHotState:
         ``generation`` is a random id written when the hot state is created, so a worker whose manager
         saw another one (the hot state was dropped or expired, and its version and counts started again)
         reads the session again too."""
-        with self._guard("read the session version"):
-            v, n, d, g = self.client.hmget(self._key(session_id, "meta"), ["version", "messages", "detached", "gen"])
-        return ((None if v is None else int(v)), (None if n is None else int(n)), (0 if d is None else int(d)),
-                (None if g is None else g.decode()))
+        key = self._key(session_id, "meta")
+        with self._guard("read the session version", key):
+            v, n, d, g = self.client.hmget(key, ["version", "messages", "detached", "gen"])
+            return ((None if v is None else int(v)), (None if n is None else int(n)), (0 if d is None else int(d)),
+                    (None if g is None else g.decode()))
 
     def detached(self, session_id: str, messages: int) -> None:
         """Record a rebase: the session now holds ``messages`` messages (the rest moved away); bumps
@@ -226,21 +236,24 @@ class RedisHotState:
 
     def messages(self, session_id: str) -> int | None:
         """The session's message count as the last write recorded it, or ``None`` when unknown."""
-        with self._guard("read the message count"):
-            v = self.client.hget(self._key(session_id, "meta"), "messages")
-        return None if v is None else int(v)
+        key = self._key(session_id, "meta")
+        with self._guard("read the message count", key):
+            v = self.client.hget(key, "messages")
+            return None if v is None else int(v)
 
     def tiers(self, session_id: str) -> dict[str, Tier]:
         """The tiers recorded for the session (message id -> tier; ids not listed are verbatim)."""
-        with self._guard("read tiers"):
-            raw = self.client.hgetall(self._key(session_id, "tiers"))
-        return {k.decode(): Tier(v.decode()) for k, v in raw.items()}
+        key = self._key(session_id, "tiers")
+        with self._guard("read tiers", key):
+            raw = self.client.hgetall(key)
+            return {k.decode(): Tier(v.decode()) for k, v in raw.items()}
 
     def token_counts(self, session_id: str, encoding: str) -> dict[str, int]:
         """Token counts of the session's texts under ``encoding`` (:func:`text_key` -> tokens)."""
-        with self._guard("read token counts"):
-            raw = self.client.hgetall(self._key(session_id, f"tok:{encoding}"))
-        return {k.decode(): int(v) for k, v in raw.items()}
+        key = self._key(session_id, f"tok:{encoding}")
+        with self._guard("read token counts", key):
+            raw = self.client.hgetall(key)
+            return {k.decode(): int(v) for k, v in raw.items()}
 
     def bump(self, session_id: str, *, tiers: Mapping[str, Tier] | None = None, messages: int | None = None,
              encoding: str = DEFAULT_ENCODING) -> int:
@@ -274,9 +287,10 @@ class RedisHotState:
 
     def tier_log(self, session_id: str, start: int = 0) -> tuple[list[dict[str, Tier]], int]:
         """The tier changes recorded from entry ``start`` on, in order, and the log's length."""
-        with self._guard("read tier changes"):
-            raw = self.client.lrange(self._key(session_id, "tierlog"), start, -1)
-        return [{i: Tier(t) for i, t in json.loads(r).items()} for r in raw], start + len(raw)
+        key = self._key(session_id, "tierlog")
+        with self._guard("read tier changes", key):
+            raw = self.client.lrange(key, start, -1)
+            return [{i: Tier(t) for i, t in json.loads(r).items()} for r in raw], start + len(raw)
 
     def add_token_counts(self, session_id: str, encoding: str, counts: Mapping[str, int]) -> tuple[int | None, int]:
         """Store token counts (:func:`text_key` -> tokens) and refresh their TTL; returns the
