@@ -6,6 +6,7 @@ loses nothing."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -289,8 +290,8 @@ def redis_away(hot: RedisHotState, *calls: str) -> None:
     away, guard = set(calls), hot._guard
 
     @contextmanager
-    def flaky(what: str):
-        with guard(what):
+    def flaky(what: str, *key: str | None):
+        with guard(what, *key):
             if what in away:
                 away.discard(what)
                 raise redis.ConnectionError("Error 111 connecting to Redis: Connection refused (injected)")
@@ -517,3 +518,68 @@ def test_the_message_count_is_never_set_back_by_a_late_bump(hot_url):
     assert c.hot.messages("race") == 2
     for s in (a, b, c):
         s.close()
+
+
+@pytest.mark.parametrize("part", ["meta", "tiers", "tierlog", "tok", "toklog", "turn", "lock"])
+def test_a_foreign_value_under_a_session_key_is_named_and_leaves_no_lock(hot_url, part):
+    """A key of the session holding another kind of value (another application writing under
+    ctxscore's prefix): the turn's script took the lock, then failed with WRONGTYPE, so the lock
+    stayed and every worker found the session "busy" until it expired -- and then the same again.
+    The turn now fails at once naming the key, takes no lock, and works once the key is deleted."""
+    a, b = workers(hot_url, 2, hot={"lock_wait_s": 0.5})
+    with a.turn("s") as cm:
+        cm.add({"role": "user", "content": "first question"})
+    meta, tiers, tierlog, tok, toklog = a.hot.keys("s")
+    key = {"meta": meta, "tiers": tiers, "tierlog": tierlog, "tok": tok, "toklog": toklog,
+           "turn": a.hot._key("s", "turn"), "lock": a.hot._key("s", "lock")}[part]
+    client = a.hot.client
+    client.delete(key)
+    if part in ("turn", "lock"):
+        client.hset(key, "foreign", "value")
+    else:
+        client.set(key, "foreign value")
+    for w in (b, a, b):
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match=re.escape(f"key {key} holds a Redis ") + "(string|hash), not"), w.turn("s"):
+            pass
+        assert time.monotonic() - t0 < 0.4  # refused at once, not waited for as busy
+    assert client.type(a.hot._key("s", "lock")) in (b"none", b"hash")  # no lock left behind
+    client.delete(key)
+    with b.turn("s") as cm:
+        cm.add({"role": "assistant", "content": "answered"})
+        assert [m.content for m in cm.messages] == ["first question", "answered"]
+
+
+@pytest.mark.parametrize("part", ["tiers", "tok"])
+def test_an_unreadable_value_in_the_hot_state_is_a_store_error_naming_the_key(hot_url, part):
+    """A tier or token count ctxscore cannot read (``"bogus"``, ``"nan"``): a worker opening the
+    session raised a bare ValueError ("'bogus' is not a valid Tier"), which the proxy answered
+    with a bare 500. It is a StoreError naming the key now, and once the key is deleted the
+    session is read from the durable store."""
+    a, b = workers(hot_url, 2)
+    with a.turn("s") as cm:
+        cm.add({"role": "user", "content": "first question"})
+    meta, tiers, _, tok, _ = a.hot.keys("s")
+    key = tiers if part == "tiers" else tok
+    a.hot.client.hset(key, "x", "bogus" if part == "tiers" else "nan")
+    with pytest.raises(StoreError, match=re.escape(f"key {key} holds a value ctxscore cannot read")), b.turn("s"):
+        pass
+    a.hot.client.delete(key)
+    with b.turn("s") as cm:
+        assert [m.content for m in cm.messages] == ["first question"]
+
+
+def test_an_unreadable_message_count_is_read_past(hot_url):
+    """A message count that is not a number: a manager over the HotStore raised a bare ValueError
+    at its first read; the count is unknown then, and the session is read from the durable store."""
+    pg, rurl, prefix = hot_url
+    store = HotStore(open_store(pg), RedisHotState(rurl, prefix=prefix))
+    ContextManager(budget=500, scorer="rules", store=store, session_id="s").add({"role": "user", "content": "kept"})
+    store.hot.client.hset(store.hot.keys("s")[0], "messages", "abc")
+    cm = ContextManager(budget=500, scorer="rules", store=store, session_id="s")
+    cm.add({"role": "user", "content": "added"})
+    assert [m.content for m in cm.messages] == ["kept", "added"] and store.count("s") == 2
+    with pytest.raises(StoreError, match="holds a value ctxscore cannot read"):
+        store.hot.client.hset(store.hot.keys("s")[0], "messages", "abc")
+        store.hot.messages("s")
+    store.close()

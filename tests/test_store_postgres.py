@@ -15,7 +15,7 @@ import pytest
 from ctxscore import ContextManager
 from ctxscore.errors import ConfigError, StoreError
 from ctxscore.messages import Message
-from ctxscore.store import NewRecord, open_store
+from ctxscore.store import NewRecord, open_store, redis_in_url
 from ctxscore.store.migrations import latest_version, migrations
 
 psycopg = pytest.importorskip("psycopg")
@@ -359,3 +359,40 @@ def test_a_read_after_the_server_dropped_every_connection_succeeds(pg_url):
     for _ in range(6):
         assert [r.text for r in s.load("s")] == ["hello"]
     s.close()
+
+
+def test_libpq_url_parameters_with_spaces_reach_the_server(pg_url):
+    """``?options=-c%20statement_timeout%3D5000`` (libpq's way to set a server parameter) and an
+    ``application_name`` with a space: ctxscore re-encoded the URL's query with ``+`` for a space,
+    which libpq does not decode, and the server refused the login ("unrecognized configuration
+    parameter +statement_timeout") or kept ``my+app``. They reach the server as written now."""
+    url = pg_url + "&options=-c%20statement_timeout%3D4321&application_name=my%20app"
+    assert split_url(url)[0].endswith("?options=-c%20statement_timeout%3D4321&application_name=my%20app")
+    assert redis_in_url(url + "&redis=redis%3A%2F%2Fh%3A1%2F0") == (url, "redis://h:1/0")
+    with open_store(url) as s, s._conn("read settings") as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
+        assert conn.execute("SHOW application_name").fetchone()[0] == "my app"
+
+
+@pytest.mark.parametrize("dsn", [
+    "host=127.0.0.1 dbname=db user=u password=hunter2 schema=x",
+    "host=127.0.0.1 password='hunter2 and more' pool_max=3",
+    "host=127.0.0.1 password='hunter2",
+])
+def test_a_keyword_string_that_does_not_parse_never_shows_its_password(dsn):
+    """A libpq ``key=value`` string libpq cannot read (a ctxscore URL option in it, an unclosed
+    quote) was shown whole in the ConfigError, password included."""
+    with pytest.raises(ConfigError, match="cannot parse the PostgreSQL DSN host=127.0.0.1") as err:
+        open_store(dsn)
+    assert "hunter2" not in str(err.value) and "password=***" in str(err.value)
+    assert "hunter2" not in redact(dsn)
+    if "schema" in dsn:  # ctxscore's own options go as keyword arguments with such a string
+        assert "open_store(dsn, schema=...)" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_a_config_error(pg_url, value):
+    """``?timeout=nan`` or ``inf`` passed the check (``nan <= 0`` is false) and failed deep inside
+    with a bare ValueError / OverflowError (``int(timeout)``); ``ctxscore serve`` printed a traceback."""
+    with pytest.raises(ConfigError, match=f"timeout must be positive, finite seconds, got {value}"):
+        open_store(pg_url + f"&timeout={value}")

@@ -106,16 +106,15 @@ def redis_in_url(url: str, redis: Any = None) -> tuple[str, Any]:
         ConfigError: both are given, or the parameter is not a ``redis://``, ``rediss://`` or
             ``unix://`` URL.
     """
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+    from .postgres import split_query
 
     if "://" not in url:
         return url, redis
     try:
-        parts = urlsplit(url)
+        rest, taken = split_query(url, ("redis",))
     except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
         raise ConfigError(f"bad store URL {shown_url(url)!r}: {exc}") from None
-    q = parse_qsl(parts.query, keep_blank_values=True)
-    in_url = [v for k, v in q if k == "redis"]
+    in_url = [v for _, v in taken]
     if not in_url:
         return url, redis
     if redis is not None or len(in_url) > 1:
@@ -123,5 +122,4 @@ def redis_in_url(url: str, redis: Any = None) -> tuple[str, Any]:
     if not in_url[0].startswith(REDIS_SCHEMES):
         raise ConfigError(f"the store URL's redis= parameter must be a redis://, rediss:// or unix:// URL, got "
                           f"{in_url[0].split('@')[-1]!r}")
-    rest = urlencode([(k, v) for k, v in q if k != "redis"])
-    return urlunsplit(parts._replace(query=rest)), in_url[0]
+    return rest, in_url[0]

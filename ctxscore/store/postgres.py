@@ -42,16 +42,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -87,6 +88,8 @@ CHECK_IDLE_S = 1.0
 URL_OPTIONS = ("schema", "pool_min", "pool_max", "timeout", "redis")
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: A ``key=value`` pair of a libpq keyword string (a quoted value, closed or not, or a word).
+_KEY_VALUE = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)")
 _COLUMNS = "id, turn, role, text, text_exact, message, prediction, tier, embedding"
 #: The server's system identifier (the same however a worker spells the host), for :attr:`PostgresStore.identity`.
 _SYSTEM_ID_SQL = "SELECT system_identifier FROM pg_control_system()"
@@ -101,7 +104,8 @@ def _require_driver() -> None:
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Split a ``postgresql://`` URL into the libpq URL and ctxscore's options (:data:`URL_OPTIONS`).
 
-    A ``key=value`` conninfo string is returned as is, with no options.
+    A ``key=value`` conninfo string is returned as is, with no options. The libpq URL keeps its
+    other parameters exactly as written (:func:`split_query`).
 
     Raises:
         ConfigError: the URL cannot be read (the message shows no password).
@@ -109,21 +113,45 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     if "://" not in url:
         return url, {}
     try:
-        parts = urlsplit(url)
+        rest, opts = split_query(url, URL_OPTIONS)
     except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
         raise ConfigError(f"bad PostgreSQL URL {redact(url)!r}: {exc}") from None
-    q = parse_qsl(parts.query, keep_blank_values=True)
-    opts = {k: v for k, v in q if k in URL_OPTIONS}
-    rest = urlencode([(k, v) for k, v in q if k not in URL_OPTIONS])
-    return urlunsplit(parts._replace(query=rest)), opts
+    return rest, dict(opts)
+
+
+def split_query(url: str, names: Collection[str]) -> tuple[str, list[tuple[str, str]]]:
+    """(``url`` without its query parameters named in ``names``, those parameters decoded, in order).
+
+    The other parameters are kept exactly as written: they go to libpq, which decodes ``%20`` but
+    takes ``+`` literally, so re-encoding them (``+`` for a space) would change them
+    (``options=-c%20statement_timeout%3D5000``).
+
+    Raises:
+        ValueError: the URL cannot be split (an unclosed ``[``).
+    """
+    parts = urlsplit(url)
+    kept: list[str] = []
+    taken: list[tuple[str, str]] = []
+    for piece in parts.query.split("&"):
+        pair = parse_qsl(piece, keep_blank_values=True)
+        if pair and pair[0][0] in names:
+            taken.append(pair[0])
+        elif piece:
+            kept.append(piece)
+    return urlunsplit(parts._replace(query="&".join(kept))), taken
 
 
 def redact(dsn: str) -> str:
-    """``dsn`` without its password, for messages (``postgresql://user@host:5432/db``)."""
+    """``dsn`` without its password, for messages (``postgresql://user@host:5432/db``). One libpq
+    cannot read is shown as its scheme and host part (a URL), or as the ``key=value`` pairs that
+    can be made out, the password's value masked (a keyword string)."""
     try:
         info = _conninfo.conninfo_to_dict(dsn) if psycopg is not None else {}
-    except Exception:  # noqa: BLE001 - a DSN that does not parse is shown as its host part only
-        return dsn.split("@")[-1]
+    except Exception:  # noqa: BLE001 - a DSN that does not parse is shown without what may be secret
+        scheme, sep, rest = dsn.partition("://")
+        if sep:
+            return f"{scheme}://{rest.split('@')[-1]}"
+        return " ".join(f"{k}=***" if k == "password" else f"{k}={v}" for k, v in _KEY_VALUE.findall(dsn))
     user = info.get("user", "")
     host = info.get("host", "localhost")
     port = info.get("port", "5432")
@@ -195,8 +223,8 @@ class PostgresStore:
             raise ConfigError(f"schema must be letters, digits and _ (at most 63), got {schema!r}")
         if not 1 <= pool_min <= pool_max:
             raise ConfigError(f"need 1 <= pool_min <= pool_max, got {pool_min}, {pool_max}")
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive seconds, got {timeout}")
+        if not 0 < timeout < math.inf:  # nan too: int(timeout) below would raise
+            raise ConfigError(f"timeout must be positive, finite seconds, got {timeout}")
         self.where = redact(dsn) + (f" (schema {schema})" if schema else "")
         self.schema = schema
         self.timeout = timeout
@@ -209,7 +237,11 @@ class PostgresStore:
         try:
             base = _conninfo.conninfo_to_dict(dsn)
         except psycopg.Error as exc:
-            raise ConfigError(f"cannot parse the PostgreSQL DSN {redact(dsn)}: {exc}") from None
+            hint = ""
+            if any(f'option "{k}"' in str(exc) for k in URL_OPTIONS):
+                hint = ("; with a key=value string, ctxscore's options (schema, pool_min, pool_max, timeout) are "
+                        "keyword arguments: open_store(dsn, schema=...), or use a postgresql:// URL")
+            raise ConfigError(f"cannot parse the PostgreSQL DSN {redact(dsn)}: {str(exc).strip()}{hint}") from None
         if base.get("options"):
             options = f"{base['options']} {options}"
         self.pgvector = False

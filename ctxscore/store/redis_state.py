@@ -186,18 +186,27 @@ class RedisHotState:
                 self._key(session_id, f"tok:{encoding}"), self._key(session_id, f"toklog:{encoding}")]
 
     @contextmanager
-    def _guard(self, what: str) -> Iterator[None]:
+    def _guard(self, what: str, key: str | None = None) -> Iterator[None]:
+        """Redis failures -> :class:`StoreError`; with ``key``, a value read from it that ctxscore
+        cannot read (not a number, not a tier, not JSON) too, naming the key."""
         try:
             yield
         except _redis.RedisError as exc:
             raise StoreError(f"hot state at {self.where}: cannot {what}: {exc}; check that Redis is up") from None
+        except (ValueError, TypeError, AttributeError) as exc:  # AttributeError: a JSON entry not an object
+            if key is None:
+                raise
+            raise StoreError(f"hot state at {self.where}: cannot {what}: key {key} holds a value ctxscore cannot "
+                             f"read ({exc}); delete that key (the session's hot state is rebuilt from the "
+                             "durable store)") from None
 
     # -- state ----------------------------------------------------------------------------------
     def version(self, session_id: str) -> int | None:
         """The session's version, or ``None`` when it has no hot state (expired or never written)."""
-        with self._guard("read the session version"):
-            v = self.client.hget(self._key(session_id, "meta"), "version")
-        return None if v is None else int(v)
+        key = self._key(session_id, "meta")
+        with self._guard("read the session version", key):
+            v = self.client.hget(key, "version")
+            return None if v is None else int(v)
 
     def state(self, session_id: str) -> tuple[int | None, int | None, int, str | None]:
         """(version, message count, detaches, generation) of the session in one round trip: ``detaches``
@@ -206,10 +215,11 @@ class RedisHotState:
         ``generation`` is a random id written when the hot state is created, so a worker whose manager
         saw another one (the hot state was dropped or expired, and its version and counts started again)
         reads the session again too."""
-        with self._guard("read the session version"):
-            v, n, d, g = self.client.hmget(self._key(session_id, "meta"), ["version", "messages", "detached", "gen"])
-        return ((None if v is None else int(v)), (None if n is None else int(n)), (0 if d is None else int(d)),
-                (None if g is None else g.decode()))
+        key = self._key(session_id, "meta")
+        with self._guard("read the session version", key):
+            v, n, d, g = self.client.hmget(key, ["version", "messages", "detached", "gen"])
+            return ((None if v is None else int(v)), (None if n is None else int(n)), (0 if d is None else int(d)),
+                    (None if g is None else g.decode()))
 
     def detached(self, session_id: str, messages: int) -> None:
         """Record a rebase: the session now holds ``messages`` messages (the rest moved away); bumps
@@ -226,21 +236,24 @@ class RedisHotState:
 
     def messages(self, session_id: str) -> int | None:
         """The session's message count as the last write recorded it, or ``None`` when unknown."""
-        with self._guard("read the message count"):
-            v = self.client.hget(self._key(session_id, "meta"), "messages")
-        return None if v is None else int(v)
+        key = self._key(session_id, "meta")
+        with self._guard("read the message count", key):
+            v = self.client.hget(key, "messages")
+            return None if v is None else int(v)
 
     def tiers(self, session_id: str) -> dict[str, Tier]:
         """The tiers recorded for the session (message id -> tier; ids not listed are verbatim)."""
-        with self._guard("read tiers"):
-            raw = self.client.hgetall(self._key(session_id, "tiers"))
-        return {k.decode(): Tier(v.decode()) for k, v in raw.items()}
+        key = self._key(session_id, "tiers")
+        with self._guard("read tiers", key):
+            raw = self.client.hgetall(key)
+            return {k.decode(): Tier(v.decode()) for k, v in raw.items()}
 
     def token_counts(self, session_id: str, encoding: str) -> dict[str, int]:
         """Token counts of the session's texts under ``encoding`` (:func:`text_key` -> tokens)."""
-        with self._guard("read token counts"):
-            raw = self.client.hgetall(self._key(session_id, f"tok:{encoding}"))
-        return {k.decode(): int(v) for k, v in raw.items()}
+        key = self._key(session_id, f"tok:{encoding}")
+        with self._guard("read token counts", key):
+            raw = self.client.hgetall(key)
+            return {k.decode(): int(v) for k, v in raw.items()}
 
     def bump(self, session_id: str, *, tiers: Mapping[str, Tier] | None = None, messages: int | None = None,
              encoding: str = DEFAULT_ENCODING) -> int:
@@ -274,9 +287,10 @@ class RedisHotState:
 
     def tier_log(self, session_id: str, start: int = 0) -> tuple[list[dict[str, Tier]], int]:
         """The tier changes recorded from entry ``start`` on, in order, and the log's length."""
-        with self._guard("read tier changes"):
-            raw = self.client.lrange(self._key(session_id, "tierlog"), start, -1)
-        return [{i: Tier(t) for i, t in json.loads(r).items()} for r in raw], start + len(raw)
+        key = self._key(session_id, "tierlog")
+        with self._guard("read tier changes", key):
+            raw = self.client.lrange(key, start, -1)
+            return [{i: Tier(t) for i, t in json.loads(r).items()} for r in raw], start + len(raw)
 
     def add_token_counts(self, session_id: str, encoding: str, counts: Mapping[str, int]) -> tuple[int | None, int]:
         """Store token counts (:func:`text_key` -> tokens) and refresh their TTL; returns the
@@ -335,7 +349,9 @@ class RedisHotState:
         tries again; :meth:`busy` is the error to raise when it gives up).
 
         Raises:
-            StoreError: as :meth:`lock`; nothing of the turn has run then.
+            StoreError: as :meth:`lock`, or a key of the session holds another kind of value than
+                ctxscore keeps there (the message names it; no lock is taken); nothing of the turn
+                has run then.
             SessionBusy: with ``wait=False``, the session is held by another worker.
         """
         keys = self.keys(session_id, encoding)
@@ -491,13 +507,20 @@ if n == nil or n < tonumber(ARGV[1]) then redis.call('hset', KEYS[1], 'messages'
 return 0
 """
 
-# KEYS: lock, meta, tierlog, toklog, tiers, turn mark; ARGV: token, lock ms, tier log start, token-count log
-# start (-1: none), turn mark ms. Takes the lock (as redis-py's Lock does: SET NX PX) and, only then,
-# reads the state. The turn mark names the token of the turn in progress and is deleted when the turn
+# KEYS: lock, meta, tierlog, toklog, tiers, turn mark, token counts; ARGV: token, lock ms, tier log start,
+# token-count log start (-1: none), turn mark ms. First checks that no key holds another kind of value than
+# ctxscore keeps there ({'foreign', key, its type, the expected type}: a script stopped by WRONGTYPE after
+# the SET would keep the lock until it expires). Takes the lock (as redis-py's Lock does: SET NX PX) and,
+# only then, reads the state. The turn mark names the token of the turn in progress and is deleted when the turn
 # ends (_END_TURN): found with another token, the previous holder never ended its turn (it died, or lost
 # its lock), and may have written the durable store without recording it here: the hot state is
 # dropped (meta, tiers, tier log), so the turn reads the session from the store.
 _START_TURN = """
+local kinds = {'string', 'hash', 'list', 'list', 'hash', 'string', 'hash'}
+for i, kind in ipairs(kinds) do
+  local t = redis.call('type', KEYS[i]).ok
+  if t ~= 'none' and t ~= kind then return {'foreign', KEYS[i], t, kind} end
+end
 if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and redis.call('get', KEYS[1]) ~= ARGV[1] then return false end
 local prev, dropped = redis.call('get', KEYS[6]), 0
 if prev and prev ~= ARGV[1] then
@@ -577,13 +600,20 @@ if _redis is not None:
             self.start: TurnState | None = None
 
         def do_acquire(self, token: str) -> bool:
-            meta, tiers, tierlog, _, toklog = self.hot_keys
+            meta, tiers, tierlog, tok, toklog = self.hot_keys
             hot = self.hot
             mark_ms = hot.ttl_ms + int(1000 * (hot.lock_timeout_s + (hot.renew_s or 0)))  # outlives the meta
-            got = hot._start_script(keys=[self.name, meta, tierlog, toklog, tiers, self.mark],
+            got = hot._start_script(keys=[self.name, meta, tierlog, toklog, tiers, self.mark, tok],
                                     args=[token, int(self.timeout * 1000), self.tier_from, self.tok_from, mark_ms])
             if not got:
                 return False
+            if got[0] == b"foreign":  # nothing taken
+                key, kind, want = (x.decode(errors="replace") for x in got[1:])
+                raise StoreError(
+                    f"hot state at {hot.where}: key {key} holds a Redis {kind}, not the {want} ctxscore keeps there "
+                    f"(another application writing under the prefix {hot.prefix!r}?); nothing of the turn has run. "
+                    "Delete that key (the session's hot state is rebuilt from the durable store), or give the "
+                    "other application or ctxscore (RedisHotState(prefix=...)) a prefix of its own")
             if got[5]:
                 log.warning("the previous turn of session %r never ended (its worker died or lost the lock): the hot "
                             "state is dropped and the session read again from the durable store", self.session_id)
