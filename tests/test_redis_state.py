@@ -456,9 +456,20 @@ def test_a_renewed_lock_outlives_its_timeout_and_keeps_the_hot_state(hot_url):
 
 
 @pytest.mark.parametrize("name", ["ttl_s", "lock_timeout_s", "lock_wait_s", "lock_poll_s"])
-def test_times_must_be_positive_seconds(name):
-    with pytest.raises(ConfigError, match=f"{name} must be positive seconds, got 0"):
-        RedisHotState("redis://127.0.0.1:1/0", **{name: 0})
+@pytest.mark.parametrize("value", [0, float("inf"), float("nan")])
+def test_times_must_be_positive_finite_seconds(name, value):
+    """inf was accepted for ttl_s and then failed as a bare OverflowError (int(inf * 1000))."""
+    with pytest.raises(ConfigError, match=f"{name} must be positive, finite seconds, got {value}"):
+        RedisHotState("redis://127.0.0.1:1/0", **{name: value})
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/abc", "redis://127.0.0.1:1/1a", "redis://127.0.0.1:1/0?db=x"])
+def test_a_database_that_is_not_a_number_is_refused(url):
+    """redis-py read /abc and /1a as database 0: a worker with such a typo took its session locks on a
+    database the other workers do not use, so two workers could interleave one session's turns."""
+    with pytest.raises(ConfigError, match="is not a number; expected redis://"):
+        RedisHotState(url)
+    RedisHotState("redis://127.0.0.1:1/3?socket_timeout=2")  # a number, and other parameters: accepted
 
 
 def test_unreachable_redis(hot_url):

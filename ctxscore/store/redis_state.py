@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -84,6 +85,30 @@ def text_key(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
+def _check_db(url: str, where: str) -> None:
+    """Refuse a ``redis://`` URL whose database (the path, or ``?db=``) is not a whole number:
+    redis-py reads ``/1a`` or ``/abc`` as database 0, so a worker with a typo would take its session
+    locks where the other workers do not look, and two workers could interleave one session's turns.
+
+    Raises:
+        ConfigError: naming the database as written.
+    """
+    from urllib.parse import parse_qs, urlsplit  # noqa: PLC0415
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # redis-py's own parse says what is wrong
+        return
+    if parts.scheme not in ("redis", "rediss"):
+        return
+    dbs = [parts.path.strip("/")] if parts.path.strip("/") else []
+    dbs += parse_qs(parts.query).get("db", [])
+    for db in dbs:
+        if not db.isascii() or not db.isdigit():
+            raise ConfigError(f"bad Redis URL {where!r}: the database {db!r} is not a number; expected "
+                              "redis://[:password@]host:port/N with N a database number such as 0")
+
+
 class RedisHotState:
     """The Redis side of the hot state (see the module docstring).
 
@@ -105,7 +130,8 @@ class RedisHotState:
             (``ctxscore.serve.app.SharedProxySessions.take``).
 
     Raises:
-        ConfigError: redis-py is not installed, or a bad argument (a URL it cannot read included).
+        ConfigError: redis-py is not installed, or a bad argument (a URL it cannot read or whose
+            database is not a number, a time that is not positive and finite, included).
             Nothing is sent to Redis here: :meth:`ping` checks that it answers.
     """
 
@@ -117,6 +143,7 @@ class RedisHotState:
                               "(or `pip install redis`)")
         if isinstance(client, str):
             self.where = client.split("@")[-1]  # never the password
+            _check_db(client, self.where)
             try:
                 self.client = _redis.Redis.from_url(client, socket_connect_timeout=5, socket_timeout=10)
             except ValueError as exc:  # a scheme, port or host redis-py cannot read
@@ -131,15 +158,15 @@ class RedisHotState:
             raise ConfigError(f"prefix must be a non-empty string without braces, got {prefix!r}")
         for name, v in (("ttl_s", ttl_s), ("lock_timeout_s", lock_timeout_s), ("lock_wait_s", lock_wait_s),
                         ("lock_poll_s", lock_poll_s)):
-            if not v > 0:
-                raise ConfigError(f"{name} must be positive seconds, got {v}")
+            if not 0 < v < math.inf:  # inf: int(ttl_s * 1000) raises
+                raise ConfigError(f"{name} must be positive, finite seconds, got {v}")
         self.prefix = prefix
         #: The store's namespace in the keys (:meth:`bind`); ``None``: not bound, ``{prefix}:{{session}}:...``.
         self.namespace: str | None = None
         self.ttl_ms = int(ttl_s * 1000)
         self.lock_timeout_s, self.lock_wait_s, self.lock_poll_s = lock_timeout_s, lock_wait_s, lock_poll_s
-        if renew_s is not None and not renew_s > 0:
-            raise ConfigError(f"renew_s must be positive seconds or None, got {renew_s}")
+        if renew_s is not None and not 0 < renew_s < math.inf:
+            raise ConfigError(f"renew_s must be positive, finite seconds or None, got {renew_s}")
         self.renew_s = renew_s
         self._held: dict[Any, float] = {}  # lock -> renew until (monotonic)
         self._turns: dict[str, Any] = {}  # session -> the lock this object holds on it (see unrecorded)
