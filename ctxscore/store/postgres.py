@@ -89,6 +89,7 @@ URL_OPTIONS = ("schema", "pool_min", "pool_max", "timeout", "redis")
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: A ``key=value`` pair of a libpq keyword string (a quoted value, closed or not, or a word).
+_KEY_VALUE_KEY = re.compile(r"(\w+)\s*=")
 _KEY_VALUE = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)")
 _COLUMNS = "id, turn, role, text, text_exact, message, prediction, tier, embedding"
 #: The server's system identifier (the same however a worker spells the host), for :attr:`PostgresStore.identity`.
@@ -139,6 +140,14 @@ def split_query(url: str, names: Collection[str]) -> tuple[str, list[tuple[str, 
         elif piece:
             kept.append(piece)
     return urlunsplit(parts._replace(query="&".join(kept))), taken
+
+
+def _libpq_message(message: str, dsn: str) -> str:
+    """libpq's message about a ``key=value`` string it cannot read, with every quoted word that is not
+    one of the string's keys (or ``=``) masked: ``missing "=" after "hunter2"`` quotes a lone word,
+    which may be a password written without its key."""
+    keys = set(_KEY_VALUE_KEY.findall(dsn)) | {"="}
+    return re.sub(r'"([^"]*)"', lambda m: m.group(0) if m.group(1) in keys else '"***"', message.strip())
 
 
 def redact(dsn: str) -> str:
@@ -241,7 +250,7 @@ class PostgresStore:
             if any(f'option "{k}"' in str(exc) for k in URL_OPTIONS):
                 hint = ("; with a key=value string, ctxscore's options (schema, pool_min, pool_max, timeout) are "
                         "keyword arguments: open_store(dsn, schema=...), or use a postgresql:// URL")
-            raise ConfigError(f"cannot parse the PostgreSQL DSN {redact(dsn)}: {str(exc).strip()}{hint}") from None
+            raise ConfigError(f"cannot parse the PostgreSQL DSN {redact(dsn)}: {_libpq_message(str(exc), dsn)}{hint}") from None
         if base.get("options"):
             options = f"{base['options']} {options}"
         self.pgvector = False
