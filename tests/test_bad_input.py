@@ -864,6 +864,23 @@ def test_two_tool_calls_with_one_id():
     assert len(cm) == 1
 
 
+@case("M31", "error")
+def test_tool_call_arguments_over_the_content_limit():
+    """5 MB of tool-call arguments were stored: the 4,000,000-character limit read the content only."""
+    from ctxscore.messages import MAX_CONTENT_CHARS
+
+    cm = rules_cm()
+    with pytest.raises(InputError, match=r"^message 0: content and tool-call arguments have 5,000,000 characters, "
+                                         r"above the limit of 4,000,000"):
+        cm.add(call("c1", args="x" * 5_000_000))
+    half = MAX_CONTENT_CHARS // 2 + 1  # each part under the limit, together above it
+    with pytest.raises(InputError, match="content and tool-call arguments have 4,000,002 characters"):
+        cm.extend([{"role": "user", "content": "hi"}, call("c1", args="x" * half) | {"content": "y" * half}])
+    assert len(cm) == 0
+    cm.add(call("c1", args="x" * (MAX_CONTENT_CHARS - 2)) | {"content": "ok"})
+    assert len(cm) == 1
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
