@@ -32,8 +32,9 @@ class Role(StrEnum):
 
 ROLES: tuple[str, ...] = tuple(r.value for r in Role)
 
-#: Largest accepted message content, in characters (about 4 MB of UTF-8 at worst). Bigger
-#: messages are rejected with an :class:`InputError` instead of silently truncated.
+#: Largest accepted message content, in characters (about 4 MB of UTF-8 at worst), counting the
+#: content, a refusal and the arguments of the tool calls together (the text the scorer and the
+#: store read). Bigger messages are rejected with an :class:`InputError` instead of silently truncated.
 MAX_CONTENT_CHARS = 4_000_000
 
 
@@ -137,6 +138,17 @@ def _tool_call(raw: Any, i: int, where: str) -> ToolCall:
     return ToolCall(id=cid, name=name, arguments=args)
 
 
+def _tool_calls(raw: Any, role: str, where: str) -> tuple[ToolCall, ...]:
+    """The validated ``tool_calls`` of a message (``None``: none)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InputError(f"{where}: 'tool_calls' must be a list of objects")
+    if role != "assistant":
+        raise InputError(f"{where}: only assistant messages may carry 'tool_calls' (role is {role!r})")
+    return tuple(_tool_call(c, i, where) for i, c in enumerate(raw))
+
+
 def _audio(audio: Any, role: str, where: str) -> str | None:
     """An assistant message's ``audio`` as :attr:`Message.audio` keeps it: ``{"id"}`` as JSON, what a
     request sends back (a resent answer also holds the audio's data, transcript and expiry, which the
@@ -227,10 +239,13 @@ class Message:
         with ``content`` null) is kept as the equivalent ``{"type": "refusal"}`` content part, after
         the content's text when it has some; the window sends it back in that form. A refusal part's
         text is part of the message's text (what the scorer, the search and compressed forms read).
+        The size limit counts the content (with a refusal) and the arguments of the tool calls
+        together, as :meth:`text` joins them.
 
         Raises:
             InputError: not an object; unknown role; content of the wrong type, empty in a system or
-                user message, above :data:`MAX_CONTENT_CHARS` or holding a lone surrogate; malformed
+                user message, holding a lone surrogate, or with its refusal and the arguments of its
+                tool calls above :data:`MAX_CONTENT_CHARS` characters in all; malformed
                 ``tool_calls`` (``function`` not an object, arguments not a string ...); a ``refusal``
                 that is not a string or not on an assistant message; an ``audio`` that is not
                 ``{"id": str}`` on an assistant message; a ``tool``
@@ -252,14 +267,7 @@ class Message:
         if data.get("function_call") is not None:  # the openai SDK's model_dump() gives it as null
             raise InputError(f"{where}: the legacy 'function_call' field is not supported; send it as 'tool_calls'")
         content, parts = _content(data.get("content"), where)
-        raw_calls = data.get("tool_calls") or None
-        calls: tuple[ToolCall, ...] = ()
-        if raw_calls is not None:
-            if not isinstance(raw_calls, list):
-                raise InputError(f"{where}: 'tool_calls' must be a list of objects")
-            if role != "assistant":
-                raise InputError(f"{where}: only assistant messages may carry 'tool_calls' (role is {role!r})")
-            calls = tuple(_tool_call(c, i, where) for i, c in enumerate(raw_calls))
+        calls = _tool_calls(data.get("tool_calls") or None, role, where)
         refusal = data.get("refusal")
         if refusal is not None:
             if role != "assistant" or not isinstance(refusal, str):
@@ -273,6 +281,10 @@ class Message:
                 text_part = (_content_parts([content], where) if content else ())
                 parts = (*(parts or text_part), *_content_parts([{"type": "refusal", "refusal": refusal}], where))
                 content = _parts_text(parts)
+        size = len(content) + sum(len(c.arguments) for c in calls)
+        if size > MAX_CONTENT_CHARS:
+            raise InputError(f"{where}: content and tool-call arguments have {size:,} characters, above the limit "
+                             f"of {MAX_CONTENT_CHARS:,}; pass large arguments by reference (a path or an id)")
         if refuses_empty(role, content, tool_calls=bool(calls), parts=bool(parts)):
             raise InputError(
                 f"{where}: empty content in a {role} message; drop the message or give it text "

@@ -850,6 +850,37 @@ def test_misleading_errors_of_a_new_user(tmp_path, capsys):
     assert "it is a file, not a folder" in capsys.readouterr().err
 
 
+@case("M30", "error")
+def test_two_tool_calls_with_one_id():
+    """Two calls of one message with the id ``c5`` were stored: the tool message answering ``c5`` could
+    belong to either."""
+    cm = rules_cm()
+    cm.add({"role": "user", "content": "Look both up."})
+    twice = call("c5", "f") | {"tool_calls": [*call("c5", "f")["tool_calls"], *call("c5", "g")["tool_calls"]]}
+    with pytest.raises(InputError, match=r"^message 1: tool_calls\[1\] repeats the id 'c5' of tool_calls\[0\]"):
+        cm.add(twice)
+    with pytest.raises(InputError, match=r"^message 2: tool_calls\[1\] repeats the id 'c5'"):
+        cm.extend([call("c1"), twice])
+    assert len(cm) == 1
+
+
+@case("M31", "error")
+def test_tool_call_arguments_over_the_content_limit():
+    """5 MB of tool-call arguments were stored: the 4,000,000-character limit read the content only."""
+    from ctxscore.messages import MAX_CONTENT_CHARS
+
+    cm = rules_cm()
+    with pytest.raises(InputError, match=r"^message 0: content and tool-call arguments have 5,000,000 characters, "
+                                         r"above the limit of 4,000,000"):
+        cm.add(call("c1", args="x" * 5_000_000))
+    half = MAX_CONTENT_CHARS // 2 + 1  # each part under the limit, together above it
+    with pytest.raises(InputError, match="content and tool-call arguments have 4,000,002 characters"):
+        cm.extend([{"role": "user", "content": "hi"}, call("c1", args="x" * half) | {"content": "y" * half}])
+    assert len(cm) == 0
+    cm.add(call("c1", args="x" * (MAX_CONTENT_CHARS - 2)) | {"content": "ok"})
+    assert len(cm) == 1
+
+
 def test_catalogue_matches_the_tests():
     rows = {}
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():

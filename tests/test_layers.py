@@ -779,6 +779,19 @@ def test_a_share_that_is_not_a_fraction_is_a_clear_error(make):
         make()
 
 
+@pytest.mark.parametrize(("user_id", "match"), [
+    ("u" * 600, "ProfileLayer user_id has 600 characters; at most 507 are allowed"),
+    ("u" * 508, "ProfileLayer user_id has 508 characters; at most 507"),
+    ("a\x00b", r"ProfileLayer user_id 'a\\x00b' holds a NUL character"),
+])
+def test_a_user_id_no_store_can_keep_is_refused_naming_user_id(user_id, match):
+    """They were taken, and ContextManager(layers=[...]) then said "scope has 605 characters" or
+    "scope 'user:a\\x00b' holds a NUL character", naming no user_id."""
+    with pytest.raises(ConfigError, match=match):
+        ProfileLayer(user_id)
+    ContextManager(budget=2000, scorer="rules", layers=[ProfileLayer("u" * 507)]).close()
+
+
 @pytest.mark.parametrize(("user", "call", "args", "flagged"), [
     ("Find me a hotel in Paris for June 1-3, under €200 a night.", "book_hotel", {"hotel": "Ritz", "price_per_night": "€450"}, True),
     ("Find me a hotel in Paris for June 1-3, under €200 a night.", "book_hotel", {"hotel": "Ritz", "nightly_rate": 450}, True),

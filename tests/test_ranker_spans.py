@@ -516,3 +516,40 @@ def test_span_probabilities_are_the_models_own(trained):
     X = hasher.transform(token_features(win, tokenize(win), "user", ext.config))
     assert np.allclose(ext2.token_probs(t, "user")[1], ext.token_probs(t, "user")[1], rtol=0, atol=1e-12)
     assert np.array_equal(ext2.token_probs(t, "user")[1], sparse.predict_proba(X)[:, 1])
+
+
+_REPLIES = {"en": ["Your booking is confirmed, reference ZX{i:04d}, for {g} guests.",
+                   "Table reserved at {r}; your reference is ZX{i:04d}.",
+                   "Train ticket issued, reference ZX{i:04d}, departing at {h}:15.",
+                   "Hotel room booked for {g} nights, confirmation reference ZX{i:04d}."],
+            "zh": ["您的预订已确认，订单号ZX{i:04d}，共{g}位客人。", "已为您预订{r}的座位，订单号是ZX{i:04d}。",
+                   "火车票已出票，订单号ZX{i:04d}，{h}点15分发车。", "酒店已订好，住{g}晚，确认号ZX{i:04d}。"]}
+
+
+@pytest.mark.parametrize(("lang", "ask"), [("en", "Please book option {i}."), ("zh", "请帮我订第{i}个选项。")])
+def test_an_identifier_query_ranks_the_message_holding_it_first(lang, ask):
+    """The packaged ranker put "... reference ZX0005." above "... reference ZX0004 ..." for the query
+    "ZX0004" (its probes name a task's identifier to ask for another value, found after the naming;
+    the embeddings do not tell the two apart); the rules scorer's search had it first."""
+    cm = ContextManager(budget=4000, scorer="auto")
+    venues = ["Pizza Hut", "Nando's", "The Ivy", "Wagamama"]
+    for i in range(40):
+        cm.add({"role": "user", "content": ask.format(i=i)})
+        cm.add({"role": "assistant", "content": _REPLIES[lang][i % 4].format(i=i, g=2 + i % 5, r=venues[i % 4], h=8 + i % 10)})
+    for query, want in (("ZX0004", "ZX0004"), ("what was ZX0004?", "ZX0004"), ("zx0031", "ZX0031")):
+        top = cm.search(query, k=3)[0]["message"]["content"]
+        assert want in top, (query, top)
+
+
+def test_only_a_query_of_identifiers_alone_moves_exact_matches_first():
+    from ctxscore.scoring.ranker import exact_first, query_identifiers
+
+    assert query_identifiers("ZX0004") == ["ZX0004"] and query_identifiers("what was ZX0004?") == ["ZX0004"]
+    assert query_identifiers("#W2378156 12345678") == ["W2378156", "12345678"]
+    for other in ("What is the booking reference for the train (TR1234)?", "ZX0004的订单", "2024", "reference"):
+        assert query_identifiers(other) == []  # a question naming a task's identifier asks for another value
+    rows = SessionRows()
+    for t, text in enumerate(["Booked, reference ZX0004.", "Booked, reference ZX0005.", "zx0004-b is another code"]):
+        rows.add(t, "assistant", text, None, None)
+    assert exact_first("ZX0004", [1, 2, 0], rows, [0, 1, 2]) == [0, 1, 2]
+    assert exact_first("reference ZX0004", [1, 2, 0], rows, [0, 1, 2]) == [1, 2, 0]

@@ -52,7 +52,7 @@ from ..config import check_unicode
 from ..errors import ConfigError
 from ..messages import Role
 from ..scoring.rules import extract_entities
-from ..store.base import RecordStore
+from ..store.base import MAX_NAME_CHARS, RecordStore
 from ..window.history import Entry
 from ..window.layers import Layer, LayerContext, check_share
 from . import lexicon as lx
@@ -103,6 +103,26 @@ def _spans(text: str, most: int = 5) -> list[str]:
     return out
 
 
+#: Longest user id (characters): the profile's store scope ``user:<id>`` stays within the store's
+#: :data:`~ctxscore.store.base.MAX_NAME_CHARS`.
+MAX_USER_ID_CHARS = MAX_NAME_CHARS - len("user:")
+
+
+def _user_scope(user_id: str) -> str:
+    """The store scope of a user's profile, ``user:<id>``.
+
+    Raises:
+        ConfigError: the id holds NUL or is longer than :data:`MAX_USER_ID_CHARS` (every store refuses
+            the scope; said here, naming ``user_id``, rather than when the layer is attached).
+    """
+    if "\x00" in user_id:
+        raise ConfigError(f"ProfileLayer user_id {user_id!r} holds a NUL character, which no store can keep; remove it")
+    if len(user_id) > MAX_USER_ID_CHARS:
+        raise ConfigError(f"ProfileLayer user_id has {len(user_id):,} characters; at most {MAX_USER_ID_CHARS} are "
+                          f"allowed (the profile is stored under the scope 'user:<user_id>', at most {MAX_NAME_CHARS})")
+    return f"user:{user_id}"
+
+
 class ProfileLayer(Layer):
     """The user-profile layer (see the module docstring).
 
@@ -113,7 +133,9 @@ class ProfileLayer(Layer):
         share: the fraction of the budget the profile section may use, in (0, 1].
 
     Raises:
-        ConfigError: an empty user id or ``share`` out of range.
+        ConfigError: a user id that is empty, holds NUL or a lone surrogate, or is longer than
+            :data:`MAX_USER_ID_CHARS` characters (the store's scope limit less ``user:``); ``share``
+            out of range.
     """
 
     position = 30
@@ -123,7 +145,7 @@ class ProfileLayer(Layer):
         if not isinstance(user_id, str) or not user_id.strip():
             raise ConfigError(f"ProfileLayer needs a non-empty user_id string, got {user_id!r}")
         check_unicode(user_id, "ProfileLayer user_id")
-        self.user_id, self.scope = user_id, f"user:{user_id}"
+        self.user_id, self.scope = user_id, _user_scope(user_id)
         self.policy = policy or StabilityPolicy()
         self.clock, self.share = clock, check_share("ProfileLayer", share)
         self.items: dict[str, ProfileItem] = {}

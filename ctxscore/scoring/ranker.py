@@ -33,6 +33,13 @@ Features (:data:`FEATURE_NAMES`, one row per candidate, float32):
 - the message: recency (``ln(1 + age)``, age / session length), role, tool calls, question, the
   stored category probabilities and value, ``ln(1 + characters)``, ``ln(1 + entities)``.
 
+A query made of identifiers alone ("ZX0004", "#W2378156": letters and digits mixed, or 5+ digits,
+with no other term) asks for the messages that hold them: those go first, in the model's order
+(:func:`exact_first`). The model alone put the message after the one holding "ZX0004" first (its
+probes name a task's identifier to ask for another value, whose answer follows the naming), and the
+embeddings do not tell ZX0004 from ZX0005. A query with other words ("the booking reference for
+train TR1234") keeps the model's order.
+
 Everything is numpy and the standard library at run time; the classifier ships in the packaged
 scorer folder (``ranker.skops``, :mod:`ctxscore.scoring.package`). :class:`SessionRows` keeps the
 rows a session's search needs (text, role, turn, embedding, stored prediction, term statistics),
@@ -117,6 +124,12 @@ FEATURE_NAMES: tuple[str, ...] = (
     *(f"cat_{c}" for c in CATEGORIES), "value", "log_chars", "log_entities",
     "replaced", "replaced_gap_log", "replaced_by_asked", "later_type_log", "anchor_before_log", "anchor_after_log",
 )
+
+
+#: An identifier in a query: a token of letters and digits (``_`` and ``-`` inside) holding both,
+#: of 4+ characters, or a number of 5+ digits (``#`` before it allowed).
+_IDENT = re.compile(r"(?<![A-Za-z0-9_-])(?:(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9][A-Za-z0-9_-]{2,}"
+                    r"[A-Za-z0-9]|\d{5,})(?![A-Za-z0-9_-])")
 
 
 def _stem(w: str) -> str:
@@ -391,6 +404,33 @@ def pair_features(query: str, query_embedding: np.ndarray | None, hits: Sequence
     return X.astype(np.float32)
 
 
+def query_identifiers(query: str) -> list[str]:
+    """The identifiers of a query that holds nothing else (every term of it is part of one), else ``[]``."""
+    found = list(dict.fromkeys(m.group() for m in _IDENT.finditer(query)))
+    own = set(terms(" ".join(found)))
+    return found if found and set(terms(query)) <= own else []
+
+
+def exact_first(query: str, order: Sequence[int], rows: SessionRows, turns: Sequence[int]) -> list[int]:
+    """``order`` (positions of candidates, best first) with the candidates whose text holds every
+    identifier of an identifiers-only query (:func:`query_identifiers`; whole tokens, any case, in
+    the head and tail of the text the ranker reads, :func:`scan_text`) moved first, each group in its
+    order; ``order`` unchanged for any other query."""
+    idents = query_identifiers(query)
+    if not idents:
+        return list(order)
+    need = set(terms(" ".join(idents)))
+    pats = [re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(x)}(?![A-Za-z0-9_-])", re.IGNORECASE) for x in idents]
+
+    def holds(j: int) -> bool:
+        r = rows.rows[turns[j]] if 0 <= turns[j] < len(rows.rows) else None
+        return r is not None and need <= r.tf.keys() and all(p.search(r.text) for p in pats)
+
+    exact = [j for j in order if holds(j)]
+    taken = set(exact)
+    return exact + [j for j in order if j not in taken]
+
+
 class Ranker:
     """A fitted scikit-learn binary classifier over :data:`FEATURE_NAMES` that re-orders hits.
 
@@ -421,12 +461,13 @@ class Ranker:
 
     def order(self, query: str, query_embedding: np.ndarray | None, hits: Sequence[Hit], rows: SessionRows,
               turns: Sequence[int]) -> list[Hit]:
-        """``hits`` re-ordered by the model (ties keep the fused order); ``Hit.score`` and ``Hit.learned``
-        = the probability."""
+        """``hits`` re-ordered by the model (ties keep the fused order), the hits holding every
+        identifier of an identifiers-only query first (:func:`exact_first`); ``Hit.score`` and
+        ``Hit.learned`` = the probability."""
         if not hits:
             return []
         p = self.scores(pair_features(query, query_embedding, hits, rows, turns))
-        order = sorted(range(len(hits)), key=lambda j: (-p[j], j))
+        order = exact_first(query, sorted(range(len(hits)), key=lambda j: (-p[j], j)), rows, turns)
         return [replace(hits[j], score=float(p[j]), learned=float(p[j])) for j in order]
 
     def session_rows(self, store: Any, session_id: str, hits: Sequence[Hit] = ()) -> SessionRows:

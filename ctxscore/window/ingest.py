@@ -46,7 +46,8 @@ class Scored:
 def validate(messages: Iterable[Any], history: History, start: int,
              where: Sequence[str] | None = None) -> list[Message]:
     """Validate new messages against the history: each is a valid message (:meth:`Message.from_dict`),
-    explicit ids are unused, and every tool message answers a call made before it.
+    explicit ids are unused, the tool calls of a message have distinct ids (a tool message answering
+    a repeated id could belong to either call), and every tool message answers a call made before it.
 
     Args:
         messages: the new messages (dicts or :class:`Message`).
@@ -74,9 +75,20 @@ def validate(messages: Iterable[Any], history: History, start: int,
                 "made that call; add the assistant message with its tool_calls first (chat.completions rejects "
                 "a tool message without its call)"
             )
+        _distinct_call_ids(msg, at)
         calls.update(c.id for c in msg.tool_calls)
         out.append(msg)
     return out
+
+
+def _distinct_call_ids(msg: Message, at: str) -> None:
+    """Refuse a message with two tool calls of one id, naming both calls."""
+    first: dict[str, int] = {}
+    for i, c in enumerate(msg.tool_calls):
+        if c.id in first:
+            raise InputError(f"{at}: tool_calls[{i}] repeats the id {c.id!r} of tool_calls[{first[c.id]}]; give every "
+                             "call of a message its own id (a tool message's tool_call_id names one call)")
+        first[c.id] = i
 
 
 def score(scorer: Scorer, rules: RuleClassifier, msgs: Sequence[Message], start: int) -> list[Scored]:
