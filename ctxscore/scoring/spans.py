@@ -8,8 +8,11 @@ confirmation; whether it is inside quotes or a JSON value, the message role) and
 linear classifier (``predict_proba``; trained in ``training/spans.py`` on the slot spans of SGD,
 MultiWOZ and CrossWOZ and on the distilled key spans) gives its probability of lying in a key span.
 Runs of kept tokens (whitespace and single joining punctuation between them allowed) are the
-spans; trailing punctuation is trimmed, at most :data:`MAX_SPANS` (the most probable) are kept, in
-text order. Like the annotators, it reads at most the first and last :data:`HEAD_TAIL` characters.
+spans; trailing punctuation is trimmed, the ends of a run in Chinese text are moved to the word
+boundaries of jieba's segmentation (a Chinese token is one character, so the classifier's runs
+often began or ended inside a word: ``汕砂锅粥`` for ``潮汕砂锅粥``; see :func:`runs_of`), at most
+:data:`MAX_SPANS` (the most probable) are kept, in text order. Like the annotators, it reads at most
+the first and last :data:`HEAD_TAIL` characters.
 
 Uses:
 
@@ -27,6 +30,8 @@ Uses:
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 import re
 import threading
@@ -316,11 +321,15 @@ def is_json(text: str) -> bool:
     return True
 
 
-def runs_of(text: str, toks: Sequence[tuple[int, int]], keep: np.ndarray, p: np.ndarray) -> list[tuple[int, int]]:
+def runs_of(text: str, toks: Sequence[tuple[int, int]], keep: np.ndarray, p: np.ndarray,
+            snap: bool = True) -> list[tuple[int, int]]:
     """Maximal runs of kept tokens as character spans: a gap of whitespace, or one joining punctuation
-    token between two kept tokens, does not break a run; trailing punctuation is trimmed; the
+    token between two kept tokens, does not break a run; trailing punctuation is trimmed; with
+    ``snap`` (the default) the ends of a run in Chinese text are moved to word boundaries
+    (:func:`_snap`: the tokens are single characters, so the classifier's runs often start or end
+    inside a word, ``汕砂锅粥`` for ``潮汕砂锅粥``), and runs that then overlap or touch are merged; the
     :data:`MAX_SPANS` runs of highest mean probability are returned in text order."""
-    runs: list[tuple[int, int, float]] = []
+    runs: list[tuple[int, int, float, int]] = []  # (start, end, sum of token probabilities, tokens)
     i, n = 0, len(toks)
     while i < n:
         if not keep[i]:
@@ -339,11 +348,124 @@ def runs_of(text: str, toks: Sequence[tuple[int, int]], keep: np.ndarray, p: np.
         a, b = toks[i][0], toks[j][1]
         while b > a and text[b - 1] in _TRIM and not (text[b - 1] in ")）" and ("(" in text[a:b] or "（" in text[a:b])):
             b -= 1
+        if snap and b > a:
+            a, b = _snap(text, toks, a, b)
         if b > a and text[a:b].strip():
-            runs.append((a, b, float(np.mean(probs))))
+            runs.append((a, b, float(np.sum(probs)), len(probs)))
         i = j + 1
-    best = sorted(runs, key=lambda r: -r[2])[:MAX_SPANS]
-    return sorted((a, b) for a, b, _ in best)
+    if snap:
+        runs = _merge(runs)
+    best = sorted(runs, key=lambda r: -r[2] / r[3])[:MAX_SPANS]
+    return sorted((a, b) for a, b, _, _ in best)
+
+
+def _merge(runs: list[tuple[int, int, float, int]]) -> list[tuple[int, int, float, int]]:
+    """Runs (in text order) that overlap or touch after :func:`_snap` merged into one (their token
+    probabilities pooled)."""
+    out: list[tuple[int, int, float, int]] = []
+    for r in sorted(runs):
+        if out and r[0] <= out[-1][1]:
+            a, b, s, k = out[-1]
+            out[-1] = (a, max(b, r[1]), s + r[2], k + r[3])
+        else:
+            out.append(r)
+    return out
+
+
+#: Single-character words that do not begin or end a key span when the segmentation makes them a word
+#: of their own: structural particles and aspect markers (的 了 着 过) and sentence-final particles.
+_ZH_EDGE_WORDS = frozenset("的了着过吧吗呢啊呀嘛哦啦")
+#: A number the extractor's tokenizer keeps as one token (``8``, ``4.5``, ``150-500``, ``12:30``).
+_NUMBER = re.compile(r"[0-9]+(?:[.,:/\-][0-9]+)*")
+
+
+def _snap(text: str, toks: Sequence[tuple[int, int]], a: int, b: int) -> tuple[int, int]:
+    """The run ``text[a:b]`` with its Chinese ends on word boundaries.
+
+    The segmentation is jieba's (:func:`_zh_words_around`, the default mode with its HMM for unknown
+    words, which :mod:`ctxscore.store.retrieval` already uses for Chinese queries): a run whose first
+    (last) character is CJK starts (ends) where the word holding that character does, so ``家人家``
+    becomes ``客家人家`` and ``午有事`` ``下午有事``, unless the new end would cut one of the
+    extractor's tokens (jieba has ``T恤`` after ``AB`` in ``ABT恤``; the run keeps its end). A
+    single-character word of :data:`_ZH_EDGE_WORDS` at either end is then dropped (``的周边餐馆`` ->
+    ``周边餐馆``; ``好`` of ``最好`` is not a word of its own and stays); and a number written against
+    the run's first character (the ``8`` of ``8月``, which jieba cuts apart) is taken in. Without
+    jieba installed the ends are not moved (only the number rule applies). Returns ``(a, b)``, with
+    ``a >= b`` when nothing but an edge word was left."""
+    if _CJK.match(text[a]):
+        words = _zh_words_around(text, a)
+        k = next((k for k, w in enumerate(words) if w[0] <= a < w[1]), None)
+        if k is not None and _token_start(toks, words[k][0]):
+            a = words[k][0]
+        while k is not None and k < len(words) and _edge_word(text, words[k]) and words[k][1] <= b:
+            a, k = words[k][1], k + 1
+        while a < b and text[a].isspace():
+            a += 1
+    if b > a and _CJK.match(text[b - 1]):
+        words = _zh_words_around(text, b - 1)
+        k = next((k for k, w in enumerate(words) if w[0] < b <= w[1]), None)
+        if k is not None and _token_end(toks, words[k][1]):
+            b = words[k][1]
+        while k is not None and k >= 0 and _edge_word(text, words[k]) and words[k][0] >= a:
+            b, k = words[k][0], k - 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+    if b > a and _CJK.match(text[a]):
+        k = _token_ending_at(toks, a)
+        if k is not None and _NUMBER.fullmatch(text[toks[k][0]:toks[k][1]]):
+            a = toks[k][0]
+    return a, b
+
+
+def _edge_word(text: str, w: tuple[int, int]) -> bool:
+    """Whether the word ``text[w[0]:w[1]]`` is a single character of :data:`_ZH_EDGE_WORDS`."""
+    return w[1] - w[0] == 1 and text[w[0]] in _ZH_EDGE_WORDS
+
+
+def _token_start(toks: Sequence[tuple[int, int]], pos: int) -> bool:
+    k = bisect.bisect_left(toks, (pos, -1))
+    return k < len(toks) and toks[k][0] == pos
+
+
+def _token_end(toks: Sequence[tuple[int, int]], pos: int) -> bool:
+    k = bisect.bisect_left(toks, (pos, -1)) - 1
+    return 0 <= k and toks[k][1] == pos
+
+
+def _token_ending_at(toks: Sequence[tuple[int, int]], pos: int) -> int | None:
+    """The index of the token that ends at ``pos`` (nothing between it and ``pos``), or ``None``."""
+    k = bisect.bisect_left(toks, (pos, -1)) - 1
+    return k if 0 <= k and toks[k][1] == pos else None
+
+
+#: The characters jieba segments together (its ``re_han_default``): a block of them is cut alone.
+_ZH_BLOCK_CHAR = re.compile(r"[\u4e00-\u9fd5a-zA-Z0-9+#&._%\-]")
+
+
+def _zh_words_around(text: str, pos: int) -> list[tuple[int, int]]:
+    """``(start, end)`` in ``text`` of the words of jieba's segmentation of the block of characters
+    jieba cuts together (:data:`_ZH_BLOCK_CHAR`) around ``pos``: jieba cuts each such block on its
+    own, so these are the words of the whole text there. ``[]`` without jieba."""
+    lo = hi = pos
+    while lo > 0 and _ZH_BLOCK_CHAR.match(text[lo - 1]):
+        lo -= 1
+    while hi < len(text) and _ZH_BLOCK_CHAR.match(text[hi]):
+        hi += 1
+    return [(lo + a, lo + b) for a, b in _segment(text[lo:hi])]
+
+
+@functools.lru_cache(maxsize=4096)
+def _segment(block: str) -> tuple[tuple[int, int], ...]:
+    """Word offsets of jieba's segmentation of ``block`` (memoised: the blocks of one message are asked
+    for at each run end, and dialogue repeats them); ``()`` when jieba is not installed."""
+    try:
+        import jieba  # noqa: PLC0415 - optional (the embed extra installs it), loaded on the first Chinese run
+    except ImportError:
+        return ()
+    from ..store.retrieval import _quiet_jieba  # noqa: PLC0415 - only with jieba
+
+    _quiet_jieba(jieba)
+    return tuple((a, b) for _, a, b in jieba.tokenize(block))
 
 
 # ---------------------------------------------------------------------------------------- registry
