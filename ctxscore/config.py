@@ -40,6 +40,16 @@ class Policy:
             context (4: 0.814, 8: 0.866, 12: 0.873, 16: 0.875).
         page_in_limit: paged-in originals may fill the window up to this fraction of the budget (1.0);
             to make room, the lowest-value evictable units are shown as stubs for that build only.
+        page_in_digest: once the best hit is placed, the later quotes leave this fraction of the
+            budget (0.1) to the digest: one line per further hit that is not quoted (up to
+            ``page_in_k``), its key values only (:func:`~ctxscore.window.pagein.digest_line`), in the
+            recalled note; 0 turns it off. On the dev sessions at 25% of the full context (learned)
+            recall with page-in 0.924 -> 0.933 and at the session's end 0.931 -> 0.944,
+            superseded-value leakage 0.050 -> 0.063 (0.05 and 0.15 did worse in an earlier version
+            of the planner). The cost: with a query at every build (the proxy), the later quotes have
+            to leave units out or show them in place more often, so fewer window tokens repeat the
+            previous window's prefix (held-out, rules: 2k 0.603 -> 0.521, 4k 0.742 -> 0.714;
+            ``benchmarks/cache_reuse.py``); set 0 where the prompt cache matters more than recall.
         page_in_floor: the relevance floor: a hit with no query term in it is paged in only when its
             embedding's cosine similarity to the query's is at least this (0.35), so nothing unrelated
             comes back.
@@ -86,6 +96,7 @@ class Policy:
     blend: float = 0.5
     page_in_k: int = 12
     page_in_limit: float = 1.0
+    page_in_digest: float = 0.1
     page_in_floor: float = 0.35
     page_in_rank_floor: float = 0.3
     page_in_query_floor: float = 0.3
@@ -112,6 +123,9 @@ class Policy:
             raise ConfigError(f"Policy.page_in_k must be 0 (page-in off) or more, got {self.page_in_k}")
         if not self.low_water <= self.page_in_limit <= 1:
             raise ConfigError(f"Policy.page_in_limit must be in [low_water={self.low_water}, 1], got {self.page_in_limit}")
+        if not 0 <= self.page_in_digest <= 0.5:
+            raise ConfigError(f"Policy.page_in_digest must be a fraction of the budget in [0, 0.5] (0: no digest), got "
+                              f"{self.page_in_digest}")
         if not -1 <= self.page_in_floor <= 1:
             raise ConfigError(f"Policy.page_in_floor must be a cosine similarity in [-1, 1], got {self.page_in_floor}")
         if not -1 <= self.page_in_query_floor <= 1:

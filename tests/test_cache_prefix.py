@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ctxscore import ContextManager
+from ctxscore import ContextManager, Policy
 
 SYSTEM = "You are a coding agent working in a shell. Run one command per turn."
 TASK = ("<pr_description>\nThe CSV exporter drops the header row when the file is empty. Fix "
@@ -106,7 +106,9 @@ def _note(window) -> int | None:
 
 
 def test_a_page_in_is_quoted_before_the_last_message_and_leaves_the_window_around_it_as_it_was():
-    cm = ContextManager(scorer="rules")
+    # without the digest: its share of the budget makes the later quotes leave units out (or collapse
+    # the stub note) more often, which this test counts against the quotes (Policy.page_in_digest)
+    cm = ContextManager(scorer="rules", policy=Policy(page_in_digest=0))
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *steps(14)]
     quoted = untouched = whole = 0
     for m in msgs:

@@ -128,7 +128,8 @@ def test_page_in_brings_back_archived_original():
     msgs = agent_session(12)
     # four units at most: every search result matches the query's words, and with all twelve the
     # later ones would collapse the stub note and be shown in place (test_cache_prefix covers that)
-    cm = ContextManager(scorer="rules", budget=2500, policy=Policy(page_in_k=4))
+    # (without the digest, whose share of the budget has the later quotes collapse the stub note here)
+    cm = ContextManager(scorer="rules", budget=2500, policy=Policy(page_in_k=4, page_in_digest=0))
     cm.extend(msgs)
     win = cm.build()
     archived = [d for d in win.decisions if d.tier == "archived" and d.role == "tool"]

@@ -401,3 +401,70 @@ def test_messages_with_media_are_never_copies_of_each_other():
     cm.extend([shot(1), {"role": "assistant", "content": "I see."}, shot(2), {"role": "assistant", "content": "I see."}])
     copy = _copies(cm.history)
     assert [copy(i) for i in range(4)] == [False, True, False, False]  # the earlier text reply copies the shown one
+
+
+def _digest_lines(win) -> list[str]:
+    from ctxscore.window.pagein import DIGEST_HEADER
+
+    for m in win.messages:
+        lines = str(m.get("content")).splitlines()
+        if DIGEST_HEADER in lines:
+            return lines[lines.index(DIGEST_HEADER) + 1:]
+    return []
+
+
+def test_the_digest_shows_the_key_values_of_hits_the_quotes_had_no_room_for():
+    """At 600 tokens page-in quotes 6 of the 20 lockers' answers; the digest lists further ones by
+    their key values (byte-exact, each from the message its tag names, none of them quoted), so the
+    window holds more of the asked codes at the same budget."""
+    import re
+
+    chat = office_chat(160)
+    wins = {}
+    for share in (0.0, Policy().page_in_digest):
+        cm = ContextManager(scorer="rules", budget=600, policy=Policy(page_in_k=12, page_in_digest=share))
+        cm.extend(chat)
+        cm.build()
+        wins[share] = cm.build(query="which locker code"), cm
+    (off, _), (on, cm) = wins[0.0], wins[Policy().page_in_digest]
+    assert _digest_lines(off) == []
+    lines = _digest_lines(on)
+    assert lines and on.tokens <= 600
+    for line in lines:
+        at, role, values = re.fullmatch(r"\[#(\d+) (\w+)\] (.+)", line).groups()
+        msg = cm.history.entries[int(at)].msg
+        assert role == msg.role and msg.id not in on.paged_in
+        assert all(v in msg.content for v in values.split(" | ")), (line, msg.content)
+
+    def codes(win):
+        return set(re.findall(r"\b7\d{3}\b", "\n".join(str(m["content"]) for m in win.messages)))
+
+    assert len(codes(on)) > len(codes(off)), (sorted(codes(on)), sorted(codes(off)))
+
+
+def test_the_digest_goes_first_when_a_page_in_plan_is_cut_and_never_names_a_replaced_value():
+    from ctxscore.window.pagein import PageInPlan
+
+    plan = PageInPlan(shown={3: "m3", 4: "m3"}, digest={9: "[#9 assistant] code 7011"})
+    assert plan.without_last().digest == {} and plan.without_last().shown == plan.shown
+    assert plan.without_last().without_last().shown == {}
+    # a hit whose value a later user message replaced is quoted with that message, never digested
+    # (the one quote goes to the new value; "[#5 assistant, restated in #6] 12:00" was digested)
+    cm = ContextManager(scorer="rules", budget=400, policy=Policy(page_in_k=1))
+    chat = office_chat(60)
+    chat[4:4] = [{"role": "user", "content": "Book the lab for 12:00 please."},
+                 {"role": "assistant", "content": "Lab booked for 12:00."},
+                 {"role": "user", "content": "How about 11:00 instead for the lab?"},
+                 {"role": "assistant", "content": "Lab moved to 11:00."}]
+    cm.extend(chat)
+    cm.build()
+    win = cm.build(query="what time is the lab")
+    assert win.paged_in == ["m7"] and "11:00" in "\n".join(str(m["content"]) for m in win.messages)
+    assert not any("12:00" in line for line in _digest_lines(win))
+
+
+def test_page_in_digest_is_a_share_of_the_budget():
+    from ctxscore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"Policy.page_in_digest must be a fraction of the budget in \[0, 0.5\]"):
+        Policy(page_in_digest=0.8)

@@ -41,7 +41,7 @@ from ..config import Policy
 from ..messages import Message, Role, Tier
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from .history import ARCHIVED, CODE, TIERS, Form, History
-from .pagein import RECALLED_HEADER, PageInPlan, recalled_tag
+from .pagein import DIGEST_HEADER, RECALLED_HEADER, PageInPlan, recalled_tag
 from .result import ContextWindow, Decision, SectionInfo, WindowWarning
 from .tiers import COLLAPSED_LINE_TOKENS, Forms, collapsed_line, last_excess, stub_cap
 from .value import ValueModel
@@ -74,6 +74,7 @@ class BuildView:
         quoted: the entries of ``paged`` quoted in the recalled note, in order (``codes`` keeps their
             tier in the conversation); the others are shown in place (``codes`` has their page-in tier).
         paged_tiers: entries of ``paged`` shown in a compressed tier rather than verbatim, index -> tier.
+        digest: entry index -> its digest line in the recalled note (:attr:`PageInPlan.digest`).
         lead: entries before this index are the system section: the leading system messages, the
             pinned system and user messages that follow them and the active task's statement
             (:func:`_system_end`; :meth:`system_indices`, the archived ones among them are stubs).
@@ -99,6 +100,7 @@ class BuildView:
     collapsed: np.ndarray
     paged: dict[int, str] = field(default_factory=dict)
     quoted: list[int] = field(default_factory=list)
+    digest: dict[int, str] = field(default_factory=dict)
     paged_tiers: dict[int, Tier] = field(default_factory=dict)
     lead: int = 0
     recent: int = 0
@@ -112,13 +114,23 @@ class BuildView:
     layer_room: int | None = field(default=None, init=False, repr=False)
 
     def recalled_text(self) -> str | None:
-        """The content of the recalled note (:class:`RecalledSection`), or ``None`` when nothing is quoted."""
-        if not self.quoted:
+        """The content of the recalled note (:class:`RecalledSection`): its header and the quoted lines
+        when it quotes any, then, when the plan has a digest, :data:`~ctxscore.window.pagein.DIGEST_HEADER`
+        and the digest lines in conversation order; ``None`` when nothing is quoted or digested."""
+        if not self.quoted and not self.digest:
             return None
-        return "\n".join([RECALLED_HEADER, *(self.recalled_line(i) for i in self.quoted)])
+        lines = [RECALLED_HEADER, *(self.recalled_line(i) for i in self.quoted)] if self.quoted else []
+        if self.digest:
+            lines += [DIGEST_HEADER, *(self.digest[i] for i in sorted(self.digest))]
+        return "\n".join(lines)
+
+    @property
+    def recalls(self) -> bool:
+        """Whether this build has a recalled note (quotes or digest lines)."""
+        return bool(self.quoted or self.digest)
 
     def recalled_note(self) -> tuple[dict[str, Any], int]:
-        """The recalled note and its tokens (call only when :attr:`quoted` is not empty); made once
+        """The recalled note and its tokens (call only when :attr:`recalls`); made once
         per build (the same dict each call, so :func:`assemble` finds it in the section that shows it)."""
         if self._note is None:
             msg = Message(role="system", content=self.recalled_text() or "")
@@ -288,7 +300,7 @@ class RecalledSection:
     position = SECTION_POSITIONS["recalled"]
 
     def render(self, view: BuildView) -> tuple[list[dict[str, Any]], int]:
-        if not view.quoted or view.recalled_at is not None:
+        if not view.recalls or view.recalled_at is not None:
             return [], 0
         note, n = view.recalled_note()
         return [note], n
@@ -355,8 +367,8 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
                      codes=codes, stubs=stubs, shown_stubs=arch[len(arch) - keep:], collapsed=arch[: len(arch) - keep],
                      paged=dict(plan.shown), quoted=[i for i in sorted(plan.shown) if i not in plan.in_place],
                      paged_tiers=dict(plan.forms), lead=lead, recent=recent, values=values,
-                     overrides={**plan.texts, **plan.fitted})
-    if view.quoted:
+                     overrides={**plan.texts, **plan.fitted}, digest=plan.digest)
+    if view.recalls:
         last = history.entries[n - 1].unit  # the first entry of the last unit
         for at in ((anchor[1],) if anchor is not None and view.recalled_text() == anchor[0] else ()) + (last,):
             # a unit's first entry (never between a tool call and its result), shown, after the system section
@@ -396,7 +408,7 @@ def assemble(view: BuildView, sections: Sequence[Section], values: ValueModel, v
     messages: list[dict[str, Any]] = []
     infos: list[SectionInfo] = []
     tokens = REPLY_PRIMING_TOKENS
-    note = view.recalled_note() if view.quoted and view.recalled_at is not None else None
+    note = view.recalled_note() if view.recalls and view.recalled_at is not None else None
     inline = 0  # tokens of the recalled note where a conversation section rendered it in place
     for s in sections:
         msgs, n = s.render(view)

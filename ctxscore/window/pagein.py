@@ -30,8 +30,16 @@ best hit still does not fit, the pinned instructions and corrections are shown c
 build (largest first, as
 :meth:`~ctxscore.window.session.SessionState.fit_pins` condenses them when pins exceed the budget:
 hard constraints, entities and key spans byte-exact; only as far as the hit's smallest form needs),
-and the hit takes the richest of those forms that then fits. Tiers do not change: the next build
-without a query is the same.
+and the hit takes the richest of those forms that then fits. Once the best hit is placed, the
+quotes leave ``page_in_digest`` of the budget (0.1) to a digest: the further hits (up to
+``page_in_k``) that are neither quoted nor verbatim in the window, nor replaced by a later message,
+each as one line of its key values only (:func:`digest_line`: entities, key spans and hard
+constraints, byte-exact), under :data:`DIGEST_HEADER` in the same note, so that a value the quotes
+had no room for is still in the window and the reader can ask for its message (when no digest line
+fits, the plan is made again without the share). The later quotes then leave units out or collapse
+the stub note more often, which costs prompt-cache reuse when every build has a query; see
+``Policy.page_in_digest`` for the figures. Tiers do not change: the next build without a query is
+the same.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -72,6 +80,33 @@ CANDIDATES_PER_SLOT = 3
 MODES = ("quote", "in_place_kept", "in_place")
 #: The first line of the note that quotes the page-ins (:class:`~ctxscore.window.assemble.RecalledSection`).
 RECALLED_HEADER = "Earlier messages paged back in (in their original order; a newer message overrides them):"
+#: The line that opens the digest part of the recalled note: further hits shown as their key values only.
+DIGEST_HEADER = "Other matches, key values only (ask about one to see it whole):"
+#: Characters of key values a digest line shows at most (spans past it are left out whole).
+DIGEST_CHARS = 200
+
+
+def digest_line(history: History, forms: Forms, i: int) -> str | None:
+    """The digest line of entry ``i``: its tag (:func:`recalled_tag`) and its key spans
+    (:meth:`~ctxscore.window.tiers.Forms.key_spans`: entities, the extractor's spans, hard
+    constraints) byte-exact with their whitespace collapsed, in text order, a span inside another
+    left out, joined by `` | `` while they total at most :data:`DIGEST_CHARS` characters; ``None``
+    when it has none. ``"[#117 assistant] 9 options | 6:20 am | $55"``."""
+    e = history.entries[i]
+    spans = sorted(forms.key_spans(e), key=lambda s: (e.msg.content.find(s), -len(s)))
+    out: list[str] = []
+    size = 0
+    for s in spans:
+        s = " ".join(s.split())
+        if not s or any(s in o for o in out):
+            continue
+        if size + len(s) > DIGEST_CHARS:
+            break
+        out.append(s)
+        size += len(s) + 3
+    if not out:
+        return None
+    return recalled_tag(history, i) + " | ".join(out)
 
 
 def recalled_tag(history: History, i: int) -> str:
@@ -110,6 +145,8 @@ class PageInPlan:
         fitted: members of the last unit shown in a form fitted to the room the budget leaves them
             for this build (:meth:`~ctxscore.window.tiers.Forms.fitted_form`: the last message alone
             is larger than the budget), entry index -> form.
+        digest: entry index -> its line (:func:`digest_line`) for hits not quoted, shown after the
+            quotes in the recalled note; :meth:`without_last` drops them first.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
@@ -122,6 +159,7 @@ class PageInPlan:
     stubs_kept: bool = True
     stubs_collapsed: bool = False
     fitted: dict[int, Form] = field(default_factory=dict)
+    digest: dict[int, str] = field(default_factory=dict)
 
     def richness(self, i: int) -> int:
         """How much of shown entry ``i`` this plan shows: 0 verbatim, 1 the blocks the query names,
@@ -138,6 +176,8 @@ class PageInPlan:
 
     def without_last(self) -> PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay)."""
+        if self.digest:  # the digest lines go first
+            return replace(self, digest={})
         order = list(dict.fromkeys(self.shown.values()))
         if not order:
             return self
@@ -177,11 +217,20 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     if not hits:
         return PageInPlan()
     first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place", excess=excess)
-    best = first.plan(hits)
+
+    def planned(planner: _Planner) -> PageInPlan:
+        plan = planner.plan(hits)
+        if plan.digest or not planner.digest_room:
+            return plan
+        # no digest line came of the share the later quotes left it: the plan that gives them all of it
+        return _Planner(history, values, forms, policy, budget, reserved, terms, planner.mode, first, excess,
+                        digest=False).plan(hits)
+
+    best = planned(first)
     if not best.shown:
         return best
     for mode in ("quote", "in_place_kept"):  # the first that shows everything the roomiest one does
-        plan = _Planner(history, values, forms, policy, budget, reserved, terms, mode, first, excess).plan(hits)
+        plan = planned(_Planner(history, values, forms, policy, budget, reserved, terms, mode, first, excess))
         if plan.covers(best):
             return plan
     return best
@@ -267,10 +316,12 @@ class _Planner:
 
     def __init__(self, history: History, values: np.ndarray, forms: Forms, policy: Policy, budget: int,
                  reserved: int, terms: Sequence[str], mode: str,
-                 like: _Planner | None = None, excess: int = 0) -> None:
+                 like: _Planner | None = None, excess: int = 0, digest: bool = True) -> None:
         self.h, self.values, self.forms, self.policy, self.terms = history, values, forms, policy, terms
         self.budget, self.reserved = budget, reserved
         self.limit = policy.page_in_limit * budget
+        self.full_limit = self.limit  # the digest's lines may fill the window up to it
+        self.digest_room = policy.page_in_digest * budget if digest else 0.0  # what quotes after the best leave it
         self.low_water = policy.low_water * budget
         # what the window's occupancy is made of, as this plan changes it: message tokens, stub tokens,
         # and each entry the plan changed (shown, evicted, condensed) -> (archived, tokens)
@@ -354,8 +405,9 @@ class _Planner:
         return got
 
     def fits(self, targets: dict[int, int]) -> bool:
-        """Whether the window stays within ``page_in_limit`` of the budget when each entry of
-        ``targets`` is shown at its tokens (``occ + delta(targets) <= limit``, counted once)."""
+        """Whether the window stays within the plan's limit (``page_in_limit`` of the budget, less the
+        digest's share once the best hit is placed) when each entry of ``targets`` is shown at its
+        tokens (``occ + delta(targets) <= limit``, counted once)."""
         msg, stub = self._moved(targets)
         return occupancy(msg, stub, self.policy, self.budget) + self.reserved <= self.limit
 
@@ -402,13 +454,47 @@ class _Planner:
             self.keep.update(verbatim[: shown_above[k]])
             if entries[hit].unit not in self.done:
                 self.place(hid, hit)
+            if self.done:  # the best hit had the whole limit; the later ones leave the digest its share
+                self.limit = self.full_limit - self.digest_room
         for hid, hit in cands:  # the rest of the window's outdated statements: what replaced them, in the room left
             if entries[ids[hid]].tier == Tier.VERBATIM and entries[hit].unit not in self.done and hit not in self.shown:
                 self.companion(hid, entries[hit].unit, hit)
-        return PageInPlan(shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
+        digest = self.digest([hit for _, hit in cands])
+        return PageInPlan(digest=digest, shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
                           unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed,
                           in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
                           stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed)
+
+    def digest(self, hits: list[int]) -> dict[int, str]:
+        """Digest lines (:func:`digest_line`) of the candidate entries ``hits`` (best first) that are
+        not shown, not verbatim in the window, not replaced by a later message (no successor), not
+        left out of the conversation and not of a unit already placed, up to ``Policy.page_in_k``
+        lines while the window stays within ``page_in_limit`` of the budget; their tokens (and the
+        note's header line) are counted as shown. ``{}`` when the policy's ``page_in_digest`` is 0
+        or no hit was placed (the window holds the best match: lower ones would only add noise)."""
+        out: dict[int, str] = {}
+        if not self.digest_room or not self.done:
+            return out
+        count, entries = self.forms.counter.count, self.h.entries
+        # its header line; the note's chat overhead too when the note quotes nothing (then its only part)
+        extra = count(DIGEST_HEADER) + 1
+        if not (self.quoted and self.mode == "quote"):
+            extra += self.header_tokens - count(RECALLED_HEADER)
+        for i in hits:
+            e = entries[i]
+            if (len(out) >= self.policy.page_in_k or i in self.shown or e.unit in self.done
+                    or e.tier == Tier.VERBATIM or e.successor is not None or i in self.evicted):
+                continue
+            line = digest_line(self.h, self.forms, i)
+            if line is None:
+                continue
+            t = extra + count(line) + 1
+            if occupancy(self.msg + t, self.stub, self.policy, self.budget) + self.reserved > self.full_limit:
+                continue
+            self.msg += t
+            extra = 0
+            out[i] = line
+        return out
 
     def bring_back(self, u: int) -> list[int]:
         """Count the members of unit ``u`` (of several messages: a tool call with its results) an
@@ -681,7 +767,7 @@ def fit_page_in(plan: PageInPlan, limit: float, assemble: Callable[[PageInPlan],
     """Undo page-ins, the lowest-ranked first, until ``assemble(plan).tokens`` is within ``limit``
     (planning uses per-message estimates; the assembled size can differ); with no page-in left, the
     evictions are undone too. Returns the last assembled window and its plan."""
-    while plan.shown:
+    while plan.shown or plan.digest:
         plan = plan.without_last()
         window = assemble(plan)
         if window.tokens <= limit:
