@@ -351,3 +351,23 @@ def test_a_seam_given_the_wrong_object_is_refused_when_the_manager_is_made(kw, s
     not callable``)."""
     with pytest.raises(ConfigError, match=says):
         ContextManager(budget=200, scorer="rules", **kw)
+
+
+@pytest.mark.parametrize(("every", "ask"), [(4, "And another?"), (1, "Please book option {i}.")])
+def test_a_rare_code_of_the_query_leads_the_search_over_its_common_words(every, ask):
+    """Over 40 booking confirmations ("... reference ZX0004, for 5 guests."), "what was the reference
+    ZX0004?" ranked ZX0000 first and ZX0004 third (rules scorer): the fusion counts ranks, and the
+    words beside the code ("reference", "guests"), in every reply, outweighed its first place in the
+    keyword list. A code held by few messages now lifts them (the ``exact`` list)."""
+    cm = ContextManager(budget=4000, scorer="rules")
+    for i in range(40):
+        if i % every == 0:
+            cm.add({"role": "user", "content": ask.format(i=i)})
+        cm.add({"role": "assistant", "content": f"Your booking is confirmed, reference ZX{i:04d}, for {i % 5 + 1} guests."})
+    for query, want in (("what was the reference ZX0004?", "ZX0004"), ("ZX0004的订单是什么？", "ZX0004"),
+                        ("reference ZX0017 guests", "ZX0017"), ("how many guests for ZX0023?", "ZX0023"),
+                        ("reference zx0031", "ZX0031")):
+        hits = cm.search(query, k=4)
+        assert want in hits[0]["message"]["content"], (query, [h["message"]["content"] for h in hits])
+    top = [h["message"]["content"] for h in cm.search("what was the reference?", k=4)]
+    assert all("reference ZX" in t for t in top)  # no code in the query: the common words rank as before

@@ -231,7 +231,8 @@ def test_older_files_are_upgraded_in_place(tmp_path, old):
 def test_search_ranks_as_fts5_bm25_did():
     """The in-memory ranking (schema 5) returns the keyword, stem and two-character lists that the
     FTS5 indexes of schema 4 returned, ids in order, for real English and Chinese sessions (the
-    bundled sessions replayed by a manager: rendered text and index context as stored)."""
+    bundled sessions replayed by a manager: rendered text and index context as stored); the
+    ``exact`` list of a rare code, which FTS5 had no counterpart of, is left out."""
     import json
     from pathlib import Path
 
@@ -282,7 +283,7 @@ def test_search_ranks_as_fts5_bm25_did():
                     "SELECT id FROM m WHERE text LIKE ? ESCAPE '\\' ORDER BY turn DESC LIMIT 100", (like_pattern(term),))]))
             with store._guard("test") as db:
                 lists = store._lexical(db, sid, index, fts, [porter_stem(w) for w in stem_terms(q)], short, 100)
-            got = [(name, [r[0] for r in rows]) for name, rows in lists]
+            got = [(name, [r[0] for r in rows]) for name, rows in lists if name != "exact"]  # no FTS5 counterpart
             assert got == want, q
             checked += sum(len(ids) for _, ids in want)
         ref.close()

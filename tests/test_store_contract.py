@@ -283,6 +283,25 @@ def test_an_identifier_in_the_middle_of_a_long_message_is_found(store_url):
     s.close()
 
 
+def test_a_rare_code_of_the_query_leads_its_common_words(store_url):
+    """Reciprocal rank fusion gave the one reply holding "ZX0017" its keyword list's first place, 1/61
+    against 1/62, while the stem list ranked "reference" and "guests" (in every reply) oldest first:
+    "reference ZX0017 guests" found ZX0000, ZX0001, ZX0002, then ZX0017. The replies holding a rare
+    code of the query now form the ``exact`` list (every store alike)."""
+    s = open_store(store_url)
+    s.add("s", [r for i in range(40) for r in (
+        rec(None, f"Please book option {i}."),
+        rec(None, f"Your booking is confirmed, reference ZX{i:04d}, for {i % 5 + 1} guests.", role="assistant"))])
+    for query, want in (("reference ZX0017 guests", "m35"), ("how many guests for ZX0023?", "m47"),
+                        ("what was the reference ZX0004?", "m9"), ("ZX0004的订单是什么？", "m9")):
+        hits = s.search("s", query, k=4)
+        assert hits[0].id == want and "exact" in hits[0].lists and hits[0].lexical, (query, hits)
+    assert all("exact" not in h.lists for h in s.search("s", "reference guests"))  # no code: no exact list
+    s.add("s", [rec(None, f"Reminder: reference ZX0017, for {g} guests.", role="assistant") for g in range(3)])
+    assert all("exact" not in h.lists for h in s.search("s", "reference ZX0017"))  # in 4 messages: not rare
+    s.close()
+
+
 def test_search_follows_other_writers_and_detach(store_url):
     """A store's in-memory search index reads what another connection (another process) added, and
     reads the session again when another connection detached messages from it."""

@@ -10,7 +10,9 @@ for; hits are returned in that order, ``Hit.score`` set to it.
 
 Features (:data:`FEATURE_NAMES`, one row per candidate, float32):
 
-- fusion: the fused score / the pool's best, ``ln(1 + fused rank)``, one flag per ranked list;
+- fusion: the fused score / the pool's best, ``ln(1 + fused rank)``, one flag per ranked list
+  (keyword, stem, short, vector; the ``exact`` list of a rare code has none, its weight is in the
+  fused score and the code in the bm25 and anchor features);
 - embeddings: cosine of query and message, of query and the previous / next message, the best over
   the two messages either side, ``ln(1 + rank)`` of the cosine in the pool;
 - lexical: BM25 of the message (and of the previous / next one) for the query terms over the

@@ -19,7 +19,7 @@ the indexed text (the head and tail of a long one), the trigram count, the Porte
 context that a query can match (:mod:`ctxscore.store.stemming`) with the token count, and the
 embedding -- and a search ranks the session in this process with
 :class:`~ctxscore.store.session_index.SessionIndex` (FTS5's bm25 over trigram substrings and over
-stems, the two-character ``LIKE`` list, the numpy vector list), fused by
+stems, the ``exact`` list of a rare code, the two-character ``LIKE`` list, the numpy vector list), fused by
 :func:`~ctxscore.store.retrieval.fuse`. The index of a session is read once and then only the rows
 added since (one indexed query per search; a detach makes it read again), in an LRU of
 ``session_cache`` sessions. With the pgvector extension (migration 0003) the vector list is ranked

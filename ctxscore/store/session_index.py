@@ -15,6 +15,9 @@ returns the same hits:
   (:mod:`ctxscore.store.stemming`), the same bm25 with the token count as length;
 - ``short``: each two-character term as an ASCII-case-insensitive substring of the full text
   (SQLite's ``LIKE``), newest first;
+- ``exact``: the messages whose text holds a rare code of the query (a keyword term holding a
+  digit, in the text of at most :data:`~ctxscore.store.retrieval.EXACT_MAX_ROWS` messages), ranked
+  by the keyword list's bm25 over those codes;
 - ``vector``: dot products with the query embedding (:func:`~ctxscore.store.retrieval.vector_ranking`).
 
 The bm25 statistics (rows, average length, rows holding a term) are the session's, so other
@@ -34,7 +37,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .retrieval import BM25_B, BM25_K1, CONTEXT_WEIGHT, RankedList, trigram_tokens, vector_ranking
+from .retrieval import (
+    BM25_B,
+    BM25_K1,
+    CONTEXT_WEIGHT,
+    EXACT_MAX_ROWS,
+    RankedList,
+    code_terms,
+    trigram_tokens,
+    vector_ranking,
+)
 from .stemming import stem_index
 
 #: Keyword terms whose row counts a :class:`SessionIndex` keeps (least recently used dropped first),
@@ -256,11 +268,15 @@ class SessionIndex:
     def lexical(self, fts_terms: Sequence[str], stems: Sequence[str], short_terms: Sequence[str],
                 limit: int) -> list[RankedList]:
         """The lexical ranked lists of a query, in the order every store fuses them: ``keyword``
-        (when ``fts_terms``), ``stem`` (when ``stems``, already Porter-stemmed) and one ``short``
-        list per two-character term; each holds at most ``limit`` rows."""
+        (when ``fts_terms``), ``exact`` (when a code among them is rare, :meth:`exact`), ``stem``
+        (when ``stems``, already Porter-stemmed) and one ``short`` list per two-character term; each
+        holds at most ``limit`` rows."""
         lists: list[RankedList] = []
         if fts_terms:
             lists.append(self.keyword(fts_terms, limit))
+            exact = self.exact(fts_terms, limit)
+            if exact[1]:
+                lists.append(exact)
         if stems:
             lists.append(self.stem(stems, limit))
         for term in short_terms:
@@ -272,6 +288,23 @@ class SessionIndex:
         """The keyword list for FTS terms (3+ characters, lower-cased)."""
         ranked = bm25([self._term_freq(t) for t in terms], self._ntok, self._turns, limit)
         return "keyword", [self._row(self.messages[r]) for r in ranked]
+
+    def exact(self, terms: Sequence[str], limit: int) -> RankedList:
+        """The ``exact`` list for FTS terms: the messages whose own text holds a rare code of the query
+        (:func:`~ctxscore.store.retrieval.code_terms` held by the text of at most
+        :data:`~ctxscore.store.retrieval.EXACT_MAX_ROWS` messages), ranked by bm25 over those codes."""
+        freqs = []
+        for t in code_terms(terms):
+            held: dict[int, float] = {}
+            for r, x in self._term_freq(t).items():  # rows holding it in the text or the context
+                if t in self.messages[r].text_folded:
+                    held[r] = x
+                    if len(held) > EXACT_MAX_ROWS:
+                        break
+            if len(held) <= EXACT_MAX_ROWS:
+                freqs.append(held)
+        ranked = bm25(freqs, self._ntok, self._turns, limit) if freqs else []
+        return "exact", [self._row(self.messages[r]) for r in ranked]
 
     def _term_freq(self, term: str) -> dict[int, float]:
         """Row -> phrase frequency of ``term`` over the whole session (cached; see :data:`TERMS_CACHED`

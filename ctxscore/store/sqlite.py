@@ -17,8 +17,8 @@ the PostgreSQL store's engine: bm25 over case-folded substrings of three or more
 FTS5's trigram tokenizer matches, https://www.sqlite.org/fts5.html#the_trigram_tokenizer, so
 Chinese text matches without a segmenter) and over Porter stems (FTS5's ``porter unicode61``), with
 the context weighted :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`; a ``LIKE`` list per
-two-character term (Chinese words a trigram cannot match), newest first; cosine similarity to the
-query embedding; fused by :func:`ctxscore.store.retrieval.fuse`. The bm25 statistics are the
+two-character term (Chinese words a trigram cannot match), newest first; the messages holding a
+rare code of the query (the ``exact`` list); cosine similarity to the query embedding; fused by :func:`ctxscore.store.retrieval.fuse`. The bm25 statistics are the
 session's, so every store ranks a session the same, whatever else its file holds. A session's
 index is read from the file at its first search and then only the rows added since (by any
 connection), in an LRU of :data:`SESSION_INDEXES` sessions. Measured against the FTS5 indexes of
@@ -422,8 +422,8 @@ class SQLiteStore:
 
     def _lexical(self, db: sqlite3.Connection, session_id: str, index: SessionIndex, fts_terms: Sequence[str],
                  stems: Sequence[str], short_terms: Sequence[str], limit: int) -> list[RankedList]:
-        """The lexical ranked lists of a query (see :meth:`SessionIndex.lexical`): ``keyword`` and
-        ``stem`` from the index, each two-character term's list from ``LIKE`` over the whole text
+        """The lexical ranked lists of a query (see :meth:`SessionIndex.lexical`): ``keyword``,
+        ``exact`` and ``stem`` from the index, each two-character term's list from ``LIKE`` over the whole text
         (ASCII case folded, newest first), which keeps no second copy of the session's text."""
         lists = index.lexical(fts_terms, stems, (), limit)
         for term in short_terms:
