@@ -114,12 +114,13 @@ class BuildView:
     layer_room: int | None = field(default=None, init=False, repr=False)
 
     def recalled_text(self) -> str | None:
-        """The content of the recalled note (:class:`RecalledSection`): its header and the quoted lines
-        when it quotes any, then, when the plan has a digest, :data:`~ctxscore.window.pagein.DIGEST_HEADER`
-        and the digest lines in conversation order; ``None`` when nothing is quoted or digested."""
+        """The content of the recalled note (:class:`RecalledSection`): its header (which the
+        LangChain middleware and readers find the note by), the quoted lines, then, when the plan has a
+        digest, :data:`~ctxscore.window.pagein.DIGEST_HEADER` and the digest lines in conversation
+        order; ``None`` when nothing is quoted or digested."""
         if not self.quoted and not self.digest:
             return None
-        lines = [RECALLED_HEADER, *(self.recalled_line(i) for i in self.quoted)] if self.quoted else []
+        lines = [RECALLED_HEADER, *(self.recalled_line(i) for i in self.quoted)]  # the header names the note
         if self.digest:
             lines += [DIGEST_HEADER, *(self.digest[i] for i in sorted(self.digest))]
         return "\n".join(lines)
@@ -370,7 +371,10 @@ def make_view(history: History, forms: Forms, counter: TokenCounter, policy: Pol
                      overrides={**plan.texts, **plan.fitted}, digest=plan.digest)
     if view.recalls:
         last = history.entries[n - 1].unit  # the first entry of the last unit
-        for at in ((anchor[1],) if anchor is not None and view.recalled_text() == anchor[0] else ()) + (last,):
+        # an unchanged note stays where it was; one with only a digest does not (workers sharing a
+        # session do not share where it stood: they would show it in different places)
+        kept = anchor is not None and view.quoted and view.recalled_text() == anchor[0]
+        for at in ((anchor[1],) if kept else ()) + (last,):  # type: ignore[index]
             # a unit's first entry (never between a tool call and its result), shown, after the system section
             if lead <= at < n and history.entries[at].unit == at and codes[at] != ARCHIVED:
                 view.recalled_at = at

@@ -476,10 +476,8 @@ class _Planner:
         if not self.digest_room or not self.done:
             return out
         count, entries = self.forms.counter.count, self.h.entries
-        # its header line; the note's chat overhead too when the note quotes nothing (then its only part)
-        extra = count(DIGEST_HEADER) + 1
-        if not (self.quoted and self.mode == "quote"):
-            extra += self.header_tokens - count(RECALLED_HEADER)
+        # its header line; the note's own header and chat overhead too when the note quotes nothing
+        extra = count(DIGEST_HEADER) + 1 + (0 if self.quoted and self.mode == "quote" else self.header_tokens)
         for i in hits:
             e = entries[i]
             if (len(out) >= self.policy.page_in_k or i in self.shown or e.unit in self.done
