@@ -45,11 +45,11 @@ class Policy:
             ``page_in_k``), its key values only (:func:`~ctxscore.window.pagein.digest_line`), in the
             recalled note; 0 turns it off. On the dev sessions at 25% of the full context (learned)
             recall with page-in 0.924 -> 0.933 and at the session's end 0.931 -> 0.944,
-            superseded-value leakage 0.050 -> 0.063 (0.05 and 0.15 did worse in an earlier version
-            of the planner). The cost: with a query at every build (the proxy), the later quotes have
-            to leave units out or show them in place more often, so fewer window tokens repeat the
-            previous window's prefix (held-out, rules: 2k 0.603 -> 0.521, 4k 0.742 -> 0.714;
-            ``benchmarks/cache_reuse.py``); set 0 where the prompt cache matters more than recall.
+            superseded-value leakage 0.050 -> 0.055 (at 0.05: 0.929 and 0.931). The cost: with a
+            query at every build (the proxy), the later quotes have to leave units out or show them
+            in place more often, so fewer window tokens repeat the previous window's prefix
+            (held-out, rules: 2k 0.603 -> 0.518, 4k 0.743 -> 0.714; effective cost a build 8-16%
+            higher; ``benchmarks/cache_reuse.py``); set 0 where the prompt cache matters more.
         page_in_floor: the relevance floor: a hit with no query term in it is paged in only when its
             embedding's cosine similarity to the query's is at least this (0.35), so nothing unrelated
             comes back.
