@@ -89,7 +89,6 @@ URL_OPTIONS = ("schema", "pool_min", "pool_max", "timeout", "redis")
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: A ``key=value`` pair of a libpq keyword string (a quoted value, closed or not, or a word).
-_KEY_VALUE_KEY = re.compile(r"(\w+)\s*=")
 _KEY_VALUE = re.compile(r"(\w+)\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)")
 _COLUMNS = "id, turn, role, text, text_exact, message, prediction, tier, embedding"
 #: The server's system identifier (the same however a worker spells the host), for :attr:`PostgresStore.identity`.
@@ -146,7 +145,7 @@ def _libpq_message(message: str, dsn: str) -> str:
     """libpq's message about a ``key=value`` string it cannot read, with every quoted word that is not
     one of the string's keys (or ``=``) masked: ``missing "=" after "hunter2"`` quotes a lone word,
     which may be a password written without its key."""
-    keys = set(_KEY_VALUE_KEY.findall(dsn)) | {"="}
+    keys = {k for k, _ in _KEY_VALUE.findall(dsn)} | {"="}
     return re.sub(r'"([^"]*)"', lambda m: m.group(0) if m.group(1) in keys else '"***"', message.strip())
 
 

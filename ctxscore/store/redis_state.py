@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigError, StoreError
 from ..messages import Tier
@@ -93,8 +94,6 @@ def _check_db(url: str, where: str) -> None:
     Raises:
         ConfigError: naming the database as written.
     """
-    from urllib.parse import parse_qs, urlsplit  # noqa: PLC0415
-
     try:
         parts = urlsplit(url)
     except ValueError:  # redis-py's own parse says what is wrong
