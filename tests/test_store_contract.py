@@ -302,6 +302,23 @@ def test_a_rare_code_of_the_query_leads_its_common_words(store_url):
     s.close()
 
 
+def test_a_chinese_answer_is_found_by_the_request_before_it(store_url):
+    """Most Chinese words have two characters, which the keyword list left to ``short`` lists over the
+    text, newest first: "用户最终选定的景点叫什么名字？" had no relevance ranking, and the answer
+    "为您推荐日坛公园。", which holds no word of the question, was not found at all (it follows the
+    request that names 景点: the context column the keyword list reads). Every store alike."""
+    s = open_store(store_url)
+    ask = "我想找一个评分在4.5分以上的免费景点，帮我推荐一下吧。"
+    s.add("s", [rec(None, ask), rec(None, "为您推荐日坛公园。", role="assistant", context=ask)])
+    for i in range(40):
+        q = f"请帮我找一家评分{i % 5}分以上的酒店，价格便宜点。"
+        s.add("s", [rec(None, q), rec(None, f"为您推荐第{i}号宾馆，电话010-6831{i:04d}。", role="assistant", context=q)])
+    hits = s.search("s", "用户最终选定的景点叫什么名字？", k=5)
+    assert [h.id for h in hits[:2]] == ["m0", "m1"], hits
+    assert "keyword" in hits[1].lists and "short" not in hits[1].lists  # by its context, not its own text
+    s.close()
+
+
 def test_search_follows_other_writers_and_detach(store_url):
     """A store's in-memory search index reads what another connection (another process) added, and
     reads the session again when another connection detached messages from it."""

@@ -7,8 +7,9 @@ operations in the same order as FTS5's ``bm25()``; ``tests/test_store.py`` compa
 store (:class:`~ctxscore.store.sqlite.SQLiteStore`, :class:`~ctxscore.store.postgres.PostgresStore`)
 returns the same hits:
 
-- ``keyword``: terms of 3+ characters as case-folded substrings (FTS5's trigram tokenizer),
-  ranked by FTS5's bm25 (:data:`~ctxscore.store.retrieval.BM25_K1`, ``BM25_B``): per term the
+- ``keyword``: terms of 3+ characters as case-folded substrings (FTS5's trigram tokenizer; the
+  stores pass a query's two-character Chinese words when it has no such term,
+  :func:`~ctxscore.store.retrieval.keyword_terms`), ranked by FTS5's bm25 (:data:`~ctxscore.store.retrieval.BM25_K1`, ``BM25_B``): per term the
   occurrences in the text (overlapping) count 1 and those in the context
   :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`, document length = trigrams of text + context;
 - ``stem``: the Porter stems of the query's words in the stems of the text and context
