@@ -269,7 +269,7 @@ class SessionIndex:
     def lexical(self, fts_terms: Sequence[str], stems: Sequence[str], short_terms: Sequence[str],
                 limit: int) -> list[RankedList]:
         """The lexical ranked lists of a query, in the order every store fuses them: ``keyword``
-        (when ``fts_terms``), ``exact`` (when a code among them is rare, :meth:`exact`), ``stem``
+        (when ``fts_terms``: the stores pass :func:`~ctxscore.store.retrieval.keyword_terms`), ``exact`` (when a code among them is rare, :meth:`exact`), ``stem``
         (when ``stems``, already Porter-stemmed) and one ``short`` list per two-character term; each
         holds at most ``limit`` rows."""
         lists: list[RankedList] = []
@@ -286,7 +286,8 @@ class SessionIndex:
         return lists
 
     def keyword(self, terms: Sequence[str], limit: int) -> RankedList:
-        """The keyword list for FTS terms (3+ characters, lower-cased)."""
+        """The keyword list for lower-cased terms (3+ characters, or a query's two-character Chinese
+        words, :func:`~ctxscore.store.retrieval.keyword_terms`)."""
         ranked = bm25([self._term_freq(t) for t in terms], self._ntok, self._turns, limit)
         return "keyword", [self._row(self.messages[r]) for r in ranked]
 
