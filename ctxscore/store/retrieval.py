@@ -97,7 +97,8 @@ class Hit:
 
     @property
     def lexical(self) -> bool:
-        """A term of the query occurs in the message (keyword, stem, short-term or exact list)."""
+        """A term of the query occurs in the message or in its index context, the start of the messages
+        before it (keyword, stem, short-term or exact list)."""
         return bool(self.lists & LEXICAL_LISTS)
 
 

@@ -237,7 +237,8 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
 
 
 def above_floor(hits: Sequence[Hit], policy: Policy, holds: Callable[[Hit], bool] | None = None) -> list[Hit]:
-    """The hits above the relevance floor, in their order: a query term occurs in the message, its
+    """The hits above the relevance floor, in their order: a query term occurs in the message (or
+    its index context, :attr:`Hit.lexical <ctxscore.store.retrieval.Hit.lexical>`), its
     embedding's cosine similarity to the query's is at least ``policy.page_in_floor``, or a learned
     ranker gave it a probability of at least ``policy.page_in_rank_floor`` (:attr:`Hit.learned
     <ctxscore.store.retrieval.Hit.learned>`). When no hit's similarity reaches
