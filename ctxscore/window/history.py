@@ -147,7 +147,6 @@ class History:
         self.ids: dict[str, int] = {}
         self.units: dict[int, list[int]] = {}
         self.call_owner: dict[str, int] = {}  # tool_call_id -> index of the assistant message
-        self.open_calls: dict[str, int] = {}  # the calls no tool message has answered yet: id -> index
         self.turn_no = 0
         self.task_no = 0
         self.task_opened = False  # the active task's opening user message has come (ingest.append)
@@ -248,11 +247,8 @@ class History:
         self.units.setdefault(e.unit, []).append(idx)
         if constraints:
             self.constrained.add(e.unit)
-        if msg.role == Role.TOOL:
-            self.open_calls.pop(msg.tool_call_id, None)  # type: ignore[arg-type]
         for call in msg.tool_calls:
             self.call_owner[call.id] = idx
-            self.open_calls[call.id] = idx
         self.total_tokens += tokens
         self.msg_tokens += tokens
         if pinned:

@@ -46,9 +46,8 @@ class Scored:
 def validate(messages: Iterable[Any], history: History, start: int,
              where: Sequence[str] | None = None) -> list[Message]:
     """Validate new messages against the history: each is a valid message (:meth:`Message.from_dict`),
-    explicit ids are unused, the tool calls of a message have distinct ids and none reuses the id of
-    an earlier call that no tool message has answered yet (a tool message answering a repeated id
-    could belong to either call), and every tool message answers a call made before it.
+    explicit ids are unused, the tool calls of a message have distinct ids (a tool message answering
+    a repeated id could belong to either call), and every tool message answers a call made before it.
 
     Args:
         messages: the new messages (dicts or :class:`Message`).
@@ -63,7 +62,6 @@ def validate(messages: Iterable[Any], history: History, start: int,
     out: list[Message] = []
     seen: set[str] = set()
     calls: set[str] = set()
-    unanswered = {c: f"message {i}" for c, i in history.open_calls.items()}  # call id -> the message that made it
     for k, m in enumerate(messages):
         at = where[k] if where is not None else f"message {start + k}"
         msg = Message.from_dict(m, where=at)
@@ -78,15 +76,6 @@ def validate(messages: Iterable[Any], history: History, start: int,
                 "a tool message without its call)"
             )
         _distinct_call_ids(msg, at)
-        if msg.role == Role.TOOL:
-            unanswered.pop(msg.tool_call_id, None)  # type: ignore[arg-type]
-        for i, c in enumerate(msg.tool_calls):
-            if c.id in unanswered:
-                raise InputError(
-                    f"{at}: tool_calls[{i}] reuses the id {c.id!r} of the call {unanswered[c.id]} made, which no tool "
-                    "message has answered yet; answer that call first or give this one a new id (a tool message's "
-                    "tool_call_id must name one call)")
-            unanswered[c.id] = at
         calls.update(c.id for c in msg.tool_calls)
         out.append(msg)
     return out

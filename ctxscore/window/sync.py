@@ -98,14 +98,10 @@ def _trimmed_start(hist: Sequence[Message], incoming: Sequence[Message]) -> int 
 
 
 def prefix_history(history: History, p: int) -> History:
-    """A history view holding the ids, the calls and the unanswered calls of the first ``p`` entries
-    (for validating a rebase)."""
+    """A history view holding the ids and calls of the first ``p`` entries (for validating a rebase)."""
     view = History()
     for e in history.entries[:p]:
         view.ids[e.msg.id] = e.msg.turn  # type: ignore[index]
-        if e.msg.role == Role.TOOL:
-            view.open_calls.pop(e.msg.tool_call_id, None)  # type: ignore[arg-type]
         for c in e.msg.tool_calls:
             view.call_owner[c.id] = e.msg.turn  # type: ignore[assignment]
-            view.open_calls[c.id] = e.msg.turn  # type: ignore[assignment]
     return view
