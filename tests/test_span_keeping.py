@@ -115,14 +115,16 @@ def test_key_blocks_count_file_names_joined_by_a_hyphen_each():
     assert key_blocks(text, blocks, share=share) == {0, 2, 3}
 
 
-def _git_diff(paths: list[str], every: int = 37) -> str:
-    """A unified diff (``git diff`` layout) of repository files with one line in ``every`` changed."""
+def _git_diff(paths: list[str], every: int = 37, also: str | None = None) -> str:
+    """A unified diff (``git diff`` layout) of repository files with one line in ``every`` changed,
+    and each line holding ``also`` (so a test's hunk exists whatever the files' lengths become)."""
     import difflib
 
     out = ""
     for rel in paths:
         a = (REPO / rel).read_text(encoding="utf-8").split("\n")
-        b = [line + "  # patched" if j % every == 5 else line for j, line in enumerate(a)]
+        b = [line + "  # patched" if j % every == 5 or (also is not None and also in line) else line
+             for j, line in enumerate(a)]
         out += f"diff --git a/{rel} b/{rel}\n" + "\n".join(difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}", lineterm="")) + "\n"
     return out
 
@@ -149,7 +151,8 @@ def test_a_hunk_ends_where_its_line_counts_say():
 
 
 def test_a_cut_diff_shows_the_hunk_the_query_names_with_its_header():
-    diff = _git_diff(["ctxscore/window/history.py", "ctxscore/window/pagein.py", "ctxscore/window/session.py"])
+    diff = _git_diff(["ctxscore/window/history.py", "ctxscore/window/pagein.py", "ctxscore/window/session.py"],
+                     also="def release_instructions")
     cm = ContextManager(budget=1500, scorer="rules")
     cm.extend([{"role": "user", "content": "Show me what the patch changes in release_instructions."},
                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
