@@ -76,6 +76,7 @@ def main() -> int:
     sessions = load_sessions_file(args.sessions)[: args.limit]
     counter = TokenCounter()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    builds = sum(len(s.messages) for s in sessions) or 1  # one build a message
     print(f"prompt-cache reuse, {len(sessions)} sessions of {args.sessions}; query: the last user message or none")
     print(f"{'policy':<14} {'budget':>6} {'query':>6} {'reuse':>6} {'tokens':>7} {'cost':>7}  by source  "
           f"(tokens: mean window tokens a build; cost: its uncached tokens + {CACHED_PRICE} x its cached ones)")
@@ -90,7 +91,6 @@ def main() -> int:
                     per[s.source][1] += hit
                 tok = sum(v[0] for v in per.values())
                 hit = sum(v[1] for v in per.values())
-                builds = sum(len(s.messages) for s in sessions) or 1
                 cost = (tok - hit + CACHED_PRICE * hit) / builds
                 by = "  ".join(f"{k} {v[1] / v[0]:.3f}" for k, v in sorted(per.items()) if v[0])
                 print(f"{name:<14} {b:>6} {'last' if with_query else 'none':>6} {hit / tok if tok else 0:>6.3f} "

@@ -70,7 +70,7 @@ from .base import (
     decode_embedding,
     dump_json,
 )
-from .retrieval import Hit, RankedList, fuse, keyword_terms, query_terms, stem_terms
+from .retrieval import Hit, RankedList, fuse, query_terms, stem_terms
 from .session_index import SessionIndex, index_fields, indexed_message
 from .sqlite import index_text, keyword_text
 from .stemming import porter_stem
@@ -589,7 +589,7 @@ class PostgresStore:
             lists: list[RankedList] = []
             similarity: dict[str, float] = {}
             with self._session_index(conn, session_id) as index:
-                lists.extend(index.lexical(keyword_terms(fts_terms, short_terms), stems, short_terms, limit))
+                lists.extend(index.lexical(fts_terms, stems, short_terms, limit))
                 vec = index.vector(np.asarray(query_embedding, dtype=np.float32), limit) \
                     if query_embedding is not None and not self.pgvector else None
             if vec is not None:

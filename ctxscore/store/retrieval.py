@@ -166,8 +166,9 @@ def keyword_terms(fts_terms: Sequence[str], short_terms: Sequence[str]) -> list[
     ("用户最终选定的景点叫什么名字？") had no keyword list, no relevance ranking and no use of the
     context column (the start of the messages before), and the answer "为您推荐日坛公园。", which holds
     no word of the question but follows the request that names 景点, was found by no list. The
-    in-memory index (:mod:`ctxscore.store.session_index`) counts a term of any length, so those words
-    form the keyword list (bm25 over text and context) and keep their ``short`` lists.
+    in-memory index (:meth:`ctxscore.store.session_index.SessionIndex.lexical`, every store's) counts
+    a term of any length, so those words form the keyword list (bm25 over text and context) and
+    keep their ``short`` lists.
 
     The words come from :func:`query_terms`, so from jieba's segmentation: without jieba (an
     install without the ``embed`` or ``train`` extra) a Chinese run is cut at function words only,

@@ -7,9 +7,10 @@ operations in the same order as FTS5's ``bm25()``; ``tests/test_store.py`` compa
 store (:class:`~ctxscore.store.sqlite.SQLiteStore`, :class:`~ctxscore.store.postgres.PostgresStore`)
 returns the same hits:
 
-- ``keyword``: terms of 3+ characters as case-folded substrings (FTS5's trigram tokenizer; the
-  stores pass a query's two-character Chinese words when it has no such term,
-  :func:`~ctxscore.store.retrieval.keyword_terms`), ranked by FTS5's bm25 (:data:`~ctxscore.store.retrieval.BM25_K1`, ``BM25_B``): per term the
+- ``keyword``: terms of 3+ characters as case-folded substrings (FTS5's trigram tokenizer; a
+  query with no such term has its two-character Chinese words instead,
+  :func:`~ctxscore.store.retrieval.keyword_terms`), ranked by FTS5's bm25
+  (:data:`~ctxscore.store.retrieval.BM25_K1`, ``BM25_B``): per term the
   occurrences in the text (overlapping) count 1 and those in the context
   :data:`~ctxscore.store.retrieval.CONTEXT_WEIGHT`, document length = trigrams of text + context;
 - ``stem``: the Porter stems of the query's words in the stems of the text and context
@@ -45,6 +46,7 @@ from .retrieval import (
     EXACT_MAX_ROWS,
     RankedList,
     code_terms,
+    keyword_terms,
     trigram_tokens,
     vector_ranking,
 )
@@ -267,20 +269,24 @@ class SessionIndex:
         return self._joined_cache
 
     def lexical(self, fts_terms: Sequence[str], stems: Sequence[str], short_terms: Sequence[str],
-                limit: int) -> list[RankedList]:
+                limit: int, *, short_lists: bool = True) -> list[RankedList]:
         """The lexical ranked lists of a query, in the order every store fuses them: ``keyword``
-        (when ``fts_terms``: the stores pass :func:`~ctxscore.store.retrieval.keyword_terms`), ``exact`` (when a code among them is rare, :meth:`exact`), ``stem``
-        (when ``stems``, already Porter-stemmed) and one ``short`` list per two-character term; each
-        holds at most ``limit`` rows."""
+        (over :func:`~ctxscore.store.retrieval.keyword_terms` of the FTS and two-character terms),
+        ``exact`` (when a code among the FTS terms is rare, :meth:`exact`), ``stem`` (when ``stems``,
+        already Porter-stemmed) and, unless ``short_lists`` is False (a store that answers them
+        itself, SQLite's ``LIKE``), one ``short`` list per two-character term; each holds at most
+        ``limit`` rows."""
         lists: list[RankedList] = []
+        keyword = keyword_terms(fts_terms, short_terms)
+        if keyword:
+            lists.append(self.keyword(keyword, limit))
         if fts_terms:
-            lists.append(self.keyword(fts_terms, limit))
             exact = self.exact(fts_terms, limit)
             if exact[1]:
                 lists.append(exact)
         if stems:
             lists.append(self.stem(stems, limit))
-        for term in short_terms:
+        for term in short_terms if short_lists else ():
             lists.append(self.short(term, limit))
         self._joined_cache = None  # the joined copies of the texts are built again for the next query's new terms
         return lists

@@ -58,7 +58,7 @@ from .base import (
     decode_embedding,
     dump_json,
 )
-from .retrieval import Hit, RankedList, fuse, keyword_terms, like_pattern, query_terms, stem_terms
+from .retrieval import Hit, RankedList, fuse, like_pattern, query_terms, stem_terms
 from .session_index import IndexedMessage, SessionIndex, index_fields, indexed_message
 from .stemming import porter_stem
 
@@ -425,7 +425,7 @@ class SQLiteStore:
         """The lexical ranked lists of a query (see :meth:`SessionIndex.lexical`): ``keyword``,
         ``exact`` and ``stem`` from the index, each two-character term's list from ``LIKE`` over the whole text
         (ASCII case folded, newest first), which keeps no second copy of the session's text."""
-        lists = index.lexical(keyword_terms(fts_terms, short_terms), stems, (), limit)
+        lists = index.lexical(fts_terms, stems, short_terms, limit, short_lists=False)
         for term in short_terms:
             lists.append(("short", db.execute(
                 "SELECT id, turn, substr(text, 1, 120) FROM messages WHERE session_id = ? AND text LIKE ? ESCAPE '\\' "

@@ -161,6 +161,11 @@ class PageInPlan:
     fitted: dict[int, Form] = field(default_factory=dict)
     digest: dict[int, str] = field(default_factory=dict)
 
+    @property
+    def changes(self) -> bool:
+        """Whether the plan changes the window: an entry shown, evicted or in the digest."""
+        return bool(self.shown or self.evicted or self.digest)
+
     def richness(self, i: int) -> int:
         """How much of shown entry ``i`` this plan shows: 0 verbatim, 1 the blocks the query names,
         else the code of its tier (:data:`~ctxscore.window.history.CODE`)."""

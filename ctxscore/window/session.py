@@ -147,7 +147,7 @@ class SessionState:
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
         plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query), excess) if hits else PageInPlan()
         window = self._assemble(query, B, plan, vals, rel, warns)
-        if (not plan.shown and not plan.evicted and not plan.digest and window.tokens - excess >= pol.t_archive * B
+        if (not plan.changes and window.tokens - excess >= pol.t_archive * B
                 and self.stuck != (len(h), B)):
             # the estimate (stub notes; layer sections grow as messages are compacted) was under the
             # high-water mark but the assembled window is not: compact again on the exact figures
@@ -160,7 +160,7 @@ class SessionState:
             if self.stub_budget != B:
                 self.stub_budget = B
                 window = self._assemble(query, B, plan, vals, rel, warns)
-        if (plan.shown or plan.evicted or plan.digest) and window.tokens - excess > pol.page_in_limit * B:
+        if plan.changes and window.tokens - excess > pol.page_in_limit * B:
             window, plan = fit_page_in(plan, pol.page_in_limit * B + excess,
                                        lambda pl: self._assemble(query, B, pl, vals, rel, warns))
         if window.tokens - excess > B and not plan.stubs_collapsed and h.stub_tokens > tiers.COLLAPSED_LINE_TOKENS:
