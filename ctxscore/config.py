@@ -34,10 +34,20 @@ class Policy:
         low_water: occupancy that a value-ordered archive pass brings the window down to (0.6).
         recent_turns: the last K turns stay verbatim (3); 0 protects only the newest message.
         blend: weight of the learned value against the rule value, in [0, 1] (0.5).
-        page_in_k: at most this many archived units are paged back in for a query (12; within the
-            budget, so fewer when they do not fit); 0 turns page-in off. 12 is the smallest depth
-            within 0.005 of the best recall with page-in on the dev sessions at 25% of the full
-            context (4: 0.814, 8: 0.866, 12: 0.873, 16: 0.875).
+        page_in_k: at most this many archived units are paged back in for a query (20; within the
+            budget, so fewer when they do not fit); 0 turns page-in off. 20 is the smallest depth
+            within 0.001 of the best recall with page-in on the dev sessions at 25% of the full
+            context, over all probes and at the session's end (learned: 12: 0.9345 / 0.946, 16:
+            0.9372 / 0.951, 20: 0.9388 / 0.957, 28: 0.9390 / 0.957; rules, 12 -> 20: 0.848 / 0.887 ->
+            0.859 / 0.906, at 2k tokens 0.913 -> 0.926, at 4k 0.963 -> 0.972; superseded-value
+            leakage 0.053 -> 0.050 learned, 0.067 -> 0.048 rules). At the end one question often
+            asks for many facts ("Which hotel did the user settle on?" in a session of ten bookings),
+            and 12 units could not hold their answers. The cost, with a query at every build (a proxy):
+            the quotes follow the last message, so no prompt cache holds them, and more of them means
+            fewer reused tokens (dev, rules, ``benchmarks/cache_reuse.py``: 2k 0.539 -> 0.500, an
+            effective cost of 833 -> 904 tokens a build; 4k 0.684 -> 0.673, 1,040 -> 1,083); set 12
+            where the prompt cache matters more. (12 was chosen before the digest and the learned
+            ranker, on recall 0.873.)
         page_in_limit: paged-in originals may fill the window up to this fraction of the budget (1.0);
             to make room, the lowest-value evictable units are shown as stubs for that build only.
         page_in_digest: once the best hit is placed, the later quotes leave this fraction of the
@@ -94,7 +104,7 @@ class Policy:
     low_water: float = 0.6
     recent_turns: int = 3
     blend: float = 0.5
-    page_in_k: int = 12
+    page_in_k: int = 20
     page_in_limit: float = 1.0
     page_in_digest: float = 0.1
     page_in_floor: float = 0.35

@@ -9,7 +9,7 @@ on the scorer (its embeddings), not on the budget or the layers, so it is comput
 and managed scorer (``rules``, ``learned``).
 
 Figures (:func:`rank_figures`), over facts: ``top1`` / ``top4`` / ``top10`` / ``top40`` = share of
-facts whose source ranks at or above 1 / 4 / 10 / 40 (page-in shows up to ``Policy.page_in_k`` = 12 units),
+facts whose source ranks at or above 1 / 4 / 10 / 40 (page-in shows up to ``Policy.page_in_k`` = 20 units),
 ``not_found`` = 1 - ``top40``, ``mrr`` = mean of 1 / rank (0 when not found); the same per session
 source and per fact kind. Beside them, three readings of the same search:
 
