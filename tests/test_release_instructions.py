@@ -53,3 +53,38 @@ def test_the_newest_instruction_is_never_released():
     released = cm.history.release_instructions(0)
     assert released == [1, 3]
     assert cm.history.entries[5].pinned
+
+
+def test_a_task_statement_handed_to_an_agent_is_never_released():
+    # mini-SWE-agent at 2,000 tokens: a window over the budget released the task's <pr_description>
+    # (the oldest instruction) for the harness's format reminder, and the task went on without it
+    statement = ("<pr_description>\nConsider the following PR description:\nUsernameValidator allows trailing "
+                 "newline in usernames. ASCIIUsernameValidator and UnicodeUsernameValidator use the regex "
+                 "r'^[\\w.@+-]+$', and $ matches before a trailing newline. Use \\A and \\Z instead.\n"
+                 "</pr_description>\n" + "Make changes to non-test files in the current directory. " * 20)
+    reminder = ("Please always provide EXACTLY ONE action in triple backticks, found 2 actions.\n\n"
+                "Please format your action in triple backticks as shown in <response_example>.")
+    msgs = [{"role": "system", "content": "You are a helpful assistant that can interact with a computer shell."},
+            {"role": "user", "content": statement}]
+    for i in range(3):
+        msgs += [{"role": "assistant", "content": f"THOUGHT: step {i}.\n\n```bash\nls\n```\n\n```bash\npwd\n```"},
+                 {"role": "user", "content": reminder}]
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend(msgs)
+    h = cm.history
+    assert [i for i in (1, 3, 5, 7) if h.entries[i].pinned] == [1, 3, 5, 7]  # the reminders are instructions too
+    assert h.releasable_tokens() == h.entries[3].cur_tokens + h.entries[5].cur_tokens
+    assert h.release_instructions(0) == [3, 5]  # the older reminders give way ...
+    assert h.entries[1].pinned and h.entries[7].pinned  # ... the statement and the newest instruction stay
+    assert h.release_instructions(0) == []
+
+
+def test_a_new_task_statement_starts_a_task_and_releases_the_old_one():
+    cm = ContextManager(scorer="rules", budget=100_000)
+    cm.extend([{"role": "system", "content": "You are a coding agent."},
+               {"role": "user", "content": "<pr_description>\nFix the parser crash on empty input.\n</pr_description>"},
+               {"role": "assistant", "content": "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"},
+               {"role": "user", "content": "<pr_description>\nAdd a --verbose flag to the CLI.\n</pr_description>"}])
+    h = cm.history
+    assert not h.entries[1].pinned and h.entries[3].pinned  # the finished task's statement is a goal record
+    assert h.statements == {3}

@@ -80,7 +80,6 @@ SIGNAL_NAMES: tuple[str, ...] = (
 )
 
 _OBSERVATION = re.compile(r"<returncode>|^\s*<output|^\s*Observation:", re.MULTILINE)
-_TASK_STATEMENT = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
 _BOUND = re.compile(r"(?i)\b(?:at most|no more than|not more than|under|below|maximum|max|up to|at least|minimum|"
                     r"no later than|no earlier than|before|after|by|within|budget)\b[^.;\n]{0,20}\d|"
                     r"(?:不超过|最多|以内|至少|不低于|预算|之前|以前|之后|以后)[^，。；\n]{0,8}\d|\d[^，。；\n]{0,8}(?:以内|以下|以上|之前|以后)")
@@ -186,7 +185,7 @@ def type_signals(msg: Message, constraints: Sequence[str] = (), first_user: bool
         "role_assistant": float(msg.role == Role.ASSISTANT), "role_tool": float(msg.role == Role.TOOL),
         "tool_calls": float(bool(msg.tool_calls)),
         "observation": float(user and bool(_OBSERVATION.search(head[:300]))),
-        "task_statement": float(bool(_TASK_STATEMENT.search(head))),
+        "task_statement": float(bool(lx.TASK_STATEMENT.search(head))),
         "first_user": float(first_user and user), "constraint_share": share, "constraint_any": float(bool(constraints)),
         "bound": float(bool(_BOUND.search(head))), "intent": float(bool(lx.INTENT.search(head))),
         "question": float(bool(_QUESTION.search(head[-300:]))),

@@ -14,6 +14,12 @@ def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
 
 
+#: A task statement handed to an agent (mini-SWE-agent's ``<pr_description>``, "your task is" ...), read
+#: in a message's first :data:`TASK_STATEMENT_CHARS` characters: it opens a task
+#: (:func:`ctxscore.window.tasks.starts_task`), is a context-type signal, and, pinned, is never released
+#: while its task is active (:meth:`ctxscore.window.history.History.release_instructions`).
+TASK_STATEMENT = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
+TASK_STATEMENT_CHARS = 2000
 #: A negation inside a sentence (the verifier compares them before and after compression).
 NEGATION = _rx(r"\b(?:not|no|never|none|nothing|nobody|without|don'?t|doesn'?t|didn'?t|won'?t|can'?t|cannot|"
                r"isn'?t|aren'?t|wasn'?t|shouldn'?t|mustn'?t|neither|nor)\b|"

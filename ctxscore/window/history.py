@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..memory.lexicon import TASK_STATEMENT, TASK_STATEMENT_CHARS
 from ..messages import Category, Message, Role, Tier
 from ..scoring.base import Prediction
 
@@ -154,6 +155,7 @@ class History:
         self.date_source: int | None = None  # index of the message that gave it
         self.task_starts: list[int] = [0]  # index of the first entry of each task
         self.active_pins: list[int] = []  # entries pinned as instructions of the active task
+        self.statements: set[int] = set()  # those of them that are task statements (lexicon.TASK_STATEMENT)
         self.task_corrections: list[int] = []  # entries pinned as corrections in the active task
         self.condensed: set[int] = set()  # pinned entries shown condensed (pins over the budget)
         self.constrained: set[int] = set()  # units with a member that holds a hard constraint
@@ -186,16 +188,23 @@ class History:
         for i in done:
             self._unpin(i)
         self.active_pins, self.task_corrections = [], []
+        self.statements = set()
         self.task_no += 1
         self.task_starts.append(len(self.entries))
         self.task_opened = False
         return done
 
     def release_instructions(self, limit: int) -> list[int]:
-        """Unpin the oldest instructions of the active task, never its newest one, until pinned
-        content is within ``limit`` tokens (a budget too tight for every instruction): they become
-        goal records (summarised like ``key_state``, their hard-constraint sentences kept byte-exact
-        and never archived) that compete by value, as a finished task's instructions do.
+        """Unpin the oldest instructions of the active task, never its newest one nor a task
+        statement handed to an agent (:data:`~ctxscore.memory.lexicon.TASK_STATEMENT`), until
+        pinned content is within ``limit`` tokens (a budget too tight for every instruction): they
+        become goal records (summarised like ``key_state``, their hard-constraint sentences kept
+        byte-exact and never archived) that compete by value, as a finished task's instructions
+        do. A mini-SWE-agent session at 2,000 tokens released its task's ``<pr_description>``
+        (1,635 tokens) for the harness's next format reminder ("Please always provide EXACTLY ONE
+        action ...", an instruction too), and the rest of that task ran without its statement; the
+        statement is shown condensed instead when pinned content exceeds the budget
+        (:meth:`~ctxscore.window.session.SessionState.fit_pins`).
 
         Args:
             limit: the most tokens pinned entries may hold (the budget less reply priming and the
@@ -207,11 +216,17 @@ class History:
             instruction is left).
         """
         out: list[int] = []
-        while self.pinned_tokens > limit and len(self.active_pins) > 1:
-            i = self.active_pins.pop(0)
+        for i in self._releasable():
+            if self.pinned_tokens <= limit:
+                break
+            self.active_pins.remove(i)
             self._unpin(i)
             out.append(i)
         return out
+
+    def _releasable(self) -> list[int]:
+        """The active task's instructions :meth:`release_instructions` may unpin, oldest first."""
+        return [i for i in self.active_pins[:-1] if i not in self.statements]
 
     def _unpin(self, i: int) -> None:
         """Entry ``i`` is pinned no longer (its shown tokens leave :attr:`pinned_tokens`)."""
@@ -240,6 +255,8 @@ class History:
                   constraints=constraints, pin=pin, date_from=self.date_source, cur_tokens=tokens)
         if pin == Pin.INSTRUCTION:
             self.active_pins.append(idx)
+            if TASK_STATEMENT.search(msg.content[:TASK_STATEMENT_CHARS]):
+                self.statements.add(idx)
         elif pin == Pin.CORRECTION:
             self.task_corrections.append(idx)
         self.entries.append(e)
@@ -315,8 +332,8 @@ class History:
 
     def releasable_tokens(self) -> int:
         """Tokens of the active task's instructions :meth:`release_instructions` may unpin (all but
-        the newest)."""
-        return sum(self.entries[i].cur_tokens for i in self.active_pins[:-1])
+        the newest and the task statements)."""
+        return sum(self.entries[i].cur_tokens for i in self._releasable())
 
     def unit_category(self, members: list[int]) -> str:
         """The strongest tier category among a unit's members (:attr:`Entry.tier_category`)."""

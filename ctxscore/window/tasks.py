@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import re
 
+from ..memory.lexicon import TASK_STATEMENT, TASK_STATEMENT_CHARS
 from ..messages import Message, Role
 from ..scoring.rules import RuleConfig, sentences
 from .history import History
 
-_TASK_STATEMENT = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
 _OBSERVATION = re.compile(r"<returncode>|^\s*<output")
 _WORD = re.compile(r"\w")
 #: How many previous messages may hold the closing words.
@@ -54,7 +54,7 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
         return False
     if all(e.msg.role == Role.SYSTEM for e in history.entries[history.task_starts[-1]:]):
         return False  # the task opened by the system messages right before this one
-    if _TASK_STATEMENT.search(msg.content[:2000]):
+    if TASK_STATEMENT.search(msg.content[:TASK_STATEMENT_CHARS]):
         return True
     kw = config.keyword_regexes
     closing = kw.get("closing")
