@@ -19,7 +19,9 @@ def _rx(pattern: str) -> re.Pattern[str]:
 #: (:func:`ctxscore.window.tasks.starts_task`), is a context-type signal, and, pinned, is never released
 #: while its task is active (:meth:`ctxscore.window.history.History.release_instructions`).
 TASK_STATEMENT = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
+#: Characters of a message's start searched for :data:`TASK_STATEMENT`.
 TASK_STATEMENT_CHARS = 2000
+
 #: A negation inside a sentence (the verifier compares them before and after compression).
 NEGATION = _rx(r"\b(?:not|no|never|none|nothing|nobody|without|don'?t|doesn'?t|didn'?t|won'?t|can'?t|cannot|"
                r"isn'?t|aren'?t|wasn'?t|shouldn'?t|mustn'?t|neither|nor)\b|"
