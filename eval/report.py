@@ -300,7 +300,7 @@ def _rank_tables(summary: dict[str, Any]) -> list[str]:
         return []
     lines = ["", "## Source rank of the probe's fact", "",
              "`ContextManager.search(probe, k=40)` at the session end (the hybrid search page-in uses): the share of "
-             "facts whose source message is the first hit, in the top 4, 10, 40 (page-in shows up to 12 units a query); not found: not "
+             "facts whose source message is the first hit, in the top 4, 10, 40 (page-in shows up to `Policy.page_in_k`, 20, units a query); not found: not "
              "in the top 40; MRR: mean of 1/rank (0 when not found). Beside each group: the same over the facts whose probe "
              "text no other fact of the session shares (distinct probes); the same for the first hit holding the fact's value "
              "(any message holding it answers the probe); and the ceiling: facts sharing one probe text share one hit list, so "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ctxscore import ContextManager
+from ctxscore.scoring.base import Prediction
 from ctxscore.tokens import REPLY_PRIMING_TOKENS
 from ctxscore.window.result import WarningKind
 
@@ -88,3 +89,28 @@ def test_a_new_task_statement_starts_a_task_and_releases_the_old_one():
     h = cm.history
     assert not h.entries[1].pinned and h.entries[3].pinned  # the finished task's statement is a goal record
     assert h.statements == {3}
+
+
+
+class EverythingAnInstruction:
+    """A scorer that calls every message an instruction (as a learned scorer may call a plan or an output)."""
+
+    def predict(self, messages):
+        return [Prediction("instruction", {"instruction": 0.9, "key_state": 0.05, "reasoning": 0.03, "failure": 0.02},
+                           value=0.8, source="learned") for _ in messages]
+
+
+def test_only_a_user_message_is_a_task_statement():
+    # a markdown plan the assistant writes and a file the agent prints can hold "## Task" too: pinned as
+    # instructions, they are no statement the task was handed, and give way like any other instruction
+    cm = ContextManager(scorer=EverythingAnInstruction(), budget=100_000)
+    cm.extend([{"role": "system", "content": "You are a coding agent."},
+               {"role": "user", "content": "<pr_description>\nFix the parser crash on empty input.\n</pr_description>"},
+               {"role": "assistant", "content": "## Task plan\nYour task is to fix the parser, then run the tests."},
+               {"role": "user", "content": "<returncode>0</returncode>\n<output>\n## Task checklist\n- run the tests\n</output>"},
+               {"role": "user", "content": "Please always run the full test suite before you submit."}])
+    h = cm.history
+    assert h.active_pins == [1, 2, 3, 4]  # every message of the task is a pinned instruction here
+    assert h.statements == {1}
+    assert h.release_instructions(0) == [2, 3]  # the plan and the output give way ...
+    assert h.entries[1].pinned and h.entries[4].pinned  # ... the statement and the newest instruction stay

@@ -14,13 +14,18 @@ def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
 
 
-#: A task statement handed to an agent (mini-SWE-agent's ``<pr_description>``, "your task is" ...), read
-#: in a message's first :data:`TASK_STATEMENT_CHARS` characters: it opens a task
-#: (:func:`ctxscore.window.tasks.starts_task`), is a context-type signal, and, pinned, is never released
-#: while its task is active (:meth:`ctxscore.window.history.History.release_instructions`).
+#: A task statement handed to an agent (mini-SWE-agent's ``<pr_description>``, "your task is" ...): in
+#: the first :data:`TASK_STATEMENT_CHARS` characters of a user message that is no tool observation
+#: (:data:`OBSERVATION_HEAD`) it opens a task (:func:`ctxscore.window.tasks.starts_task`) and, pinned,
+#: is never released while its task is active (:meth:`ctxscore.window.history.History.release_instructions`);
+#: it is also a context-type signal (:func:`ctxscore.memory.context_types.type_signals`).
 TASK_STATEMENT = re.compile(r"<pr_description>|<issue>|(?i:please solve this issue|your task is|## task)")
 #: Characters of a message's start searched for :data:`TASK_STATEMENT`.
 TASK_STATEMENT_CHARS = 2000
+#: A tool observation sent as a user message (mini-SWE-agent's ``<returncode>`` / ``<output>``), read in
+#: the first 200 characters: not the user speaking.
+OBSERVATION_HEAD = re.compile(r"<returncode>|^\s*<output")
+OBSERVATION_HEAD_CHARS = 200
 
 #: A negation inside a sentence (the verifier compares them before and after compression).
 NEGATION = _rx(r"\b(?:not|no|never|none|nothing|nobody|without|don'?t|doesn'?t|didn'?t|won'?t|can'?t|cannot|"

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..memory.lexicon import TASK_STATEMENT, TASK_STATEMENT_CHARS
+from ..memory.lexicon import OBSERVATION_HEAD, OBSERVATION_HEAD_CHARS, TASK_STATEMENT, TASK_STATEMENT_CHARS
 from ..messages import Category, Message, Role, Tier
 from ..scoring.base import Prediction
 
@@ -155,7 +155,7 @@ class History:
         self.date_source: int | None = None  # index of the message that gave it
         self.task_starts: list[int] = [0]  # index of the first entry of each task
         self.active_pins: list[int] = []  # entries pinned as instructions of the active task
-        self.statements: set[int] = set()  # those of them that are task statements (lexicon.TASK_STATEMENT)
+        self.statements: set[int] = set()  # those of them that are task statements (a user's, lexicon.TASK_STATEMENT)
         self.task_corrections: list[int] = []  # entries pinned as corrections in the active task
         self.condensed: set[int] = set()  # pinned entries shown condensed (pins over the budget)
         self.constrained: set[int] = set()  # units with a member that holds a hard constraint
@@ -213,7 +213,7 @@ class History:
 
         Returns:
             The indices released, oldest first (empty when pinned content fits or only the newest
-            instruction is left).
+            instruction and the task statements are left).
         """
         out: list[int] = []
         for i in self._releasable():
@@ -255,7 +255,8 @@ class History:
                   constraints=constraints, pin=pin, date_from=self.date_source, cur_tokens=tokens)
         if pin == Pin.INSTRUCTION:
             self.active_pins.append(idx)
-            if TASK_STATEMENT.search(msg.content[:TASK_STATEMENT_CHARS]):
+            if (msg.role == Role.USER and TASK_STATEMENT.search(msg.content[:TASK_STATEMENT_CHARS])
+                    and not OBSERVATION_HEAD.search(msg.content[:OBSERVATION_HEAD_CHARS])):
                 self.statements.add(idx)
         elif pin == Pin.CORRECTION:
             self.task_corrections.append(idx)

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import re
 
-from ..memory.lexicon import TASK_STATEMENT, TASK_STATEMENT_CHARS
+from ..memory.lexicon import OBSERVATION_HEAD, OBSERVATION_HEAD_CHARS, TASK_STATEMENT, TASK_STATEMENT_CHARS
 from ..messages import Message, Role
 from ..scoring.rules import RuleConfig, sentences
 from .history import History
 
-_OBSERVATION = re.compile(r"<returncode>|^\s*<output")
 _WORD = re.compile(r"\w")
 #: How many previous messages may hold the closing words.
 CLOSING_WINDOW = 2
@@ -50,7 +49,7 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
         return False
     if msg.role == Role.SYSTEM:
         return history.entries[-1].msg.role != Role.SYSTEM
-    if msg.role != Role.USER or _OBSERVATION.search(msg.content[:200]):
+    if msg.role != Role.USER or OBSERVATION_HEAD.search(msg.content[:OBSERVATION_HEAD_CHARS]):
         return False
     if all(e.msg.role == Role.SYSTEM for e in history.entries[history.task_starts[-1]:]):
         return False  # the task opened by the system messages right before this one
@@ -126,7 +125,7 @@ def _user_closed(history: History, kw: dict[str, re.Pattern[str]]) -> bool:
         if e.msg.role != Role.USER:
             continue
         text = e.msg.content[-300:]
-        if _OBSERVATION.search(e.msg.content[:200]) or _asks(text) or not _ends_on_thanks(text, kw):
+        if OBSERVATION_HEAD.search(e.msg.content[:OBSERVATION_HEAD_CHARS]) or _asks(text) or not _ends_on_thanks(text, kw):
             return False
         closing, request = kw.get("closing"), kw.get("request")
         return request is None or not request.search(text) or (closing is not None and closing.search(text) is not None)
