@@ -23,6 +23,17 @@ from ..memory.lexicon import OBSERVATION_HEAD, OBSERVATION_HEAD_CHARS, TASK_STAT
 from ..messages import Category, Message, Role, Tier
 from ..scoring.base import Prediction
 
+
+def is_task_statement(msg: Message) -> bool:
+    """Whether ``msg`` is a task statement handed to an agent: a user message, no tool observation
+    (:data:`~ctxscore.memory.lexicon.OBSERVATION_HEAD`), holding
+    :data:`~ctxscore.memory.lexicon.TASK_STATEMENT` in its first characters. It opens a task
+    (:func:`ctxscore.window.tasks.starts_task`) and, pinned, is never released while its task is
+    active (:meth:`History.release_instructions`)."""
+    return (msg.role == Role.USER and TASK_STATEMENT.search(msg.content[:TASK_STATEMENT_CHARS]) is not None
+            and not OBSERVATION_HEAD.search(msg.content[:OBSERVATION_HEAD_CHARS]))
+
+
 #: Tier codes in the per-entry array, gentlest first.
 TIERS: tuple[Tier, ...] = (Tier.VERBATIM, Tier.STRUCTURED, Tier.COMPRESSED, Tier.ARCHIVED)
 CODE: dict[Tier, int] = {t: i for i, t in enumerate(TIERS)}
@@ -255,8 +266,7 @@ class History:
                   constraints=constraints, pin=pin, date_from=self.date_source, cur_tokens=tokens)
         if pin == Pin.INSTRUCTION:
             self.active_pins.append(idx)
-            if (msg.role == Role.USER and TASK_STATEMENT.search(msg.content[:TASK_STATEMENT_CHARS])
-                    and not OBSERVATION_HEAD.search(msg.content[:OBSERVATION_HEAD_CHARS])):
+            if is_task_statement(msg):
                 self.statements.add(idx)
         elif pin == Pin.CORRECTION:
             self.task_corrections.append(idx)

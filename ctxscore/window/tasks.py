@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import re
 
-from ..memory.lexicon import OBSERVATION_HEAD, OBSERVATION_HEAD_CHARS, TASK_STATEMENT, TASK_STATEMENT_CHARS
+from ..memory.lexicon import OBSERVATION_HEAD, OBSERVATION_HEAD_CHARS
 from ..messages import Message, Role
 from ..scoring.rules import RuleConfig, sentences
-from .history import History
+from .history import History, is_task_statement
 
 _WORD = re.compile(r"\w")
 #: How many previous messages may hold the closing words.
@@ -53,7 +53,7 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
         return False
     if all(e.msg.role == Role.SYSTEM for e in history.entries[history.task_starts[-1]:]):
         return False  # the task opened by the system messages right before this one
-    if TASK_STATEMENT.search(msg.content[:TASK_STATEMENT_CHARS]):
+    if is_task_statement(msg):
         return True
     kw = config.keyword_regexes
     closing = kw.get("closing")
