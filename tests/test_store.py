@@ -4,6 +4,8 @@ allocation of turns and ids, and every backend failure as StoreError."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -357,3 +359,54 @@ def test_a_store_path_no_file_can_have_is_refused_and_a_non_utf8_name_opens(tmp_
         with pytest.raises(StoreError, match=rf"cannot open store .*: the path holds {shown} at character \d+, which no "
                                              "file name can hold"):
             ContextManager(budget=500, scorer="rules", store=str(tmp_path / bad))
+
+
+def test_opening_waits_for_a_lock_held_on_a_new_file(tmp_path):
+    """A process creating the file holds it exclusively for a moment; another one opening it then
+    waits and opens it, a WAL store like any other."""
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    released = threading.Event()
+
+    def release():
+        time.sleep(1.0)
+        holder.execute("COMMIT")
+        released.set()
+
+    threading.Thread(target=release).start()
+    s = SQLiteStore(path)
+    assert released.is_set()
+    fill(s)
+    assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal" and len(s.load("s1")) == len(TEXTS)
+    s.close()
+    holder.close()
+
+
+def test_closing_does_not_wait_for_another_connections_reader(tmp_path):
+    """Closing checkpoints the WAL without waiting: a TRUNCATE checkpoint waiting for a reader holds
+    the write lock, so every other writer of the file would wait with it."""
+    path = tmp_path / "shared.db"
+    a, b = SQLiteStore(path), SQLiteStore(path)
+    fill(a)
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM messages").fetchone()  # a read transaction on the current snapshot
+    fill(b, "s2")  # a frame the reader does not see: a TRUNCATE checkpoint has to wait for it
+    order = []
+
+    def end_read():
+        time.sleep(2.0)
+        order.append("reader ended")
+        reader.execute("COMMIT")
+
+    t = threading.Thread(target=end_read)
+    t.start()
+    b.close()
+    order.append("closed")
+    a.add("s1", [rec(None, "user", "still writable")])  # the writer of another connection goes on
+    t.join()
+    assert order == ["closed", "reader ended"]
+    assert a.load("s1")[-1].message.content == "still writable"
+    a.close()
+    reader.close()

@@ -1,7 +1,8 @@
 """The embedded store: every original message of one or more sessions in one SQLite file (or memory).
 
-Storage: stdlib ``sqlite3`` in WAL mode with a 5 s busy timeout, so several processes may share a
-file. Tables: ``meta`` (schema version), ``messages`` (the original OpenAI-style message as JSON, its
+Storage: stdlib ``sqlite3`` in WAL mode with a :data:`BUSY_TIMEOUT_S` busy timeout, so several
+processes may share a file; opening retries a lock SQLite reports without waiting, and closing never
+makes another connection wait (its checkpoint gives way to readers and writers). Tables: ``meta`` (schema version), ``messages`` (the original OpenAI-style message as JSON, its
 rendered text, its index context -- the start of the previous messages and the message's facts --,
 the scorer's prediction, the current tier and the embedding), ``records`` and ``events`` (the
 layers' records and event logs). Schema version 5; a version 2, 3 or 4 file is upgraded in place
@@ -33,6 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -61,6 +63,10 @@ from .base import (
 from .retrieval import Hit, RankedList, fuse, like_pattern, query_terms, stem_terms
 from .session_index import IndexedMessage, SessionIndex, index_fields, indexed_message
 from .stemming import porter_stem
+
+#: Seconds a connection waits for a lock another connection holds (SQLite's busy timeout; a write
+#: of another process, or opening a file another process is creating) before :class:`StoreError`.
+BUSY_TIMEOUT_S = 15.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions(session_id TEXT PRIMARY KEY, created REAL, state TEXT);
@@ -189,27 +195,37 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {where}: {exc}; check the path and its permissions") from None
         touched = False  # the file was changed (its journal mode): the error must not say it was not
-        try:
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._check_ours()  # before anything is created or the journal mode is changed
-            was = self._db.execute("PRAGMA journal_mode").fetchone()[0].lower()
-            now = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower()
-            touched = now == "wal" and was != "wal"
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._init_schema()
-        except (sqlite3.Error, StoreError) as exc:
-            self._db.close()
-            kept = ("its journal mode was switched to WAL, nothing else was changed" if touched
-                    else "the file was not modified")
-            if isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+                self._check_ours()  # before anything is created or the journal mode is changed
+                was = self._db.execute("PRAGMA journal_mode").fetchone()[0].lower()
+                now = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower()
+                touched = touched or (now == "wal" and was != "wal")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._init_schema()
+                return
+            except (sqlite3.Error, StoreError) as exc:
+                busy = (isinstance(exc, sqlite3.OperationalError)
+                        and getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
+                if busy and time.monotonic() < deadline:
+                    # Some steps (a journal-mode switch, a WAL recovery) report a lock at once instead of
+                    # waiting for it: try the whole opening again, a little later.
+                    time.sleep(0.05 + 0.05 * random.random())
+                    continue
+                self._db.close()
+                kept = ("its journal mode was switched to WAL, nothing else was changed" if touched
+                        else "the file was not modified")
+                if busy:
+                    raise StoreError(
+                        f"cannot open store {where}: it is locked by another connection (a process in the middle of "
+                        f"a write, or one that holds a transaction open) and stayed locked for {BUSY_TIMEOUT_S:g} s; "
+                        f"retry, or end that transaction; {kept}"
+                    ) from None
                 raise StoreError(
-                    f"cannot open store {where}: it is locked by another connection (a process in the middle of a "
-                    f"write, or one that holds a transaction open) and stayed locked for 5 s; retry, or end that "
-                    f"transaction; {kept}"
+                    f"cannot open store {where}: {exc}. If the file is not a ctxscore store, pass another path; {kept}."
                 ) from None
-            raise StoreError(
-                f"cannot open store {where}: {exc}. If the file is not a ctxscore store, pass another path; {kept}."
-            ) from None
 
     def _columns(self, table: str) -> set[str]:
         return {r[1] for r in self._db.execute(f'PRAGMA table_info("{table}")')}
@@ -526,6 +542,10 @@ class SQLiteStore:
         with self._lock:
             try:
                 if self.path is not None:
+                    # No waiting: a TRUNCATE checkpoint holds the write lock while it waits for readers, so
+                    # with the busy timeout a closing connection would stall every other writer of the file
+                    # for as long (it then does what it can, as a PASSIVE checkpoint).
+                    self._db.execute("PRAGMA busy_timeout=0")
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.Error:
                 pass  # another connection holds the file: its last close checkpoints
