@@ -1122,8 +1122,8 @@ def local_work(store: Any, redis: Any, manager_factory: Any, query_writer: Any, 
     arguments that bring the user's own work (``compressor``, ``layers``, ``hooks``, ``sections``).
 
     A SQLite file shared with another process would make every session of the proxy wait while
-    that process holds the file's write lock (up to the store's busy timeout, :data:`ctxscore.store.sqlite.BUSY_TIMEOUT_S`): pass
-    ``create_app(..., in_order=False)`` (``ctxscore serve --in-order off``) then."""
+    that process holds the file's write lock (up to the store's busy timeout,
+    :data:`ctxscore.store.sqlite.BUSY_TIMEOUT_S`): pass ``create_app(..., in_order=False)`` (``ctxscore serve --in-order off``) then."""
     from ..scoring.embedders import EMBEDDERS, HashingEmbedder  # noqa: PLC0415
     from ..scoring.learned import LearnedScorer  # noqa: PLC0415
     from ..scoring.rules import RuleClassifier  # noqa: PLC0415
