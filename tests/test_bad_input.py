@@ -574,9 +574,12 @@ def test_a_proxy_request_nested_too_deeply():
 
 
 @case("M16", "error")
-def test_a_store_file_locked_by_another_connection(tmp_path):
+def test_a_store_file_locked_by_another_connection(tmp_path, monkeypatch):
     import sqlite3
 
+    import ctxscore.store.sqlite
+
+    monkeypatch.setattr(ctxscore.store.sqlite, "BUSY_TIMEOUT_S", 1.0)  # the wait, shortened for the test
     path = tmp_path / "session.db"
     cm = rules_cm(store=str(path), session_id="s")
     cm.add({"role": "user", "content": "hello"})

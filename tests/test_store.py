@@ -371,8 +371,8 @@ def test_opening_waits_for_a_lock_held_on_a_new_file(tmp_path):
 
     def release():
         time.sleep(1.0)
-        holder.execute("COMMIT")
         released.set()
+        holder.execute("COMMIT")
 
     threading.Thread(target=release).start()
     s = SQLiteStore(path)
@@ -410,3 +410,34 @@ def test_closing_does_not_wait_for_another_connections_reader(tmp_path):
     assert a.load("s1")[-1].message.content == "still writable"
     a.close()
     reader.close()
+
+
+def test_opening_retries_a_lock_reported_without_waiting(tmp_path, monkeypatch):
+    """SQLite gives SQLITE_BUSY at once, without its busy wait, to one of two connections switching a
+    new file to WAL together (waiting could deadlock): the opening tries again and opens the file."""
+    real_connect = sqlite3.connect
+    refused = []
+
+    class SwitchRacedOnce:
+        def __init__(self, db):
+            self._db = db
+
+        def execute(self, sql, *args):
+            if sql == "PRAGMA journal_mode=WAL" and len(refused) < 2:
+                refused.append(sql)
+                exc = sqlite3.OperationalError("database is locked")
+                exc.sqlite_errorcode = sqlite3.SQLITE_BUSY
+                raise exc
+            return self._db.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._db, name)
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **kw: SwitchRacedOnce(real_connect(*a, **kw)))
+    s = SQLiteStore(tmp_path / "raced.db")
+    monkeypatch.undo()
+    assert len(refused) == 2
+    fill(s)
+    assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal" and len(s.load("s1")) == len(TEXTS)
+    s.close()
+    assert len(SQLiteStore(tmp_path / "raced.db").load("s1")) == len(TEXTS)

@@ -1,8 +1,8 @@
 """The embedded store: every original message of one or more sessions in one SQLite file (or memory).
 
 Storage: stdlib ``sqlite3`` in WAL mode with a :data:`BUSY_TIMEOUT_S` busy timeout, so several
-processes may share a file; opening retries a lock SQLite reports without waiting, and closing never
-makes another connection wait (its checkpoint gives way to readers and writers). Tables: ``meta`` (schema version), ``messages`` (the original OpenAI-style message as JSON, its
+processes may share a file; opening retries a lock SQLite reports without waiting, and a closing
+connection no longer holds the write lock while it waits for other connections' readers. Tables: ``meta`` (schema version), ``messages`` (the original OpenAI-style message as JSON, its
 rendered text, its index context -- the start of the previous messages and the message's facts --,
 the scorer's prediction, the current tier and the embedding), ``records`` and ``events`` (the
 layers' records and event logs). Schema version 5; a version 2, 3 or 4 file is upgraded in place
@@ -65,7 +65,8 @@ from .session_index import IndexedMessage, SessionIndex, index_fields, indexed_m
 from .stemming import porter_stem
 
 #: Seconds a connection waits for a lock another connection holds (SQLite's busy timeout; a write
-#: of another process, or opening a file another process is creating) before :class:`StoreError`.
+#: of another process, or opening a file another process is creating) before :class:`StoreError`
+#: (read when a store is opened).
 BUSY_TIMEOUT_S = 15.0
 
 _SCHEMA = """
@@ -195,23 +196,28 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {where}: {exc}; check the path and its permissions") from None
         touched = False  # the file was changed (its journal mode): the error must not say it was not
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        start = time.monotonic()
+        deadline = start + BUSY_TIMEOUT_S
         while True:
             try:
-                self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+                # the time left of BUSY_TIMEOUT_S, so the retries below wait no longer in all
+                left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+                self._db.execute(f"PRAGMA busy_timeout={left_ms}")
                 self._check_ours()  # before anything is created or the journal mode is changed
                 was = self._db.execute("PRAGMA journal_mode").fetchone()[0].lower()
                 now = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower()
                 touched = touched or (now == "wal" and was != "wal")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._init_schema()
+                self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
                 return
             except (sqlite3.Error, StoreError) as exc:
                 busy = (isinstance(exc, sqlite3.OperationalError)
                         and getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
                 if busy and time.monotonic() < deadline:
-                    # Some steps (a journal-mode switch, a WAL recovery) report a lock at once instead of
-                    # waiting for it: try the whole opening again, a little later.
+                    # SQLite reports some locks at once instead of waiting for them: two connections
+                    # switching a new file to WAL at the same moment (the one that would wait could
+                    # deadlock, so it gets SQLITE_BUSY). Try the whole opening again, a little later.
                     time.sleep(0.05 + 0.05 * random.random())
                     continue
                 self._db.close()
@@ -220,8 +226,8 @@ class SQLiteStore:
                 if busy:
                     raise StoreError(
                         f"cannot open store {where}: it is locked by another connection (a process in the middle of "
-                        f"a write, or one that holds a transaction open) and stayed locked for {BUSY_TIMEOUT_S:g} s; "
-                        f"retry, or end that transaction; {kept}"
+                        f"a write, or one that holds a transaction open) and stayed locked for "
+                        f"{time.monotonic() - start:.1f} s; retry, or end that transaction; {kept}"
                     ) from None
                 raise StoreError(
                     f"cannot open store {where}: {exc}. If the file is not a ctxscore store, pass another path; {kept}."
