@@ -413,8 +413,9 @@ def test_closing_does_not_wait_for_another_connections_reader(tmp_path):
 
 
 def test_opening_retries_a_lock_reported_without_waiting(tmp_path, monkeypatch):
-    """SQLite gives SQLITE_BUSY at once, without its busy wait, to one of two connections switching a
-    new file to WAL together (waiting could deadlock): the opening tries again and opens the file."""
+    """SQLite returns SQLITE_BUSY without its busy wait where waiting could deadlock (two connections
+    promoting their read locks, as when both switch a new file to WAL): the opening tries again and
+    opens the file."""
     real_connect = sqlite3.connect
     refused = []
 

@@ -215,9 +215,10 @@ class SQLiteStore:
                 busy = (isinstance(exc, sqlite3.OperationalError)
                         and getattr(exc, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
                 if busy and time.monotonic() < deadline:
-                    # SQLite reports some locks at once instead of waiting for them: two connections
-                    # switching a new file to WAL at the same moment (the one that would wait could
-                    # deadlock, so it gets SQLITE_BUSY). Try the whole opening again, a little later.
+                    # SQLite returns SQLITE_BUSY without its busy wait where waiting could deadlock
+                    # (https://www.sqlite.org/c3ref/busy_handler.html: a connection promoting its read
+                    # lock while another promotes its own, as two connections switching a new file to
+                    # WAL together may). Try the whole opening again, a little later.
                     time.sleep(0.05 + 0.05 * random.random())
                     continue
                 self._db.close()
