@@ -24,14 +24,19 @@ from ..messages import Category, Message, Role, Tier
 from ..scoring.base import Prediction
 
 
+def is_observation(msg: Message) -> bool:
+    """Whether ``msg`` starts as a tool observation sent as a user message
+    (:data:`~ctxscore.memory.lexicon.OBSERVATION_HEAD`, mini-SWE-agent's ``<returncode>``): not the user speaking."""
+    return OBSERVATION_HEAD.search(msg.content[:OBSERVATION_HEAD_CHARS]) is not None
+
+
 def is_task_statement(msg: Message) -> bool:
     """Whether ``msg`` is a task statement handed to an agent: a user message, no tool observation
-    (:data:`~ctxscore.memory.lexicon.OBSERVATION_HEAD`), holding
-    :data:`~ctxscore.memory.lexicon.TASK_STATEMENT` in its first characters. It opens a task
-    (:func:`ctxscore.window.tasks.starts_task`) and, pinned, is never released while its task is
-    active (:meth:`History.release_instructions`)."""
+    (:func:`is_observation`), holding :data:`~ctxscore.memory.lexicon.TASK_STATEMENT` in its first
+    characters. It opens a task (:func:`ctxscore.window.tasks.starts_task`) and, pinned, is never
+    released while its task is active (:meth:`History.release_instructions`)."""
     return (msg.role == Role.USER and TASK_STATEMENT.search(msg.content[:TASK_STATEMENT_CHARS]) is not None
-            and not OBSERVATION_HEAD.search(msg.content[:OBSERVATION_HEAD_CHARS]))
+            and not is_observation(msg))
 
 
 #: Tier codes in the per-entry array, gentlest first.

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import re
 
-from ..memory.lexicon import OBSERVATION_HEAD, OBSERVATION_HEAD_CHARS
 from ..messages import Message, Role
 from ..scoring.rules import RuleConfig, sentences
-from .history import History, is_task_statement
+from .history import History, is_observation, is_task_statement
 
 _WORD = re.compile(r"\w")
 #: How many previous messages may hold the closing words.
@@ -49,7 +48,7 @@ def starts_task(history: History, msg: Message, config: RuleConfig) -> bool:
         return False
     if msg.role == Role.SYSTEM:
         return history.entries[-1].msg.role != Role.SYSTEM
-    if msg.role != Role.USER or OBSERVATION_HEAD.search(msg.content[:OBSERVATION_HEAD_CHARS]):
+    if msg.role != Role.USER or is_observation(msg):
         return False
     if all(e.msg.role == Role.SYSTEM for e in history.entries[history.task_starts[-1]:]):
         return False  # the task opened by the system messages right before this one
@@ -125,7 +124,7 @@ def _user_closed(history: History, kw: dict[str, re.Pattern[str]]) -> bool:
         if e.msg.role != Role.USER:
             continue
         text = e.msg.content[-300:]
-        if OBSERVATION_HEAD.search(e.msg.content[:OBSERVATION_HEAD_CHARS]) or _asks(text) or not _ends_on_thanks(text, kw):
+        if is_observation(e.msg) or _asks(text) or not _ends_on_thanks(text, kw):
             return False
         closing, request = kw.get("closing"), kw.get("request")
         return request is None or not request.search(text) or (closing is not None and closing.search(text) is not None)
