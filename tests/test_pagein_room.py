@@ -468,3 +468,46 @@ def test_page_in_digest_is_a_share_of_the_budget():
 
     with pytest.raises(ConfigError, match=r"Policy.page_in_digest must be a fraction of the budget in \[0, 0.5\]"):
         Policy(page_in_digest=0.8)
+
+
+def _archived_answers(cm: ContextManager) -> list[int]:
+    return [i for i, e in enumerate(cm.history.entries) if e.tier == "archived" and e.msg.role == "assistant"]
+
+
+def _plan(cm: ContextManager, hits, budget: int, policy: Policy):
+    import numpy as np
+
+    from ctxscore.window.pagein import plan_page_in
+
+    values = np.full(len(cm.history.entries), 0.5)
+    return plan_page_in(hits, cm.history, values, cm.state.forms, policy, budget)
+
+
+def test_a_hit_below_the_floor_is_shown_beside_a_placed_hit_in_the_room_left():
+    # the query names the office of one answer; the answer two messages on shares no word with it
+    # (under the floor) but is the rest of that exchange: shown in the room left. One as weakly
+    # similar twenty messages away is not, nor is anything under the floor without a placed hit.
+    from ctxscore.store.retrieval import Hit
+    from ctxscore.window.pagein import CONTEXT_SPAN
+
+    cm = ContextManager(scorer="rules", budget=600)
+    cm.extend(office_chat(60))
+    budget = cm.build().tokens + 200
+    h = cm.history
+    archived = _archived_answers(cm)
+    best = archived[-12]
+    near = next(i for i in archived if 0 < i - best <= CONTEXT_SPAN)
+    far = next(i for i in archived if i - best > 5 * CONTEXT_SPAN)
+    weak = dict(similarity=0.1, learned=0.05)
+    assert weak["similarity"] < Policy().page_in_floor and weak["learned"] < Policy().page_in_rank_floor
+    hits = [Hit(h.entries[best].msg.id, best, 1.0, "", frozenset({"keyword"})),
+            Hit(h.entries[far].msg.id, far, 0.6, "", frozenset({"vector"}), **weak),
+            Hit(h.entries[near].msg.id, near, 0.5, "", frozenset({"vector"}), **weak)]
+    plan = _plan(cm, hits, budget, Policy())
+    shown = set(plan.shown)
+    assert best in shown and near in shown and far not in shown, plan
+    # without the placed hit, the hits under the floor bring nothing
+    assert not _plan(cm, hits[1:], budget, Policy()).shown
+    # page_in_k counts them: one unit in all shows the placed hit (and its question) only
+    one = _plan(cm, hits, budget, Policy(page_in_k=1))
+    assert best in one.shown and near not in one.shown, one

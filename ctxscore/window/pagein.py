@@ -6,7 +6,9 @@ ordered them, a ranker probability under ``page_in_rank_floor``; for a query tha
 the session, anything without a query term or the ranker's support, ``page_in_query_floor``), and quotes up to
 ``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
 answer replies to, the answer a question got) and by the message that gave its date (a session's
-date marker) when they fit. The quotes go into one note after the last message
+date marker) when they fit. A hit below the floor that lies within :data:`CONTEXT_SPAN` messages of a
+placed hit of the same task is the rest of that exchange: it is shown after the placed hits, in the
+room they leave (:meth:`_Planner.context`). The quotes go into one note after the last message
 (:class:`~ctxscore.window.assemble.RecalledSection`, in conversation order); the messages stay in the
 conversation in their tier, so the window before the note is the one a build without a query shows
 and a provider's prompt cache keeps reusing it. Only the members of a unit that are not verbatim in
@@ -73,6 +75,9 @@ RELEVANCE_HITS = 20
 QUERY_RANK_SURE = 0.7
 #: Search hits considered per unit that may be paged in.
 CANDIDATES_PER_SLOT = 3
+#: A hit below the relevance floor is shown when it lies within this many messages of a placed hit
+#: of the same task, in the room left (:meth:`_Planner.context`).
+CONTEXT_SPAN = 4
 #: How a plan shows its page-ins, in the order they are tried (:func:`plan_page_in`): quoted in the
 #: recalled note after the last message (the window before it stays as it was); in place of the
 #: entries' current forms with the stub note unchanged; in place, their stub lines dropped (the most
@@ -216,20 +221,23 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     """
     idents = identifier_terms(terms)
     holds = (lambda h: _holds(history, h.id, idents)) if idents else None
-    hits = above_floor(hits, policy, holds)
+    above = above_floor(hits, policy, holds)
     copy = _copies(history)  # once for the build's planners: a copy of a better hit or a shown message
-    hits = [h for h in hits if (i := history.ids.get(h.id)) is not None and not copy(i)]
+    kept = {h.id for h in above}
+    near = [h for h in hits if h.id not in kept]  # below the floor: only beside a placed hit (_Planner.context)
+    hits = [h for h in above if (i := history.ids.get(h.id)) is not None and not copy(i)]
     if not hits:
         return PageInPlan()
+    near = [h for h in near if (i := history.ids.get(h.id)) is not None and not copy(i)]
     first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place", excess=excess)
 
     def planned(planner: _Planner) -> PageInPlan:
-        plan = planner.plan(hits)
+        plan = planner.plan(hits, near)
         if plan.digest or not planner.digest_room:
             return plan
         # no digest line came of the share the later quotes left it: the plan that gives them all of it
         return _Planner(history, values, forms, policy, budget, reserved, terms, planner.mode, first, excess,
-                        digest=False).plan(hits)
+                        digest=False).plan(hits, near)
 
     best = planned(first)
     if not best.shown:
@@ -435,7 +443,7 @@ class _Planner:
         """The tokens of ``members`` shown verbatim."""
         return {i: self.h.entries[i].tokens for i in members}
 
-    def plan(self, hits: list[Hit]) -> PageInPlan:
+    def plan(self, hits: list[Hit], near: Sequence[Hit] = ()) -> PageInPlan:
         entries, ids = self.h.entries, self.h.ids
         cands: list[tuple[str, int]] = []  # (hit id, entry to show)
         shown_above: list[int] = []  # per candidate: how many hits verbatim in the window rank above it
@@ -465,11 +473,37 @@ class _Planner:
         for hid, hit in cands:  # the rest of the window's outdated statements: what replaced them, in the room left
             if entries[ids[hid]].tier == Tier.VERBATIM and entries[hit].unit not in self.done and hit not in self.shown:
                 self.companion(hid, entries[hit].unit, hit)
+        self.context(near)
         digest = self.digest([hit for _, hit in cands])
         return PageInPlan(digest=digest, shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
                           unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed,
                           in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
                           stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed)
+
+    def context(self, near: Sequence[Hit]) -> None:
+        """Show the hits below the relevance floor (``near``, best first) that lie beside a placed
+        hit, in the room the placed hits leave (nothing is left out for them): within
+        :data:`CONTEXT_SPAN` messages of a shown entry of the same task, up to ``page_in_k`` units in
+        all. The floor keeps a hit that shares nothing with the query out; beside a placed hit, it
+        is the rest of that exchange ("So I will play Malibu in the Living Room right?" four turns
+        after the "find me some music" a query for the music request's device placed)."""
+        if not self.done or not near:
+            return
+        entries, ids = self.h.entries, self.h.ids
+        anchors = sorted(self.shown)
+        for h in near:
+            if len(self.done) >= self.policy.page_in_k:
+                break
+            i = ids[h.id]
+            e = entries[i]
+            if e.tier == Tier.VERBATIM or e.unit in self.done or i in self.shown:
+                continue
+            if not any(abs(j - i) <= CONTEXT_SPAN and entries[j].task == e.task for j in anchors):
+                continue
+            before = len(self.shown)
+            self.companion(h.id, e.unit, i)
+            if len(self.shown) > before:
+                self.done.add(e.unit)
 
     def digest(self, hits: list[int]) -> dict[int, str]:
         """Digest lines (:func:`digest_line`) of the candidate entries ``hits`` (best first) that are
