@@ -62,7 +62,8 @@ class Policy:
             higher; ``benchmarks/cache_reuse.py``); set 0 where the prompt cache matters more.
         page_in_floor: the relevance floor: a hit with no query term in it is paged in only when its
             embedding's cosine similarity to the query's is at least this (0.35), so nothing unrelated
-            comes back.
+            comes back; a hit under the floor comes only beside a placed hit, in the room left
+            (within :data:`~ctxscore.window.pagein.CONTEXT_SPAN` messages of it, same task).
         page_in_rank_floor: with a learned page-in ranker, a hit under the similarity floor is paged
             in when the ranker's probability that it holds what the query asks for is at least this
             (0.3). The ranker reads the message's neighbours and task, which the cosine of the two
