@@ -354,6 +354,7 @@ class _Planner:
         self.evicted: set[int] = set()
         self.done: set[int] = set()
         self.keep: set[int] = set()  # units never evicted: what replaced a hit (see plan)
+        self.placed: list[int] = []  # the entries of the hits placed, in order (context's anchors)
         self.condensed: dict[int, Tier] = {}  # pinned entries condensed for the best hit (see condense_pins)
         # (unit, members) that may make room, lowest value first; computed when first needed
         self._evictable: list[tuple[int, list[int]]] | None = like._evictable if like else None
@@ -483,14 +484,14 @@ class _Planner:
     def context(self, near: Sequence[Hit]) -> None:
         """Show the hits below the relevance floor (``near``, best first) that lie beside a placed
         hit, in the room the placed hits leave (nothing is left out for them): within
-        :data:`CONTEXT_SPAN` messages of a shown entry of the same task, up to ``page_in_k`` units in
-        all. The floor keeps a hit that shares nothing with the query out; beside a placed hit, it
+        :data:`CONTEXT_SPAN` messages of a placed hit of the same task (not of what came with it: a
+        date marker, a message that replaced it), up to ``page_in_k`` units in all. The floor keeps a hit that shares nothing with the query out; beside a placed hit, it
         is the rest of that exchange ("So I will play Malibu in the Living Room right?" four turns
         after the "find me some music" a query for the music request's device placed)."""
-        if not self.done or not near:
+        if not self.placed or not near:
             return
         entries, ids = self.h.entries, self.h.ids
-        anchors = sorted(self.shown)
+        anchors = list(self.placed)
         for h in near:
             if len(self.done) >= self.policy.page_in_k:
                 break
@@ -603,6 +604,7 @@ class _Planner:
         self.texts.update(texts)
         self.show(targets)
         self.done.add(u)
+        self.placed.append(hit)
         pair = _neighbour(self.h, hit)
         # what replaced the hit (or the question it answers) first: it may make room, like the hit
         for src in (hit, pair):
