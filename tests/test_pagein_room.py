@@ -484,9 +484,10 @@ def _plan(cm: ContextManager, hits, budget: int, policy: Policy):
 
 
 def test_a_hit_below_the_floor_is_shown_beside_a_placed_hit_in_the_room_left():
-    # the query names the office of one answer; the answer two messages on shares no word with it
-    # (under the floor) but is the rest of that exchange: shown in the room left. One as weakly
-    # similar twenty messages away is not, nor is anything under the floor without a placed hit.
+    # the query names the office of one answer; the answers two and four messages on share no word
+    # with it (under the floor) but are the rest of that exchange: shown in the room left, quoted
+    # like the placed hit. One as weakly similar twenty messages away is not, nor is anything under
+    # the floor without a placed hit or for a query that resembles nothing in the session.
     from ctxscore.store.retrieval import Hit
     from ctxscore.window.pagein import CONTEXT_SPAN
 
@@ -496,18 +497,30 @@ def test_a_hit_below_the_floor_is_shown_beside_a_placed_hit_in_the_room_left():
     h = cm.history
     archived = _archived_answers(cm)
     best = archived[-12]
-    near = next(i for i in archived if 0 < i - best <= CONTEXT_SPAN)
+    near = [i for i in archived if 0 < i - best <= CONTEXT_SPAN]
     far = next(i for i in archived if i - best > 5 * CONTEXT_SPAN)
+    assert len(near) == 2
     weak = dict(similarity=0.1, learned=0.05)
     assert weak["similarity"] < Policy().page_in_floor and weak["learned"] < Policy().page_in_rank_floor
-    hits = [Hit(h.entries[best].msg.id, best, 1.0, "", frozenset({"keyword"})),
-            Hit(h.entries[far].msg.id, far, 0.6, "", frozenset({"vector"}), **weak),
-            Hit(h.entries[near].msg.id, near, 0.5, "", frozenset({"vector"}), **weak)]
+
+    def hit(i: int, score: float, **kw) -> Hit:
+        return Hit(h.entries[i].msg.id, i, score, "", frozenset(kw.pop("by", {"vector"})), **kw)
+
+    hits = [hit(best, 1.0, by={"keyword", "vector"}, similarity=0.6), hit(far, 0.6, **weak),
+            hit(near[0], 0.5, **weak), hit(near[1], 0.4, **weak)]
     plan = _plan(cm, hits, budget, Policy())
-    shown = set(plan.shown)
-    assert best in shown and near in shown and far not in shown, plan
+    assert best in plan.shown and set(near) <= plan.shown.keys() and far not in plan.shown, plan
+    assert plan.context == {h.entries[i].msg.id for i in near} and not plan.in_place  # quoted: the prefix stays
+    alone = _plan(cm, hits[:1], budget, Policy())
+    assert plan.evicted == alone.evicted and not set(near) & alone.shown.keys()
+    # they are undone first when the window is over, before the digest and the placed hit
+    assert plan.without_last().shown.keys() == plan.shown.keys() - {near[1]}
     # without the placed hit, the hits under the floor bring nothing
     assert not _plan(cm, hits[1:], budget, Policy()).shown
-    # page_in_k counts them: one unit in all shows the placed hit (and its question) only
-    one = _plan(cm, hits, budget, Policy(page_in_k=1))
-    assert best in one.shown and near not in one.shown, one
+    # nor for a query that resembles nothing (every similarity under the query floor, no sure ranker)
+    unlike = [hit(best, 1.0, by={"keyword", "vector"}, similarity=0.2), *hits[1:]]
+    got = _plan(cm, unlike, budget, Policy())
+    assert best in got.shown and not set(near) & got.shown.keys(), got
+    # page_in_k counts them: two units in all show the placed hit (with its question) and the nearer one
+    two = _plan(cm, hits, budget, Policy(page_in_k=2))
+    assert best in two.shown and near[0] in two.shown and near[1] not in two.shown, two

@@ -7,8 +7,10 @@ the session, anything without a query term or the ranker's support, ``page_in_qu
 ``page_in_k`` units verbatim for this build only, each followed by its neighbour (the question an
 answer replies to, the answer a question got) and by the message that gave its date (a session's
 date marker) when they fit. A hit below the floor that lies within :data:`CONTEXT_SPAN` messages of a
-placed hit of the same task is the rest of that exchange: it is shown after the placed hits, in the
-room they leave (:meth:`_Planner.context`). The quotes go into one note after the last message
+placed hit of the same task is the rest of that exchange: once the hits above the floor are placed,
+it is quoted too, in the room they leave (nothing is left out for it), within ``page_in_k`` units in
+all; it never decides how the page-ins are shown and is undone first when the window is over
+(:meth:`_Planner.context`). The quotes go into one note after the last message
 (:class:`~ctxscore.window.assemble.RecalledSection`, in conversation order); the messages stay in the
 conversation in their tier, so the window before the note is the one a build without a query shows
 and a provider's prompt cache keeps reusing it. Only the members of a unit that are not verbatim in
@@ -151,7 +153,10 @@ class PageInPlan:
             for this build (:meth:`~ctxscore.window.tiers.Forms.fitted_form`: the last message alone
             is larger than the budget), entry index -> form.
         digest: entry index -> its line (:func:`digest_line`) for hits not quoted, shown after the
-            quotes in the recalled note; :meth:`without_last` drops them first.
+            quotes in the recalled note; :meth:`without_last` drops them after ``context``.
+        context: ids of the hits below the relevance floor shown beside a placed hit
+            (:meth:`_Planner.context`); :meth:`covers` does not ask for them and
+            :meth:`without_last` drops them first.
     """
 
     shown: dict[int, str] = field(default_factory=dict)
@@ -165,6 +170,7 @@ class PageInPlan:
     stubs_collapsed: bool = False
     fitted: dict[int, Form] = field(default_factory=dict)
     digest: dict[int, str] = field(default_factory=dict)
+    context: frozenset[str] = frozenset()
 
     @property
     def changes(self) -> bool:
@@ -177,25 +183,28 @@ class PageInPlan:
         return 1 if i in self.texts else CODE[self.forms.get(i, Tier.VERBATIM)]
 
     def covers(self, other: PageInPlan) -> bool:
-        """Every entry ``other`` shows is shown at least as richly here, and nothing more is left out
-        (evicted) or condensed. (A plan that collapses the stub note may cover one that does not: both
-        change the window from the note on; requiring the note kept lost a little recall on the dev
-        sessions.)"""
-        return (all(i in self.shown and self.richness(i) <= other.richness(i) for i in other.shown)
+        """Every entry ``other`` shows for a hit above the floor (not ``context``) is shown at least as
+        richly here, and nothing more is left out (evicted) or condensed. (A plan that collapses the
+        stub note may cover one that does not: both change the window from the note on; requiring
+        the note kept lost a little recall on the dev sessions.)"""
+        return (all(i in self.shown and self.richness(i) <= other.richness(i)
+                    for i, h in other.shown.items() if h not in other.context)
                 and self.evicted <= other.evicted and self.condensed.keys() <= other.condensed.keys())
 
     def without_last(self) -> PageInPlan:
-        """The plan with its lowest-ranked page-in undone (evictions stay)."""
-        if self.digest:  # the digest lines go first
-            return replace(self, digest={})
+        """The plan with its lowest-ranked page-in undone (evictions stay): the hits shown beside a
+        placed hit (``context``) first, then the digest lines, then the quotes."""
         order = list(dict.fromkeys(self.shown.values()))
+        if self.digest and not self.context:
+            return replace(self, digest={})
         if not order:
             return self
-        drop = order[-1]
+        drop = next(h for h in reversed(order) if h in self.context) if self.context else order[-1]
         shown = {i: h for i, h in self.shown.items() if h != drop}
         return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown},
                           {i: f for i, f in self.texts.items() if i in shown}, self.condensed if shown else {},
-                          self.in_place & shown.keys(), self.stubs_kept, self.stubs_collapsed and bool(shown))
+                          self.in_place & shown.keys(), self.stubs_kept, self.stubs_collapsed and bool(shown),
+                          digest=self.digest, context=self.context - {drop})
 
 
 def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: Forms, policy: Policy,
@@ -224,7 +233,9 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     above = above_floor(hits, policy, holds)
     copy = _copies(history)  # once for the build's planners: a copy of a better hit or a shown message
     kept = {h.id for h in above}
-    near = [h for h in hits if h.id not in kept]  # below the floor: only beside a placed hit (_Planner.context)
+    # below the floor: only beside a placed hit (_Planner.context), and never for a query that
+    # resembles nothing in the session (the query-level floor)
+    near = [] if resembles_nothing(hits, policy) else [h for h in hits if h.id not in kept]
     hits = [h for h in above if (i := history.ids.get(h.id)) is not None and not copy(i)]
     if not hits:
         return PageInPlan()
@@ -260,13 +271,20 @@ def above_floor(hits: Sequence[Hit], policy: Policy, holds: Callable[[Hit], bool
     ordered the hits, the ranker's probability -- or it holds an identifier the query names
     (``holds``, see :func:`identifier_terms`): the ranker reads a long message's first and last
     1,200 characters only, so it put a 22 KB log holding the asked ``TX-88412-ZQ`` at 0.01."""
-    sims = [h.similarity for h in hits if h.similarity is not None]
-    sure = max((h.learned for h in hits if h.learned is not None), default=0.0) >= QUERY_RANK_SURE
-    if sims and max(sims) < policy.page_in_query_floor and not sure:
+    if resembles_nothing(hits, policy):
         return [h for h in hits if h.lexical and (h.learned is None or h.learned >= policy.page_in_rank_floor
                                                   or (holds is not None and holds(h)))]
     return [h for h in hits if h.lexical or (h.similarity is not None and h.similarity >= policy.page_in_floor)
             or (h.learned is not None and h.learned >= policy.page_in_rank_floor)]
+
+
+def resembles_nothing(hits: Sequence[Hit], policy: Policy) -> bool:
+    """Whether the query resembles nothing in the session: no hit's embedding similarity reaches
+    ``policy.page_in_query_floor`` and no learned ranker probability :data:`QUERY_RANK_SURE`
+    (:func:`above_floor`); ``False`` when no hit has a similarity (keyword search alone)."""
+    sims = [h.similarity for h in hits if h.similarity is not None]
+    sure = max((h.learned for h in hits if h.learned is not None), default=0.0) >= QUERY_RANK_SURE
+    return bool(sims) and max(sims) < policy.page_in_query_floor and not sure
 
 
 #: A query term that names an identifier: letters and two digits or more together (``tx-88412-zq``,
@@ -355,6 +373,7 @@ class _Planner:
         self.done: set[int] = set()
         self.keep: set[int] = set()  # units never evicted: what replaced a hit (see plan)
         self.placed: list[int] = []  # the entries of the hits placed, in order (context's anchors)
+        self.context_hits: set[str] = set()  # ids of the hits context showed
         self.condensed: dict[int, Tier] = {}  # pinned entries condensed for the best hit (see condense_pins)
         # (unit, members) that may make room, lowest value first; computed when first needed
         self._evictable: list[tuple[int, list[int]]] | None = like._evictable if like else None
@@ -479,32 +498,34 @@ class _Planner:
         return PageInPlan(digest=digest, shown=self.shown, evicted=frozenset(self.evicted - set(self.shown)),
                           unplaced=tuple(self.unplaced), forms=self.tiers, texts=self.texts, condensed=self.condensed,
                           in_place=frozenset() if self.mode == "quote" else frozenset(self.shown),
-                          stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed)
+                          stubs_kept=self.mode != "in_place", stubs_collapsed=self.stubs_collapsed,
+                          context=frozenset(self.context_hits))
 
     def context(self, near: Sequence[Hit]) -> None:
         """Show the hits below the relevance floor (``near``, best first) that lie beside a placed
         hit, in the room the placed hits leave (nothing is left out for them): within
         :data:`CONTEXT_SPAN` messages of a placed hit of the same task (not of what came with it: a
-        date marker, a message that replaced it), up to ``page_in_k`` units in all. The floor keeps a hit that shares nothing with the query out; beside a placed hit, it
+        date marker, a message that replaced it), up to ``page_in_k`` units in all. A hit a later
+        message replaced (``successor``) is not shown this way: it would come without its successor. The floor keeps a hit that shares nothing with the query out; beside a placed hit, it
         is the rest of that exchange ("So I will play Malibu in the Living Room right?" four turns
         after the "find me some music" a query for the music request's device placed)."""
         if not self.placed or not near:
             return
         entries, ids = self.h.entries, self.h.ids
-        anchors = list(self.placed)
         for h in near:
             if len(self.done) >= self.policy.page_in_k:
                 break
             i = ids[h.id]
             e = entries[i]
-            if e.tier == Tier.VERBATIM or e.unit in self.done or i in self.shown:
+            if e.tier == Tier.VERBATIM or e.unit in self.done or i in self.shown or e.successor is not None:
                 continue
-            if not any(abs(j - i) <= CONTEXT_SPAN and entries[j].task == e.task for j in anchors):
+            if not any(abs(j - i) <= CONTEXT_SPAN and entries[j].task == e.task for j in self.placed):
                 continue
             before = len(self.shown)
             self.companion(h.id, e.unit, i)
             if len(self.shown) > before:
                 self.done.add(e.unit)
+                self.context_hits.add(h.id)
 
     def digest(self, hits: list[int]) -> dict[int, str]:
         """Digest lines (:func:`digest_line`) of the candidate entries ``hits`` (best first) that are
@@ -604,7 +625,7 @@ class _Planner:
         self.texts.update(texts)
         self.show(targets)
         self.done.add(u)
-        self.placed.append(hit)
+        self.placed.append(self.h.ids[hid])
         pair = _neighbour(self.h, hit)
         # what replaced the hit (or the question it answers) first: it may make room, like the hit
         for src in (hit, pair):
