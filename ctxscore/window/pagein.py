@@ -506,9 +506,11 @@ class _Planner:
         hit, in the room the placed hits leave (nothing is left out for them): within
         :data:`CONTEXT_SPAN` messages of a placed hit of the same task (not of what came with it: a
         date marker, a message that replaced it), up to ``page_in_k`` units in all. A hit a later
-        message replaced (``successor``) is not shown this way: it would come without its successor. The floor keeps a hit that shares nothing with the query out; beside a placed hit, it
-        is the rest of that exchange ("So I will play Malibu in the Living Room right?" four turns
-        after the "find me some music" a query for the music request's device placed)."""
+        message replaced (``successor``) comes with that message or not at all; a unit left out to
+        make room stays out. The floor keeps a hit that shares nothing with the query out; beside a
+        placed hit, it is the rest of that exchange ("So I will play Malibu in the Living Room
+        right?" four turns after the "find me some music" a query for the music request's device
+        placed)."""
         if not self.placed or not near:
             return
         entries, ids = self.h.entries, self.h.ids
@@ -517,15 +519,19 @@ class _Planner:
                 break
             i = ids[h.id]
             e = entries[i]
-            if e.tier == Tier.VERBATIM or e.unit in self.done or i in self.shown or e.successor is not None:
+            if e.tier == Tier.VERBATIM or e.unit in self.done or i in self.shown:
                 continue
             if not any(abs(j - i) <= CONTEXT_SPAN and entries[j].task == e.task for j in self.placed):
                 continue
-            before = len(self.shown)
-            self.companion(h.id, e.unit, i)
-            if len(self.shown) > before:
-                self.done.add(e.unit)
-                self.context_hits.add(h.id)
+            succ = _successor(self.h, i)  # what replaced it comes with it, or it does not come
+            units = [e.unit] if succ is None or succ in self.done else [e.unit, succ]
+            members = [j for u in units for j in self.quotable(self.h.units[u]) if j not in self.shown]
+            if not members or not self.evicted.isdisjoint(members) or not self.fits(self.verbatim(members)):
+                continue
+            for u in units:
+                self.companion(h.id, u, i)
+            self.done.add(e.unit)
+            self.context_hits.add(h.id)
 
     def digest(self, hits: list[int]) -> dict[int, str]:
         """Digest lines (:func:`digest_line`) of the candidate entries ``hits`` (best first) that are
