@@ -195,11 +195,12 @@ class PageInPlan:
         """The plan with its lowest-ranked page-in undone (evictions stay): the hits shown beside a
         placed hit (``context``) first, then the digest lines, then the quotes."""
         order = list(dict.fromkeys(self.shown.values()))
-        if self.digest and not self.context:
+        context = [h for h in order if h in self.context]
+        if self.digest and not context:
             return replace(self, digest={})
         if not order:
             return self
-        drop = next(h for h in reversed(order) if h in self.context) if self.context else order[-1]
+        drop = (context or order)[-1]
         shown = {i: h for i, h in self.shown.items() if h != drop}
         return PageInPlan(shown, self.evicted, (*self.unplaced, drop), {i: t for i, t in self.forms.items() if i in shown},
                           {i: f for i, f in self.texts.items() if i in shown}, self.condensed if shown else {},
@@ -530,8 +531,9 @@ class _Planner:
                 continue
             for u in units:
                 self.companion(h.id, u, i)
-            self.done.add(e.unit)
-            self.context_hits.add(h.id)
+            if self.shown.get(i) == h.id:
+                self.done.add(e.unit)
+                self.context_hits.add(h.id)
 
     def digest(self, hits: list[int]) -> dict[int, str]:
         """Digest lines (:func:`digest_line`) of the candidate entries ``hits`` (best first) that are
