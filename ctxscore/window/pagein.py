@@ -233,14 +233,15 @@ def plan_page_in(hits: list[Hit], history: History, values: np.ndarray, forms: F
     holds = (lambda h: _holds(history, h.id, idents)) if idents else None
     above = above_floor(hits, policy, holds)
     copy = _copies(history)  # once for the build's planners: a copy of a better hit or a shown message
-    kept = {h.id for h in above}
+    placeable = [h for h in above if (i := history.ids.get(h.id)) is not None and not copy(i)]
+    if not placeable:
+        return PageInPlan()
     # below the floor: only beside a placed hit (_Planner.context), and never for a query that
     # resembles nothing in the session (the query-level floor)
-    near = [] if resembles_nothing(hits, policy) else [h for h in hits if h.id not in kept]
-    hits = [h for h in above if (i := history.ids.get(h.id)) is not None and not copy(i)]
-    if not hits:
-        return PageInPlan()
-    near = [h for h in near if (i := history.ids.get(h.id)) is not None and not copy(i)]
+    kept = {h.id for h in above}
+    near = [] if resembles_nothing(hits, policy) else [
+        h for h in hits if h.id not in kept and (i := history.ids.get(h.id)) is not None and not copy(i)]
+    hits = placeable
     first = _Planner(history, values, forms, policy, budget, reserved, terms, "in_place", excess=excess)
 
     def planned(planner: _Planner) -> PageInPlan:
