@@ -189,3 +189,36 @@ def test_langchain_joins_the_recalled_note_into_the_system_message():
     system, rest = _split_system(w)
     assert system is not None and system.startswith(SYSTEM) and system.endswith(w.messages[k]["content"])
     assert all(m["role"] != "system" for m in rest) and rest[-1]["tool_call_id"] == "t0"
+
+
+def test_in_a_tool_loop_page_in_keeps_its_plan_until_a_compaction():
+    # the bundled sessions chained as a proxy sees them: one request before each assistant message,
+    # the query its last user message; within a tool loop the query stays while tool results arrive.
+    # Planned afresh at every step, page-in made room for other messages (the room and the ranks move
+    # with each message) and rewrote the window from the first change on (5 and 15 such steps here
+    # at 2,000 and 3,000 tokens)
+    from benchmarks.load import bundled_trajectories, request_points, session_messages
+    from ctxscore.messages import last_user_text
+
+    msgs = session_messages(bundled_trajectories(), 0, 150)
+    for budget in (2000, 3000):
+        cm = ContextManager(scorer="rules", budget=budget)
+        last, kept, done = None, 0, 0
+        for j in request_points(msgs):
+            cm.extend(msgs[done:j])
+            done = j
+            query = last_user_text(msgs[:j])
+            w = cm.build(query=query)
+            tiers = [e.tier for e in cm.history.entries]
+            if last is not None and last[0] == query and last[1].paged_in and tiers[: len(last[2])] == last[2]:
+                # the same request, no compaction since: no new page-in (the new messages may take the
+                # room of the last ones), and with the same page-ins the window up to the recalled note
+                # (or its last message) is the last window's
+                assert set(w.paged_in) <= set(last[1].paged_in), j
+                if w.paged_in == last[1].paged_in:
+                    k = _note(last[1])
+                    k = len(last[1].messages) - 1 if k is None else k
+                    assert w.messages[:k] == last[1].messages[:k], j
+                    kept += 1
+            last = (query, w, tiers)
+        assert kept >= 10, (budget, kept)

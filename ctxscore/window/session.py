@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,6 +37,17 @@ log = logging.getLogger("ctxscore")
 #: round releases at least what the window is over, and the released instructions, compacted, take
 #: part of it back (a travel chat of 14 questions at 400 tokens: 423 -> 386 tokens).
 RELEASE_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class _LastPlan:
+    """A query build's page-in plan (after :func:`~ctxscore.window.pagein.fit_page_in`), the query and
+    budget it was made for and the tier codes of the history when the build ended."""
+
+    query: str
+    budget: int
+    codes: np.ndarray
+    plan: PageInPlan
 
 
 class SessionState:
@@ -72,6 +83,7 @@ class SessionState:
         self.unsaved: dict[str, Tier] = {}  # tiers the store could not record yet
         self.stub_budget: int | None = None  # the budget of the last build that changed tiers (sizes the stub note)
         self.recalled: tuple[str, int] | None = None  # the last window's recalled note and the entry it precedes
+        self.last_plan: _LastPlan | None = None  # the last build's page-in plan (see _kept_plan)
         self.forms.forget()  # forms made for a build, remembered by message id: the ids may be reused
         ctx = LayerContext(self.session_id, self.store, self.counter, self.rules, self.policy, self.history,
                            self.scorer)
@@ -145,7 +157,9 @@ class SessionState:
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
-        plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query), excess) if hits else PageInPlan()
+        plan = self._kept_plan(query, B, changed)
+        if plan is None:
+            plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query), excess) if hits else PageInPlan()
         window = self._assemble(query, B, plan, vals, rel, warns)
         if (not plan.changes and window.tokens - excess >= pol.t_archive * B
                 and self.stuck != (len(h), B)):
@@ -163,6 +177,7 @@ class SessionState:
         if plan.changes and window.tokens - excess > pol.page_in_limit * B:
             window, plan = fit_page_in(plan, pol.page_in_limit * B + excess,
                                        lambda pl: self._assemble(query, B, pl, vals, rel, warns))
+        kept = plan
         if window.tokens - excess > B and not plan.stubs_collapsed and h.stub_tokens > tiers.COLLAPSED_LINE_TOKENS:
             # pinned content and the recent turns leave the stub note no room: its one line for this build
             plan = replace(plan, stubs_collapsed=True)
@@ -180,6 +195,7 @@ class SessionState:
         if plan.shown and h.n_compacted:
             window, plan = self._whole_history(query, B, plan, vals, rel, warns, window, reserved)
         window, plan = self._fit_end(query, B, plan, vals, rel, warns, window, reserved)
+        self.last_plan = _LastPlan(query, B, h.codes(), kept) if query is not None and kept.shown else None
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
         if pol.on_overflow == OnOverflow.RAISE and window.tokens > B:  # the tiers are saved: the state stays whole
@@ -190,6 +206,24 @@ class SessionState:
         for layer in self.layers:
             layer.after_build(window, self.view)
         return window
+
+    def _kept_plan(self, query: str | None, B: int, changed: Sequence[int]) -> PageInPlan | None:
+        """The last build's page-in plan when this build asks the same: the same query at the same
+        budget, the history only grown since (no tier changed, none in this build so far) and the last
+        plan showing something; else ``None`` (plan afresh). An agent's tool loop sends one user
+        request with a new tool result at every step: planned afresh, page-in made room for other
+        messages at each step (the room and the ranks move with every message), which rewrote the
+        window from the first change on and left a provider's prompt cache only the part before it.
+        The kept plan stays within the limit as any plan does (:func:`~ctxscore.window.pagein.fit_page_in`
+        undoes its last page-ins when the new messages take their room); a compaction plans afresh,
+        and it rewrites the window anyway."""
+        last, h = self.last_plan, self.history
+        if last is None or query != last.query or B != last.budget or changed:
+            return None
+        n = len(last.codes)
+        if n > len(h) or not np.array_equal(h.codes()[:n], last.codes):
+            return None
+        return last.plan
 
     def _fit_end(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
                  warns: list[WindowWarning], window: ContextWindow, reserved: int) -> tuple[ContextWindow, PageInPlan]:
