@@ -261,8 +261,10 @@ class ContextManager:
             warns: list[WindowWarning] = []
             try:
                 self.state.catch_up()
-                hits = (search(self.store, self.session_id, self.scorer, query, SEARCH_HITS)
-                        if query and self._may_page(B) and names_anything(query) else [])
+                hits = self.state.kept_hits(query, B)  # a tool loop's next step under the same request
+                if hits is None:
+                    hits = (search(self.store, self.session_id, self.scorer, query, SEARCH_HITS)
+                            if query and self._may_page(B) and names_anything(query) else [])
             except StoreError as exc:  # build from memory
                 warns.append(tiers.store_unavailable("be read", exc))
                 hits = []

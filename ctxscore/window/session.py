@@ -42,12 +42,14 @@ RELEASE_RETRIES = 3
 @dataclass(frozen=True)
 class _LastPlan:
     """A query build's page-in plan (after :func:`~ctxscore.window.pagein.fit_page_in`), the query and
-    budget it was made for and the tier codes of the history when the build ended."""
+    budget it was made for, the tier codes of the history when the build ended and the search hits
+    it was planned from."""
 
     query: str
     budget: int
     codes: np.ndarray
     plan: PageInPlan
+    hits: list[Hit]
 
 
 class SessionState:
@@ -195,7 +197,7 @@ class SessionState:
         if plan.shown and h.n_compacted:
             window, plan = self._whole_history(query, B, plan, vals, rel, warns, window, reserved)
         window, plan = self._fit_end(query, B, plan, vals, rel, warns, window, reserved)
-        self.last_plan = _LastPlan(query, B, h.codes(), kept) if query is not None and kept.shown else None
+        self.last_plan = _LastPlan(query, B, h.codes(), kept, hits) if query is not None and kept.shown else None
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
         if pol.on_overflow == OnOverflow.RAISE and window.tokens > B:  # the tiers are saved: the state stays whole
@@ -217,13 +219,28 @@ class SessionState:
         The kept plan stays within the limit as any plan does (:func:`~ctxscore.window.pagein.fit_page_in`
         undoes its last page-ins when the new messages take their room); a compaction plans afresh,
         and it rewrites the window anyway."""
+        last = self.last_plan
+        return last.plan if last is not None and not changed and self._same_request(query, B) else None
+
+    def _same_request(self, query: str | None, B: int) -> bool:
+        """Whether the last build planned a page-in for ``query`` at ``B`` and the history has only
+        grown since (no tier changed)."""
         last, h = self.last_plan, self.history
-        if last is None or query != last.query or B != last.budget or changed:
-            return None
+        if last is None or query != last.query or B != last.budget:
+            return False
         n = len(last.codes)
-        if n > len(h) or not np.array_equal(h.codes()[:n], last.codes):
+        return n <= len(h) and bool(np.array_equal(h.codes()[:n], last.codes))
+
+    def kept_hits(self, query: str | None, B: int) -> list[Hit] | None:
+        """The last build's search hits when this build will keep its plan (:meth:`_kept_plan`: the same
+        request, and no compaction due at ``B``), so that the caller need not search again; else
+        ``None``. Their relevance raises the values of this build as it raised the last one's (the
+        messages added since, the newest, get none)."""
+        h, pol = self.history, self.policy
+        if self.last_plan is None or not self._same_request(query, B):
             return None
-        return last.plan
+        occ = tiers.occupancy(h.msg_tokens - tiers.last_excess(h, B, self.forms), h.stub_tokens, pol, B)
+        return self.last_plan.hits if occ < pol.t_archive * B else None
 
     def _fit_end(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
                  warns: list[WindowWarning], window: ContextWindow, reserved: int) -> tuple[ContextWindow, PageInPlan]:
