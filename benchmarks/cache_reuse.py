@@ -9,8 +9,12 @@ a provider's prompt cache reuses) beside ``trim_messages`` (which ignores the qu
 window tokens a build and its effective cost (uncached tokens + :data:`CACHED_PRICE` x cached ones):
 a window that uses more of its budget has a lower reuse share at the same cached prefix.
 
+``--at request`` builds only where a client sends a request (before each assistant message: a
+dialogue's user turns, each step of an agent's tool loop), as the proxy does; the default builds
+after every message, as the evaluation counts.
+
 Usage: ``python benchmarks/cache_reuse.py [--sessions data/processed/dev_sessions.jsonl]
-[--budget-tokens 2000 4000] [--policies rules,trim_messages] [--limit N]`` (``learned`` loads the
+[--budget-tokens 2000 4000] [--policies rules,trim_messages] [--limit N] [--at message|request]`` (``learned`` loads the
 packaged scorer; the processed sessions come from ``python -m training.data build``).
 """
 
@@ -46,19 +50,32 @@ def make(name: str, session_id: str, counter: TokenCounter):
 CACHED_PRICE = 0.1
 
 
-def replay(session, name: str, budget: int, with_query: bool, counter: TokenCounter) -> tuple[int, int]:
-    """(window tokens, reused prefix tokens) summed over the turns of one replay."""
+def builds_at(session, at: str) -> list[bool]:
+    """Per message of ``session``: whether a window is built once it is added: after every message
+    (``message``, the evaluation's count), or only where a client sends a request (``request``: the
+    next message is the assistant's; a dialogue's user turns, an agent's steps), as the proxy builds."""
+    msgs = session.messages
+    if at == "message":
+        return [True] * len(msgs)
+    return [i + 1 < len(msgs) and msgs[i + 1].get("role") == "assistant" for i in range(len(msgs))]
+
+
+def replay(session, name: str, budget: int, with_query: bool, counter: TokenCounter,
+           at: str = "message") -> tuple[int, int]:
+    """(window tokens, reused prefix tokens) summed over the builds of one replay (:func:`builds_at`)."""
     pol = make(name, session.session_id, counter)
     reuse = PrefixReuse(counter)
     tokens = cached = 0
     query = None
     users: list[dict] = []
     try:
-        for m in session.messages:
+        for m, build in zip(session.messages, builds_at(session, at), strict=True):
             pol.add(m)
             if with_query and m.get("role") == "user":
                 users.append(m)
                 query = last_user_text(users)  # the proxy's query: the last user message that is no tool observation
+            if not build:
+                continue
             win = pol.build(budget, query)
             tokens += win.tokens
             cached += min(reuse.update(win.messages), win.tokens)
@@ -73,13 +90,16 @@ def main() -> int:
     ap.add_argument("--budget-tokens", type=int, nargs="+", default=[2000, 4000])
     ap.add_argument("--policies", default="rules,trim_messages")
     ap.add_argument("--limit", type=int, default=None, help="replay only the first N sessions")
+    ap.add_argument("--at", choices=("message", "request"), default="message",
+                    help="build after every message (default) or only before each assistant message, as a client asks")
     args = ap.parse_args()
     logging.disable(logging.WARNING)  # pinned-overflow warnings of tight budgets are expected here
     sessions = load_sessions_file(args.sessions)[: args.limit]
     counter = TokenCounter()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    builds = sum(len(s.messages) for s in sessions) or 1  # one build a message
-    print(f"prompt-cache reuse, {len(sessions)} sessions of {args.sessions}; query: the last user message or none")
+    builds = sum(sum(builds_at(s, args.at)) for s in sessions) or 1
+    print(f"prompt-cache reuse, {len(sessions)} sessions of {args.sessions}, a build a {args.at} ({builds} builds); "
+          "query: the last user message or none")
     print(f"{'policy':<14} {'budget':>6} {'query':>6} {'reuse':>6} {'tokens':>7} {'cost':>7}  by source  "
           f"(tokens: mean window tokens a build; cost: its uncached tokens + {CACHED_PRICE} x its cached ones)")
     for b in args.budget_tokens:
@@ -88,7 +108,7 @@ def main() -> int:
                 t0 = time.perf_counter()
                 per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
                 for s in sessions:
-                    tok, hit = replay(s, name, b, with_query, counter)
+                    tok, hit = replay(s, name, b, with_query, counter, args.at)
                     per[s.source][0] += tok
                     per[s.source][1] += hit
                 tok = sum(v[0] for v in per.values())
