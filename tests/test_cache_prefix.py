@@ -236,3 +236,36 @@ def test_the_query_of_an_agent_step_is_the_request_not_the_tool_observation():
     asked = [*msgs, {"role": "user", "content": [{"type": "text", "text": "Also keep the old header?"}]}]
     assert last_user_text(asked) == "Also keep the old header?"
     assert last_user_text([*msgs, {"role": "user", "content": ""}]) is None  # an empty request asks nothing
+
+
+def test_a_tool_loop_step_that_compacts_searches_afresh(monkeypatch):
+    # the last search's hits are reused only with the plan: a step whose build changes tiers (here a
+    # compaction that the ledger's section sets off) plans afresh from a new search, which finds the
+    # messages added since
+    import ctxscore.window.manager as manager
+    from benchmarks.load import bundled_trajectories, request_points, session_messages
+    from ctxscore.memory.ledger import FactLedger
+    from ctxscore.messages import last_user_text
+
+    searched = []
+    search = manager.search
+    monkeypatch.setattr(manager, "search", lambda *a, **k: searched.append(a[3]) or search(*a, **k))
+    msgs = session_messages(bundled_trajectories(), 0, 150)
+    cm = ContextManager(scorer="rules", budget=2000, layers=[FactLedger()])
+    last, done, reused, fresh = None, 0, 0, 0
+    for j in request_points(msgs):
+        cm.extend(msgs[done:j])
+        done = j
+        query = last_user_text(msgs[:j])
+        before = [e.tier for e in cm.history.entries]
+        searched.clear()
+        w = cm.build(query=query)
+        tiers = [e.tier for e in cm.history.entries]
+        if last is not None and last[0] == query and last[1].paged_in:
+            if tiers != before:  # this build changed tiers: planned afresh, from a search of its own
+                assert searched == [query], j
+                fresh += 1
+            elif not searched:
+                reused += 1
+        last = (query, w)
+    assert fresh >= 5 and reused >= 5, (fresh, reused)

@@ -34,6 +34,7 @@ from ..scoring.rules import RuleClassifier, RuleConfig
 from ..scoring.spans import extractor_of
 from ..store import open_store
 from ..store.base import Store, check_id
+from ..store.retrieval import Hit
 from ..tokens import REPLY_PRIMING_TOKENS, TokenCounter
 from . import ingest, tiers
 from .assemble import DEFAULT_SECTIONS, PostBuildHook, Section
@@ -244,6 +245,12 @@ class ContextManager:
         Args:
             query: the current user request or probe; archived messages relevant to it are paged back
                 in (within ``policy.page_in_limit`` of the budget) and relevance raises message values.
+                The same query as the last build's, at the same budget, with only new messages since
+                and no compaction (an agent's tool loop under one request), keeps the last build's
+                page-in and neither searches nor plans again: the window keeps its prefix for a
+                provider's prompt cache, and the new messages may take the room of the last page-ins
+                (undone from the lowest-ranked); a compaction, a new query or another budget plans
+                afresh.
             budget: token budget for this call (default: the manager's ``budget``).
 
         Returns a :class:`~ctxscore.window.result.ContextWindow`: OpenAI-style messages (fresh
@@ -259,16 +266,24 @@ class ContextManager:
             raise ConfigError(f"query must be a string or None, got {type(query).__name__}")
         with self._lock:
             warns: list[WindowWarning] = []
+
+            def find() -> list[Hit]:
+                try:
+                    return (search(self.store, self.session_id, self.scorer, query, SEARCH_HITS)
+                            if query and self._may_page(B) and names_anything(query) else [])
+                except StoreError as exc:  # build from memory
+                    warns.append(tiers.store_unavailable("be read", exc))
+                    return []
+
             try:
                 self.state.catch_up()
-                hits = self.state.kept_hits(query, B)  # a tool loop's next step under the same request
-                if hits is None:
-                    hits = (search(self.store, self.session_id, self.scorer, query, SEARCH_HITS)
-                            if query and self._may_page(B) and names_anything(query) else [])
             except StoreError as exc:  # build from memory
                 warns.append(tiers.store_unavailable("be read", exc))
-                hits = []
-            return self.state.build(query, B, hits, warns)
+                return self.state.build(query, B, [], warns)
+            kept = self.state.kept_hits(query, B)  # a tool loop's next step under the same request
+            if kept is not None:
+                return self.state.build(query, B, kept, warns, refresh=find)
+            return self.state.build(query, B, find(), warns)
 
     def _may_page(self, B: int) -> bool:
         """Whether a query can change this build: something is compacted, or compaction is due."""

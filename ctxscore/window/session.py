@@ -9,7 +9,7 @@ is the public facade over it (argument checks, the seams, the lock).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -42,14 +42,17 @@ RELEASE_RETRIES = 3
 @dataclass(frozen=True)
 class _LastPlan:
     """A query build's page-in plan (after :func:`~ctxscore.window.pagein.fit_page_in`), the query and
-    budget it was made for, the tier codes of the history when the build ended and the search hits
-    it was planned from."""
+    budget it was made for, the tier codes of the history when the build ended, the search hits it
+    was planned from, the tokens of the layers' sections in that build and what replaced each entry
+    the plan shows or lists (:attr:`~ctxscore.window.history.Entry.successor`, ``None`` for none)."""
 
     query: str
     budget: int
     codes: np.ndarray
     plan: PageInPlan
     hits: list[Hit]
+    reserved: int
+    successors: dict[int, int | None]
 
 
 class SessionState:
@@ -131,8 +134,11 @@ class SessionState:
                 layer.on_add(added)
 
     def build(self, query: str | None, B: int, hits: list[Hit], warns: list[WindowWarning],
-              retry: int = RELEASE_RETRIES) -> ContextWindow:
+              retry: int = RELEASE_RETRIES, refresh: Callable[[], list[Hit]] | None = None) -> ContextWindow:
         """One build at budget ``B`` (tokens) for ``query`` with its search ``hits`` (best first).
+
+        ``refresh``: when ``hits`` are the last build's (:meth:`kept_hits`), the search to run if this
+        build plans afresh after all (a tier changed before page-in).
 
         A window over the budget although pinned content fits (the active task's instructions pile
         up, as in a long chat of separate questions that never ends a task) releases the task's
@@ -160,7 +166,11 @@ class SessionState:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
         plan = self._kept_plan(query, B, changed)
+        planned_from = self.last_plan.hits if plan is not None and self.last_plan is not None else hits
         if plan is None:
+            if refresh is not None:  # the last build's hits were reused, but this build plans afresh
+                hits = planned_from = refresh()
+                refresh = None
             plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query), excess) if hits else PageInPlan()
         window = self._assemble(query, B, plan, vals, rel, warns)
         if (not plan.changes and window.tokens - excess >= pol.t_archive * B
@@ -193,16 +203,19 @@ class SessionState:
                     and h.release_instructions(min(room, h.pinned_tokens - over))):
                 self.stuck = None
                 warns[:] = given
-                return self.build(query, B, hits, warns, retry=retry - 1)
+                return self.build(query, B, hits, warns, retry=retry - 1, refresh=refresh)
         if plan.shown and h.n_compacted:
             window, plan = self._whole_history(query, B, plan, vals, rel, warns, window, reserved)
         window, plan = self._fit_end(query, B, plan, vals, rel, warns, window, reserved)
-        self.last_plan = _LastPlan(query, B, h.codes(), kept, hits) if query is not None and kept.shown else None
         warns += tiers.build_warnings(h, pol, B, window.tokens, plan, reserved)
         window.warnings[:] = warns
+        self.last_plan = None
         if pol.on_overflow == OnOverflow.RAISE and window.tokens > B:  # the tiers are saved: the state stays whole
             over = next((w for w in warns if w.kind in (WarningKind.OVER_BUDGET, WarningKind.PINNED_OVER_BUDGET)), None)
             raise BudgetError(str(over) if over else f"window needs {window.tokens} tokens, above the budget of {B}")
+        if query is not None and kept.shown and planned_from:
+            self.last_plan = _LastPlan(query, B, h.codes(), kept, planned_from, reserved,
+                                       {i: h.entries[i].successor for i in (*kept.shown, *kept.digest)})
         for w in warns:
             (log.warning if w.kind == WarningKind.PINNED_OVER_BUDGET else log.info)(str(w))
         for layer in self.layers:
@@ -219,8 +232,12 @@ class SessionState:
         The kept plan stays within the limit as any plan does (:func:`~ctxscore.window.pagein.fit_page_in`
         undoes its last page-ins when the new messages take their room); a compaction plans afresh,
         and it rewrites the window anyway."""
-        last = self.last_plan
-        return last.plan if last is not None and not changed and self._same_request(query, B) else None
+        last, h = self.last_plan, self.history
+        if last is None or changed or not self._same_request(query, B):
+            return None
+        # a message shown or listed that a newer one replaced since: planned afresh, it would come with
+        # what replaced it (and a digest line would not list it)
+        return last.plan if all(h.entries[i].successor == j for i, j in last.successors.items()) else None
 
     def _same_request(self, query: str | None, B: int) -> bool:
         """Whether the last build planned a page-in for ``query`` at ``B`` and the history has only
@@ -232,15 +249,16 @@ class SessionState:
         return n <= len(h) and bool(np.array_equal(h.codes()[:n], last.codes))
 
     def kept_hits(self, query: str | None, B: int) -> list[Hit] | None:
-        """The last build's search hits when this build will keep its plan (:meth:`_kept_plan`: the same
-        request, and no compaction due at ``B``), so that the caller need not search again; else
-        ``None``. Their relevance raises the values of this build as it raised the last one's (the
-        messages added since, the newest, get none)."""
-        h, pol = self.history, self.policy
-        if self.last_plan is None or not self._same_request(query, B):
+        """The last build's search hits when this build is likely to keep its plan (:meth:`_kept_plan`:
+        the same request, and no compaction due at ``B`` with the last build's layer sections), so
+        that the caller need not search again; else ``None``. Their relevance raises the values of
+        this build as it raised the last one's (the messages added since, the newest, get none). A
+        build that plans afresh after all (a tier changed) searches then (:meth:`build`'s ``refresh``)."""
+        h, pol, last = self.history, self.policy, self.last_plan
+        if last is None or not self._same_request(query, B):
             return None
         occ = tiers.occupancy(h.msg_tokens - tiers.last_excess(h, B, self.forms), h.stub_tokens, pol, B)
-        return self.last_plan.hits if occ < pol.t_archive * B else None
+        return last.hits if occ + last.reserved < pol.t_archive * B else None
 
     def _fit_end(self, query: str | None, B: int, plan: PageInPlan, vals: np.ndarray, rel: np.ndarray,
                  warns: list[WindowWarning], window: ContextWindow, reserved: int) -> tuple[ContextWindow, PageInPlan]:
