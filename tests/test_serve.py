@@ -629,6 +629,26 @@ def test_session_work_that_waits_on_a_network_runs_at_once(upstream):
     assert overlap.peak == 2
 
 
+def test_a_query_writer_is_asked_once_a_request_while_a_tool_loop_serves_it(upstream):
+    """The proxy expands each user request once: the tool loop's second call (after the tool result)
+    reuses the expansion, so the build keeps its page-in and no second model call is made."""
+    asked: list[str] = []
+
+    class Writer:
+        def expand(self, query: str) -> str:
+            asked.append(query)
+            return query + " (expanded)"
+
+    app = create_app(upstream.url, 3000, scorer="rules", query_writer=Writer())
+    with Background(app) as srv:
+        c, messages = client_for(srv, "loop"), [{"role": "system", "content": SYSTEM}]
+        for i in range(1, 9):
+            messages.append({"role": "user", "content": user_turn(i)})
+            chat(c, messages, stream=False)
+    assert len(upstream.chat_requests()) == 8 + 2  # legs 4 and 8 call a tool, then the model again
+    assert asked == [user_turn(i) for i in range(1, 9)]  # once each, the tool loop's second call included
+
+
 def test_which_proxies_run_their_sessions_work_in_order():
     from ctxscore.scoring.embedders import HashingEmbedder
     from ctxscore.scoring.learned import LearnedScorer

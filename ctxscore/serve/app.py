@@ -264,6 +264,10 @@ class _Session:
         self.extra: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
         #: Requests holding or waiting for this session (it is never closed while any does).
         self.users = 0
+        #: ``(request, query)``: the query writer's expansion of the last request, reused while an
+        #: agent's tool loop serves the same request (one model call a request, and the same query,
+        #: so the build keeps its page-in).
+        self.expanded: tuple[str, str] | None = None
 
 
 class Sessions:
@@ -663,7 +667,9 @@ class Proxy:
             received = cm.total_tokens
         query = last_user_text(msgs)
         if query and self.query_writer is not None:
-            query = self.query_writer.expand(query)
+            if sess.expanded is None or sess.expanded[0] != query:
+                sess.expanded = (query, self.query_writer.expand(query))
+            query = sess.expanded[1]
         reserve = self.tools_tokens(cm, tools)
         window = cm.build(query=query, budget=max(1, self.budget - reserve))
         forward = with_client_fields(window.messages, [(f, e) for _, f, e in extra]) if extra else window.messages
