@@ -249,8 +249,8 @@ class ContextManager:
                 and no compaction (an agent's tool loop under one request), keeps the last build's
                 page-in and neither searches nor plans again: the window keeps its prefix for a
                 provider's prompt cache, and the new messages may take the room of the last page-ins
-                (undone from the lowest-ranked); a compaction, a new query or another budget plans
-                afresh.
+                (undone from the lowest-ranked; when even the best one would go, it plans afresh); a
+                compaction, a new query or another budget plans afresh.
             budget: token budget for this call (default: the manager's ``budget``).
 
         Returns a :class:`~ctxscore.window.result.ContextWindow`: OpenAI-style messages (fresh

@@ -165,14 +165,23 @@ class SessionState:
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
-        plan = self._kept_plan(query, B, changed)
-        planned_from = self.last_plan.hits if plan is not None and self.last_plan is not None else hits
+        plan, planned_from = self._kept_plan(query, B, changed), hits
+        if plan is not None and self.last_plan is not None:
+            window = self._assemble(query, B, plan, vals, rel, warns)
+            if window.tokens - excess > pol.page_in_limit * B:  # the new messages took room: the last page-ins go
+                best = next((x for x in plan.shown.values() if x not in plan.context), None)
+                window, plan = fit_page_in(plan, pol.page_in_limit * B + excess,
+                                           lambda pl: self._assemble(query, B, pl, vals, rel, warns))
+                if best not in plan.shown.values():  # the best hit too: planned afresh, it may make room
+                    plan = None
+            if plan is not None:
+                planned_from = self.last_plan.hits
         if plan is None:
             if refresh is not None:  # the last build's hits were reused, but this build plans afresh
                 hits = planned_from = refresh()
                 refresh = None
             plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query), excess) if hits else PageInPlan()
-        window = self._assemble(query, B, plan, vals, rel, warns)
+            window = self._assemble(query, B, plan, vals, rel, warns)
         if (not plan.changes and window.tokens - excess >= pol.t_archive * B
                 and self.stuck != (len(h), B)):
             # the estimate (stub notes; layer sections grow as messages are compacted) was under the
@@ -229,9 +238,10 @@ class SessionState:
         request with a new tool result at every step: planned afresh, page-in made room for other
         messages at each step (the room and the ranks move with every message), which rewrote the
         window from the first change on and left a provider's prompt cache only the part before it.
-        The kept plan stays within the limit as any plan does (:func:`~ctxscore.window.pagein.fit_page_in`
-        undoes its last page-ins when the new messages take their room); a compaction plans afresh,
-        and it rewrites the window anyway."""
+        The kept plan stays within the limit as any plan does (:meth:`build` undoes its lowest-ranked
+        page-ins, :func:`~ctxscore.window.pagein.fit_page_in`, when the new messages take their room,
+        and plans afresh when even the best hit would go: a fresh plan may leave other messages out
+        for it); a compaction plans afresh, and it rewrites the window anyway."""
         last, h = self.last_plan, self.history
         if last is None or changed or not self._same_request(query, B):
             return None
