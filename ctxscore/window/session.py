@@ -135,10 +135,8 @@ class SessionState:
 
     def build(self, query: str | None, B: int, hits: list[Hit], warns: list[WindowWarning],
               retry: int = RELEASE_RETRIES, refresh: Callable[[], list[Hit]] | None = None) -> ContextWindow:
-        """One build at budget ``B`` (tokens) for ``query`` with its search ``hits`` (best first).
-
-        ``refresh``: when ``hits`` are the last build's (:meth:`kept_hits`), the search to run if this
-        build plans afresh after all (a tier changed before page-in).
+        """One build at budget ``B`` (tokens) for ``query`` with its search ``hits`` (best first; the last
+        build's with ``refresh``, the search to run if this build plans afresh after all, :meth:`_page_in`).
 
         A window over the budget although pinned content fits (the active task's instructions pile
         up, as in a long chat of separate questions that never ends a task) releases the task's
@@ -165,23 +163,8 @@ class SessionState:
         if pol.on_overflow == OnOverflow.RAISE and pinned > B:
             self._save_tiers(changed, [])  # what this build changed (condensed pins) stays in step with the store
             raise BudgetError(tiers.pinned_overflow(pinned, B).message)
-        plan, planned_from = self._kept_plan(query, B, changed), hits
-        if plan is not None and self.last_plan is not None:
-            window = self._assemble(query, B, plan, vals, rel, warns)
-            if window.tokens - excess > pol.page_in_limit * B:  # the new messages took room: the last page-ins go
-                best = next((x for x in plan.shown.values() if x not in plan.context), None)
-                window, plan = fit_page_in(plan, pol.page_in_limit * B + excess,
-                                           lambda pl: self._assemble(query, B, pl, vals, rel, warns))
-                if best not in plan.shown.values():  # the best hit too: planned afresh, it may make room
-                    plan = None
-            if plan is not None:
-                planned_from = self.last_plan.hits
-        if plan is None:
-            if refresh is not None:  # the last build's hits were reused, but this build plans afresh
-                hits = planned_from = refresh()
-                refresh = None
-            plan = plan_page_in(hits, h, vals, self.forms, pol, B, reserved, _terms(query), excess) if hits else PageInPlan()
-            window = self._assemble(query, B, plan, vals, rel, warns)
+        window, plan, hits, planned_from, refresh = self._page_in(query, B, hits, changed, vals, rel, warns,
+                                                                  reserved, excess, refresh)
         if (not plan.changes and window.tokens - excess >= pol.t_archive * B
                 and self.stuck != (len(h), B)):
             # the estimate (stub notes; layer sections grow as messages are compacted) was under the
@@ -222,14 +205,47 @@ class SessionState:
         if pol.on_overflow == OnOverflow.RAISE and window.tokens > B:  # the tiers are saved: the state stays whole
             over = next((w for w in warns if w.kind in (WarningKind.OVER_BUDGET, WarningKind.PINNED_OVER_BUDGET)), None)
             raise BudgetError(str(over) if over else f"window needs {window.tokens} tokens, above the budget of {B}")
-        if query is not None and kept.shown and planned_from:
-            self.last_plan = _LastPlan(query, B, h.codes(), kept, planned_from, reserved,
-                                       {i: h.entries[i].successor for i in (*kept.shown, *kept.digest)})
+        self._remember(query, B, kept, planned_from, reserved)
         for w in warns:
             (log.warning if w.kind == WarningKind.PINNED_OVER_BUDGET else log.info)(str(w))
         for layer in self.layers:
             layer.after_build(window, self.view)
         return window
+
+    def _page_in(self, query: str | None, B: int, hits: list[Hit], changed: Sequence[int], vals: np.ndarray,
+                 rel: np.ndarray, warns: list[WindowWarning], reserved: int, excess: int,
+                 refresh: Callable[[], list[Hit]] | None
+                 ) -> tuple[ContextWindow, PageInPlan, list[Hit], list[Hit], Callable[[], list[Hit]] | None]:
+        """The page-in of a build and its assembled window: the last build's plan when it can be kept
+        (:meth:`_kept_plan`; its lowest-ranked page-ins undone when the new messages take their room,
+        planned afresh when even its best hit would go), else a plan made from ``hits``, searched
+        again with ``refresh`` (:meth:`kept_hits`: ``hits`` are then the last build's) first.
+        Returns ``(window, plan, hits, the hits the plan was made from, refresh or None once used)``."""
+        pol = self.policy
+        plan = self._kept_plan(query, B, changed)
+        if plan is not None and self.last_plan is not None:
+            window = self._assemble(query, B, plan, vals, rel, warns)
+            if window.tokens - excess > pol.page_in_limit * B:  # the new messages took room: the last page-ins go
+                best = next((x for x in plan.shown.values() if x not in plan.context), None)
+                window, plan = fit_page_in(plan, pol.page_in_limit * B + excess,
+                                           lambda pl: self._assemble(query, B, pl, vals, rel, warns))
+                if best not in plan.shown.values():  # the best hit too: planned afresh, it may make room
+                    plan = None
+            if plan is not None:
+                return window, plan, hits, self.last_plan.hits, refresh
+        if refresh is not None:  # the last build's hits were reused, but this build plans afresh
+            hits, refresh = refresh(), None
+        plan = (plan_page_in(hits, self.history, vals, self.forms, pol, B, reserved, _terms(query), excess)
+                if hits else PageInPlan())
+        return self._assemble(query, B, plan, vals, rel, warns), plan, hits, hits, refresh
+
+    def _remember(self, query: str | None, B: int, plan: PageInPlan, hits: list[Hit], reserved: int) -> None:
+        """Keep ``plan`` (after :func:`~ctxscore.window.pagein.fit_page_in`) for the next build of the
+        same request (:meth:`_kept_plan`) when it shows something and came of a search (``hits``)."""
+        h = self.history
+        if query is not None and plan.shown and hits:
+            self.last_plan = _LastPlan(query, B, h.codes(), plan, hits, reserved,
+                                       {i: h.entries[i].successor for i in (*plan.shown, *plan.digest)})
 
     def _kept_plan(self, query: str | None, B: int, changed: Sequence[int]) -> PageInPlan | None:
         """The last build's page-in plan when this build asks the same: the same query at the same
