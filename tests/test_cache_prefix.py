@@ -269,3 +269,31 @@ def test_a_tool_loop_step_that_compacts_searches_afresh(monkeypatch):
                 reused += 1
         last = (query, w)
     assert fresh >= 5 and reused >= 5, (fresh, reused)
+
+
+def test_a_kept_plan_is_planned_afresh_once_a_message_it_shows_is_replaced(monkeypatch):
+    # the same query, only new messages, no tier changed: the plan is kept, until a newer user
+    # message restates one it shows (a fresh plan brings what replaced it, and lists no digest line of it)
+    import ctxscore.window.session as session
+    from test_pagein_room import office_chat
+
+    planned = []
+    plan_page_in = session.plan_page_in
+    monkeypatch.setattr(session, "plan_page_in", lambda *a, **k: planned.append(1) or plan_page_in(*a, **k))
+    cm = ContextManager(scorer="rules", budget=300)
+    cm.extend([*office_chat(40), {"role": "user", "content": "Book the meeting room for 3 people on Friday."},
+               {"role": "assistant", "content": "Booked the meeting room for 3 people on Friday."},
+               *office_chat(4)[1:]])
+    query = "how many people is the meeting room booked for?"
+    first = cm.build(query=query)
+    booked = cm.history.ids["m82"]
+    assert "m82" in first.paged_in and cm.history.entries[booked].tier == "archived" and planned
+    tiers = [e.tier for e in cm.history.entries]
+    planned.clear()
+    cm.add({"role": "assistant", "content": "Anything else?"})
+    assert cm.build(query=query).paged_in == first.paged_in and not planned  # kept
+    cm.add({"role": "user", "content": "Actually, make it 4 people for the meeting room."})
+    assert cm.history.entries[booked].successor is not None
+    w = cm.build(query=query)
+    assert [e.tier for e in cm.history.entries][: len(tiers)] == tiers  # no compaction: the successor decided
+    assert planned and "4 people" in w.messages[-1]["content"]
